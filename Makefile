@@ -1,0 +1,47 @@
+# The two commands a new user runs:  `make run` (set-up + the lite pipeline) and `make test`
+# (set-up + all tests). Everything else here is what those two are made of.
+SHELL := /bin/bash
+UV ?= uv
+PY := $(UV) run --frozen --quiet
+NEO4J_LIB := .cache/neo4j/lib
+NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
+MODE ?= lite
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: setup venv neo4j run test check lint types estimate bench clean
+
+setup: venv neo4j
+
+venv:
+	@command -v $(UV) >/dev/null || python3 -m pip install --quiet 'uv>=0.5'
+	$(UV) sync --frozen --quiet
+
+# Neo4j Community jars from Maven Central, skipped when they match the pom already.
+neo4j:
+	@want=$$(sha256sum neo4j/pom.xml | cut -d' ' -f1); \
+	if [ -f $(NEO4J_STAMP) ] && [ "$$(cat $(NEO4J_STAMP))" = "$$want" ]; then \
+	  echo "neo4j jars current in $(NEO4J_LIB)"; \
+	else \
+	  rm -rf $(NEO4J_LIB) && mkdir -p $(NEO4J_LIB) && \
+	  mvn -q -B -f neo4j/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	      -DoutputDirectory=$(abspath $(NEO4J_LIB)) && \
+	  echo "$$want" > $(NEO4J_STAMP) && echo "neo4j jars installed in $(NEO4J_LIB)"; \
+	fi
+
+run: setup
+	$(PY) dvc repro
+
+test: setup
+	$(PY) pytest
+
+lint:
+	$(PY) ruff check .
+	$(PY) ruff format --check .
+
+types:
+	$(PY) mypy
+
+check: setup lint types test
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache

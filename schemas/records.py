@@ -1,0 +1,81 @@
+"""One pydantic record per row of the files the stages exchange (slices, questions, rubrics)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Ability = Literal[
+    "abstention",
+    "contradiction_resolution",
+    "event_ordering",
+    "information_extraction",
+    "instruction_following",
+    "knowledge_update",
+    "multi_session_reasoning",
+    "preference_following",
+    "summarization",
+    "temporal_reasoning",
+]
+ABILITIES: tuple[Ability, ...] = (
+    "abstention",
+    "contradiction_resolution",
+    "event_ordering",
+    "information_extraction",
+    "instruction_following",
+    "knowledge_update",
+    "multi_session_reasoning",
+    "preference_following",
+    "summarization",
+    "temporal_reasoning",
+)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChatMessage(_Record):
+    id: int = Field(ge=0)
+    """The message's id within its conversation (0..N-1, file order)."""
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class Session(_Record):
+    number: int = Field(ge=1)
+    """1-based session number (the dataset's batch order)."""
+    date: str
+    """As the dataset writes it, e.g. `March-15-2024` (the session's first user `time_anchor`)."""
+    date_iso: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    messages: list[ChatMessage]
+
+
+class ChatSlice(_Record):
+    """What the memory system may see of one conversation: chat messages only."""
+
+    conversation_id: str
+    sessions: list[Session]
+
+
+class Question(_Record):
+    """A probing question as the agent sees it: no rubric, no reference answer."""
+
+    id: str = Field(pattern=r"^conv\d+:[a-z_]+:\d+$")
+    conversation_id: str
+    ability: Ability
+    index: int = Field(ge=0)
+    question: str
+
+
+class Rubric(_Record):
+    """What the judge needs for one question; never reaches the memory system."""
+
+    question_id: str
+    ability: Ability
+    rubric: list[str]
+    source_chat_ids: list[int]
+    """Sorted, unique message ids that hold the answer (empty for abstention)."""
+    known_bad_rubric: bool = False
+    known_bad_reason: str | None = None

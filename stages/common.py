@@ -1,0 +1,144 @@
+"""What every stage shares: params loading, atomic writes, stable JSON, and the entry-point shell."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from schemas.errors import BeamError, ParamsError
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS_FILE = "params.yaml"
+FLOAT_DIGITS = 6
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_params_file(path: Path | None = None) -> dict[str, Any]:
+    """The whole params.yaml as a mapping (the working directory's, as DVC runs stages there)."""
+    path = path or Path(PARAMS_FILE)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ParamsError(f"{path} not found: run stages from the repository root") from exc
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path} must hold a mapping of sections, found {type(data).__name__}")
+    return data
+
+
+def validate_section(name: str, raw: object, model: type[M], *, source: str = PARAMS_FILE) -> M:
+    """Validate one params section, re-raising pydantic's error as a ParamsError naming it."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{name}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ParamsError(f"{source}: section '{name}' is invalid: {problems}") from exc
+
+
+def load_params(section: str, model: type[M], path: Path | None = None) -> M:
+    """One section of params.yaml, validated by its pydantic model."""
+    data = read_params_file(path)
+    if section not in data:
+        raise ParamsError(f"{path or PARAMS_FILE}: section '{section}' is missing")
+    return validate_section(section, data[section], model, source=str(path or PARAMS_FILE))
+
+
+def load_mode(path: Path | None = None) -> str:
+    """The top-level `mode` (lite or full)."""
+    mode = read_params_file(path).get("mode")
+    if mode not in ("lite", "full"):
+        raise ParamsError(f"params.yaml: mode must be 'lite' or 'full', found {mode!r}")
+    return str(mode)
+
+
+def _round_floats(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, FLOAT_DIGITS)
+    if isinstance(value, Mapping):
+        return {str(k): _round_floats(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_round_floats(v) for v in value]
+    return value
+
+
+def stable_json(value: Any) -> str:
+    """JSON with sorted keys and rounded floats: an unchanged result is a byte-identical file."""
+    return json.dumps(_round_floats(value), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write to a temp file beside `path`, fsync, then rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, value: Any) -> None:
+    write_atomic(path, stable_json(value))
+
+
+def write_jsonl(path: Path, rows: Iterable[BaseModel | Mapping[str, Any]]) -> None:
+    """One JSON object per line, keys sorted, written atomically."""
+    lines = []
+    for row in rows:
+        obj = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+        lines.append(json.dumps(obj, sort_keys=True, ensure_ascii=False))
+    write_atomic(path, "".join(line + "\n" for line in lines))
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    """Read a JSONL file of records, naming the file and line of any invalid row."""
+    rows: list[M] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(model.model_validate_json(line))
+            except ValidationError as exc:
+                raise ParamsError(f"{path}:{number}: not a valid {model.__name__}: {exc}") from exc
+    return rows
+
+
+def remove_outputs(*paths: Path) -> None:
+    """Delete stale outputs so a failed stage leaves nothing a later stage could mistake as good."""
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.rglob("*"), reverse=True):
+                child.unlink() if child.is_file() or child.is_symlink() else child.rmdir()
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
+
+
+def run_stage(main: Callable[[], None]) -> None:
+    """Entry-point shell: a BeamError becomes a clear message on stderr and exit code 2."""
+    try:
+        main()
+    except BeamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
