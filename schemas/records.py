@@ -79,3 +79,21 @@ class Rubric(_Record):
     """Sorted, unique message ids that hold the answer (empty for abstention)."""
     known_bad_rubric: bool = False
     known_bad_reason: str | None = None
+
+
+class Chunk(_Record):
+    """A run of whole messages of one session (or part of one very long message), in chat order."""
+
+    id: str
+    """`conv<N>:s<session>:c<position>`: stable across runs of the same slice and chunk size."""
+    conversation_id: str
+    session: int = Field(ge=1)
+    date: str
+    date_iso: str
+    document_id: str
+    """One document per session: `conv<N>:s<session>`."""
+    position: int = Field(ge=0)
+    """Order of the chunk in its conversation (0-based, across sessions)."""
+    message_ids: list[int]
+    text: str
+    tokens: int = Field(ge=0)
