@@ -1,0 +1,92 @@
+"""Records of the judge stage: the scorer prompts read from the benchmark, and what it decides."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from schemas.records import Ability
+
+Flag = Literal["parse_error", "model_error", "known_bad_rubric", "call_cap_reached"]
+"""parse_error: a judge reply did not parse (its item scored 0); model_error: a judge call
+returned nothing; known_bad_rubric: the question's rubric is listed as broken in the fixtures;
+call_cap_reached: event alignment stopped at its call cap (the remaining lines count as
+unmatched)."""
+
+FLAGS: tuple[Flag, ...] = ("parse_error", "model_error", "known_bad_rubric", "call_cap_reached")
+
+ITEM_VALUES: tuple[float, ...] = (0.0, 0.5, 1.0)
+
+
+def _check_item_value(value: float) -> float:
+    if value not in ITEM_VALUES:
+        raise ValueError(f"an item score is 1, 0.5 or 0, found {value}")
+    return value
+
+
+ItemValue = Annotated[float, AfterValidator(_check_item_value)]
+"""One rubric item's score: 1, 0.5 or 0 (the judge prompt's scale)."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JudgePrompts(_Record):
+    """The scorer's texts, extracted with `ast` from the benchmark's pinned source files."""
+
+    item_prompt: str
+    """`unified_llm_judge_base_prompt` verbatim: holds `<rubric_item>` and `<llm_response>`, and
+    `<question>` where the pinned text has that slot."""
+    equivalence_system: str
+    """The system message of `llm_equivalence`, verbatim."""
+    equivalence_user: str
+    """The user message of `llm_equivalence` with its two interpolations turned into `<first>`
+    (the reference event) and `<second>` (the answer line), the order the benchmark passes them."""
+
+
+class ItemScore(_Record):
+    rubric_item: str
+    score: ItemValue
+    reason: str | None = None
+    """The judge's stated reason, or for event_ordering which answer line matched the item."""
+    parse_error: bool = False
+    error: str | None = None
+    """Why the item scored 0 without a verdict: the call failed or the reply did not parse."""
+
+
+class EventAlignment(_Record):
+    """event_ordering: answer lines aligned one-to-one to rubric events by the equivalence judge."""
+
+    answer_lines: list[str]
+    matches: list[int | None]
+    """Per answer line, the index of the rubric event it matched, or null."""
+    calls: int = Field(ge=0)
+    failed_calls: int = Field(ge=0)
+    """Calls that returned nothing; each counted as 'not equivalent'."""
+    capped: bool = False
+    precision: float = Field(ge=0, le=1)
+    recall: float = Field(ge=0, le=1)
+    f1: float = Field(ge=0, le=1)
+    tau_b: float | None
+    """Kendall tau-b between the two orders; null where it is undefined (see `tau_norm`)."""
+    tau_norm: float = Field(ge=0, le=1)
+    """(tau_b + 1) / 2; where tau_b is undefined: 1 if the one event there is to order was
+    matched (f1 > 0), else 0."""
+
+
+class Judgement(_Record):
+    """One question's verdict."""
+
+    question_id: str
+    ability: Ability
+    items: list[ItemScore]
+    score: float = Field(ge=0, le=1)
+    """Mean item score; for event_ordering `event_f1 × event_tau_norm`."""
+    score_excluding_known_bad: float | None
+    """`score`, or null when the rubric is flagged known_bad_rubric, so group means leave it out."""
+    event: EventAlignment | None = None
+    flags: list[Flag]
+    calls: int = Field(ge=0)
+    """Judge model calls made for this question."""

@@ -1,0 +1,130 @@
+"""Judge metrics: means per ability and overall, known_bad exclusion, stable shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas.errors import DataError
+from schemas.judging import EventAlignment, Flag, ItemScore, Judgement
+from schemas.records import ABILITIES, Rubric
+from stages.common import stable_json
+from stages.judge import summarize
+
+
+def _pair(
+    ability: str,
+    index: int,
+    score: float,
+    *,
+    known_bad: bool = False,
+    flags: tuple[Flag, ...] = (),
+    calls: int = 2,
+    event: EventAlignment | None = None,
+) -> tuple[Judgement, Rubric]:
+    qid = f"conv1:{ability}:{index}"
+    rubric = Rubric.model_validate(
+        {
+            "question_id": qid,
+            "ability": ability,
+            "rubric": ["a", "b"],
+            "source_chat_ids": [],
+            "known_bad_rubric": known_bad,
+        }
+    )
+    judgement = Judgement.model_validate(
+        {
+            "question_id": qid,
+            "ability": ability,
+            "items": [ItemScore(rubric_item="a", score=1.0), ItemScore(rubric_item="b", score=0.0)],
+            "score": score,
+            "score_excluding_known_bad": None if known_bad else score,
+            "event": event,
+            "flags": [*flags, *(["known_bad_rubric"] if known_bad else [])],
+            "calls": calls,
+        }
+    )
+    return judgement, rubric
+
+
+def _event(f1: float, tau_norm: float) -> EventAlignment:
+    return EventAlignment(
+        answer_lines=["x"],
+        matches=[0],
+        calls=1,
+        failed_calls=0,
+        precision=f1,
+        recall=f1,
+        f1=f1,
+        tau_b=None,
+        tau_norm=tau_norm,
+    )
+
+
+def test_known_bad_question_is_left_out_of_the_excluding_means_only() -> None:
+    pairs = [
+        _pair("summarization", 0, 1.0),
+        _pair("summarization", 1, 0.5),
+        _pair("summarization", 2, 0.0, known_bad=True),
+        _pair("abstention", 0, 1.0),
+    ]
+    metrics = summarize([j for j, _ in pairs], [r for _, r in pairs])
+    summary = metrics["summarization"]
+    assert summary["score"] == pytest.approx(0.5)  # (1 + 0.5 + 0) / 3
+    assert summary["score_excluding_known_bad"] == pytest.approx(0.75)  # (1 + 0.5) / 2
+    assert summary["known_bad_rubric_questions"] == 1
+    overall = metrics["overall"]
+    assert overall["score"] == pytest.approx(2.5 / 4)
+    assert overall["score_excluding_known_bad"] == pytest.approx(2.5 / 3)
+    assert overall["macro_score"] == pytest.approx((0.5 + 1.0) / 2)
+    assert overall["macro_score_excluding_known_bad"] == pytest.approx((0.75 + 1.0) / 2)
+
+
+def test_every_ability_is_present_with_null_scores_where_unasked() -> None:
+    judgement, rubric = _pair("temporal_reasoning", 0, 0.5, flags=("parse_error",), calls=3)
+    metrics = summarize([judgement], [rubric])
+    assert set(metrics) == {*ABILITIES, "overall"}
+    assert metrics["abstention"]["score"] is None
+    assert metrics["abstention"]["questions"] == 0
+    assert metrics["event_ordering"]["event_f1"] is None
+    assert metrics["temporal_reasoning"]["parse_error_questions"] == 1
+    assert metrics["overall"]["judge_calls"] == 3
+    # Same keys in every ability group, so dvc columns stay stable.
+    keys = {frozenset(v) for k, v in metrics.items() if k not in ("event_ordering", "overall")}
+    assert len(keys) == 1
+    assert set(metrics["event_ordering"]) == set(metrics["abstention"]) | {
+        "event_f1",
+        "event_tau_norm",
+    }
+
+
+def test_event_ordering_means_and_flag_counts() -> None:
+    pairs = [
+        _pair("event_ordering", 0, 0.5, event=_event(1.0, 0.5), calls=4),
+        _pair("event_ordering", 1, 0.0, event=_event(0.5, 0.0), flags=("model_error",), calls=8),
+    ]
+    metrics = summarize([j for j, _ in pairs], [r for _, r in pairs])
+    group = metrics["event_ordering"]
+    assert group["event_f1"] == pytest.approx(0.75)
+    assert group["event_tau_norm"] == pytest.approx(0.25)
+    assert group["score"] == pytest.approx(0.25)
+    assert group["judge_calls_per_question"] == pytest.approx(6.0)
+    assert group["model_error_questions"] == 1
+
+
+def test_metrics_serialise_byte_identically() -> None:
+    pairs = [_pair("abstention", 0, 1 / 3), _pair("knowledge_update", 0, 0.5)]
+    first = stable_json(summarize([j for j, _ in pairs], [r for _, r in pairs]))
+    second = stable_json(summarize([j for j, _ in reversed(pairs)], [r for _, r in pairs]))
+    assert first == second
+    assert '"score": 0.333333' in first
+
+
+def test_inputs_out_of_step_are_refused() -> None:
+    a, ra = _pair("abstention", 0, 1.0)
+    b, rb = _pair("abstention", 1, 1.0)
+    with pytest.raises(DataError, match="has no rubric"):
+        summarize([a, b], [ra])
+    with pytest.raises(DataError, match="have no judgement"):
+        summarize([a], [ra, rb])
+    with pytest.raises(DataError, match="judged twice"):
+        summarize([a, a], [ra])
