@@ -18,6 +18,8 @@ from schemas.errors import BeamError, ParamsError
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS_FILE = "params.yaml"
 FLOAT_DIGITS = 6
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -84,6 +86,7 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()

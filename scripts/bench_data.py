@@ -1,0 +1,139 @@
+"""Benchmark the data half: fetch (cached) + verify-hash + repair + slice, full mode.
+
+Runs each stage as its real entry point (`python -m stages.<name>`) in a temporary working
+folder whose params.yaml is the repo's with `mode: full` and verify_hash pinned to the public
+mirror (../shared/beam), the repo's fixture, and an HF cache that was filled beforehand from a
+loopback Hub. The timed fetch runs with HF_HUB_OFFLINE=1, so it must come from the cache.
+Prints wall seconds and peak RSS per stage and in total, and exits 1 when the targets
+(< 20 s, < 1 GiB) are missed.
+
+    uv run --frozen python scripts/bench_data.py [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from clients.hub import download_pinned  # noqa: E402
+from schemas.params import FetchParams  # noqa: E402
+from stages.common import load_params  # noqa: E402
+from stages.fetch import pinned_file  # noqa: E402
+from tests.conftest import MIRROR_PARQUET, SHARED_BEAM  # noqa: E402
+from tests.support.hub_mirror import MIRROR_ROOT, HubMirror  # noqa: E402
+
+STAGES = ("fetch", "verify_hash", "repair", "slice")
+TARGET_SECONDS = 20.0
+TARGET_RSS_MIB = 1024.0
+STAGE_TIMEOUT_SECONDS = 300
+
+
+def prepare(work: Path) -> dict[str, str]:
+    """Working folder and environment for the stage processes; fills the HF cache."""
+    manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["mode"] = "full"
+    params["verify_hash"] = {
+        "size_bytes": MIRROR_PARQUET.stat().st_size,
+        "sha256": manifest["sha256"][str(MIRROR_PARQUET.relative_to(SHARED_BEAM))],
+    }
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    shutil.copytree(REPO_ROOT / "fixtures", work / "fixtures")
+    cache = work / "hf"
+    with HubMirror(MIRROR_ROOT) as mirror:
+        fetch_params = load_params("fetch", FetchParams, work / "params.yaml")
+        download_pinned(
+            pinned_file(fetch_params),
+            timeout_seconds=fetch_params.timeout_seconds,
+            endpoint=mirror.endpoint,
+            cache_dir=cache / "hub",
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env |= {
+        "HF_HOME": str(cache),
+        "HF_HUB_OFFLINE": "1",  # the timed fetch must be served by the cache
+        "PYTHONPATH": str(REPO_ROOT),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    return env
+
+
+def run_stage(name: str, work: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one stage process (its own rusage, via wait4)."""
+    log = work / f"{name}.log"
+    start = time.perf_counter()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"stages.{name}"], cwd=work, env=env, stdout=out, stderr=out
+        )
+    deadline = start + STAGE_TIMEOUT_SECONDS
+    try:
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"stage {name} ran longer than {STAGE_TIMEOUT_SECONDS} s")
+            time.sleep(0.02)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    print(log.read_text().rstrip())
+    if process.returncode != 0:
+        raise SystemExit(f"stage {name} failed with exit code {process.returncode}")
+    return seconds, usage.ru_maxrss / 1024  # Linux reports KiB
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench_data."))
+    try:
+        env = prepare(work)
+        rows = {}
+        for name in STAGES:
+            rows[name] = run_stage(name, work, env)
+        total_seconds = sum(s for s, _ in rows.values())
+        peak = max(p for _, p in rows.values())
+        metrics = json.loads((work / "metrics" / "slice.json").read_text())["total"]
+        print()
+        print(f"{'stage':<12} {'wall_s':>8} {'peak_rss_mib':>14}")
+        for name, (seconds, mib) in rows.items():
+            print(f"{name:<12} {seconds:>8.2f} {mib:>14.1f}")
+        print(f"{'total':<12} {total_seconds:>8.2f} {peak:>14.1f}")
+        print(
+            f"full mode: {metrics['messages']} messages, {metrics['sessions']} sessions, "
+            f"{metrics['tokens']:,} tokens, {metrics['questions']} questions"
+        )
+        ok = total_seconds < TARGET_SECONDS and peak < TARGET_RSS_MIB
+        print(
+            f"targets (< {TARGET_SECONDS:.0f} s, < {TARGET_RSS_MIB:.0f} MiB): "
+            + ("met" if ok else "MISSED")
+        )
+        if not ok:
+            raise SystemExit(1)
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

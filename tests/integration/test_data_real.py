@@ -1,0 +1,344 @@
+"""The data stages on the real BEAM conversations (../shared/beam): the facts the issue lists.
+
+The pipeline runs once per module: fetch for real from a loopback Hub serving the mirror (pins
+overridden to the mirror's size and sha256), verify-hash, repair, and both modes' slices,
+checked against the repository's fixture.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from schemas.errors import IntegrityError
+from schemas.params import FetchParams, RepairParams, SliceParams, VerifyHashParams
+from schemas.records import ABILITIES, ChatSlice, Question, Rubric
+from stages.common import load_params, read_jsonl
+from stages.fetch import fetch
+from stages.repair import marker, repair
+from stages.slice import SliceFixture, from_ranges, make_slices, normalize_ids
+from stages.verify_hash import verify
+from tests.conftest import MIRROR_PARQUET, REPO_ROOT, SHARED_BEAM
+from tests.support.hub_mirror import MIRROR_ROOT, HubMirror, hub_mirror_fixture  # noqa: F401
+
+pytestmark = [pytest.mark.beam, pytest.mark.usefixtures("mirror_parquet")]
+
+FULL_CONVERSATIONS = ["1", "4", "6", "13", "17"]
+KNOWN_BAD = {
+    "conv17:temporal_reasoning:1",
+    "conv1:temporal_reasoning:0",
+    "conv6:event_ordering:0",
+    "conv4:multi_session_reasoning:1",
+}
+
+
+def mirror_pins() -> VerifyHashParams:
+    manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
+    sha = manifest["sha256"]["mirror/datasets/Mohammadta/BEAM/data/100K-00000-of-00001.parquet"]
+    return VerifyHashParams(size_bytes=MIRROR_PARQUET.stat().st_size, sha256=sha)
+
+
+@dataclass
+class Run:
+    root: Path
+    fetched: Path
+    receipt: Path
+    repaired: Path
+    repair_metrics: Path
+    lite: Path
+    full: Path
+
+
+@pytest.fixture(scope="module")
+def run(shared_beam: Path, mirror_parquet: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    root = tmp_path_factory.mktemp("real")
+    params_file = REPO_ROOT / "params.yaml"
+    fetched = root / "data" / "fetch" / "dataset.parquet"
+    with HubMirror(MIRROR_ROOT) as mirror:
+        cached = fetch(
+            load_params("fetch", FetchParams, params_file),
+            fetched,
+            endpoint=mirror.endpoint,
+            cache_dir=root / "hf",
+        )
+        assert cached is False and [m for m, _ in mirror.requests] == ["HEAD", "GET"]
+    receipt = root / "data" / "verify_hash" / "receipt.json"
+    verify(fetched, mirror_pins(), receipt)
+    repaired, repair_metrics = root / "data" / "repair" / "dataset.parquet", root / "repair.json"
+    repair(receipt, load_params("repair", RepairParams, params_file), repaired, repair_metrics)
+    slice_params = load_params("slice", SliceParams, params_file)
+    fixture = REPO_ROOT / slice_params.fixture
+    outs = {}
+    for mode in ("lite", "full"):
+        outs[mode] = root / mode
+        make_slices(
+            repaired, fixture, mode, slice_params.tokenizer, outs[mode], root / f"{mode}.json"
+        )
+    return Run(root, fetched, receipt, repaired, repair_metrics, outs["lite"], outs["full"])
+
+
+def original_rows() -> dict[str, dict[str, Any]]:
+    return {r["conversation_id"]: r for r in pq.read_table(MIRROR_PARQUET).to_pylist()}
+
+
+def messages_of(row: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {m["id"]: m for session in row["chat"] for m in session}
+
+
+def slices(folder: Path) -> dict[str, ChatSlice]:
+    return {
+        p.stem.removeprefix("conv"): ChatSlice.model_validate_json(p.read_text())
+        for p in (folder / "chats").iterdir()
+    }
+
+
+# ---- fetch and verify-hash ------------------------------------------------------------------
+
+
+def test_fetch_from_loopback_hub_gives_the_mirror_bytes(run: Run) -> None:
+    assert run.fetched.read_bytes() == MIRROR_PARQUET.read_bytes()
+
+
+def test_fetch_second_time_comes_from_the_cache(run: Run, hub_mirror: HubMirror) -> None:
+    again = run.root / "again.parquet"
+    params = load_params("fetch", FetchParams, REPO_ROOT / "params.yaml")
+
+    cached = fetch(params, again, endpoint=hub_mirror.endpoint, cache_dir=run.root / "hf")
+
+    assert cached is True and hub_mirror.requests == []
+
+
+def test_the_real_pins_reject_the_mirror_with_expected_and_actual(run: Run) -> None:
+    real = load_params("verify_hash", VerifyHashParams, REPO_ROOT / "params.yaml")
+    assert real.size_bytes == 5_429_768  # the defaults stay the real release's
+
+    with pytest.raises(IntegrityError) as info:
+        verify(run.fetched, real, run.root / "rejected.json")
+
+    text = str(info.value)
+    assert real.sha256 in text and mirror_pins().sha256 in text
+    assert f"expected 5,429,768 bytes, found {mirror_pins().size_bytes:,}" in text
+    assert not (run.root / "rejected.json").exists()
+
+
+# ---- repair ---------------------------------------------------------------------------------
+
+
+def test_real_message_97_facts() -> None:
+    content = messages_of(original_rows()["4"])[97]["content"]
+    assert len(content) == 348_853
+    assert content.count(" ") == 345_211
+    assert hashlib.sha256(content.encode()).hexdigest() == (
+        "f395a89214d8b2b6f226e6ae3f0e4f3727222d55223fef10ea76405af865ed73"
+    )
+    assert set(content[1_470:]) <= {" ", "|", "\\", "\n"}
+    assert content[1_468] not in {" ", "|", "\\", "\n"}  # the sound text ends at 1,469
+
+
+def test_repair_of_the_real_message_97(run: Run) -> None:
+    before, after = original_rows(), pq.read_table(run.repaired).to_pylist()
+    repaired = messages_of(next(r for r in after if r["conversation_id"] == "4"))[97]["content"]
+    original = messages_of(before["4"])[97]["content"]
+
+    assert repaired == original[:1_469] + marker(348_853 - 1_469)
+    assert json.loads(run.repair_metrics.read_text()) == {
+        "chars_after": len(repaired),
+        "chars_before": 348_853,
+        "chars_cut": 347_384,
+        "chars_kept": 1_469,
+        "conversation_id": 4,
+        "message_id": 97,
+        "messages_changed": 1,
+    }
+
+
+def test_every_other_real_message_passes_through_byte_for_byte(run: Run) -> None:
+    before = original_rows()
+    after = {r["conversation_id"]: r for r in pq.read_table(run.repaired).to_pylist()}
+    assert before.keys() == after.keys()
+    changed = []
+    for conv, row in before.items():
+        for key in row:
+            if key != "chat":
+                assert after[conv][key] == row[key], (conv, key)
+        old, new = messages_of(row), messages_of(after[conv])
+        assert old.keys() == new.keys()
+        changed += [(conv, i) for i in old if old[i] != new[i]]
+    assert changed == [("4", 97)]
+
+
+# ---- slices ---------------------------------------------------------------------------------
+
+
+def test_lite_slice_is_the_three_answer_messages(run: Run) -> None:
+    (only,) = slices(run.lite).values()
+    assert only.conversation_id == "17"
+    assert [(s.number, s.date, [m.id for m in s.messages]) for s in only.sessions] == [
+        (1, "March-15-2024", [18]),
+        (3, "July-10-2024", [156, 157]),
+    ]
+    questions = read_jsonl(run.lite / "questions.jsonl", Question)
+    assert [q.id for q in questions] == [
+        "conv17:information_extraction:0",
+        "conv17:multi_session_reasoning:0",
+    ]
+    rubrics = read_jsonl(run.lite / "rubrics.jsonl", Rubric)
+    assert [r.source_chat_ids for r in rubrics] == [[18], [156, 157]]
+    assert not any(r.known_bad_rubric for r in rubrics)
+    metrics = json.loads((run.root / "lite.json").read_text())
+    assert 1_200 <= metrics["total"]["tokens"] <= 1_350  # "about 1.28k"
+
+
+def test_full_slices_are_whole_sessions(run: Run) -> None:
+    got = slices(run.full)
+    assert sorted(got, key=int) == FULL_CONVERSATIONS
+    rows = original_rows()
+    for conv, chat_slice in got.items():
+        row = rows[conv]
+        assert [s.number for s in chat_slice.sessions] == list(range(1, len(row["chat"]) + 1))
+        assert [s.date for s in chat_slice.sessions] == [s[0]["time_anchor"] for s in row["chat"]]
+        ids = [m.id for s in chat_slice.sessions for m in s.messages]
+        assert ids == list(range(len(ids)))  # contiguous, file order
+        for session in row["chat"]:  # only each session's first message has a time anchor
+            assert session[0]["role"] == "user" and session[0]["time_anchor"]
+            assert not any(m["time_anchor"] for m in session[1:])
+        assert all(m.content for s in chat_slice.sessions for m in s.messages)
+    metrics = json.loads((run.root / "full.json").read_text())
+    assert metrics["total"]["messages"] == 1_254
+    assert metrics["total"]["sessions"] == 21
+    assert 0.97 * 569_000 <= metrics["total"]["tokens"] <= 1.03 * 569_000  # "about 569k"
+    assert metrics["total"]["questions"] == 100
+    assert metrics["questions"] == {a: 10 for a in ABILITIES}
+    assert metrics["total"]["known_bad_rubric"] == 4
+
+
+def test_full_questions_are_both_of_each_ability_of_each_conversation(run: Run) -> None:
+    questions = read_jsonl(run.full / "questions.jsonl", Question)
+    assert [q.id for q in questions] == [
+        f"conv{c}:{a}:{i}" for c in FULL_CONVERSATIONS for a in ABILITIES for i in (0, 1)
+    ]
+    assert Counter(q.ability for q in questions) == {a: 10 for a in ABILITIES}
+    rubrics = {r.question_id: r for r in read_jsonl(run.full / "rubrics.jsonl", Rubric)}
+    assert {q for q, r in rubrics.items() if r.known_bad_rubric} == KNOWN_BAD
+    assert all(rubrics[q].known_bad_reason for q in KNOWN_BAD)
+
+
+def test_every_real_source_id_shape_normalizes_to_existing_messages(run: Run) -> None:
+    rows, shapes = original_rows(), set()
+    rubrics = {r.question_id: r for r in read_jsonl(run.full / "rubrics.jsonl", Rubric)}
+    for conv in FULL_CONVERSATIONS:
+        present = set(messages_of(rows[conv]))
+        for ability, items in ast.literal_eval(rows[conv]["probing_questions"]).items():
+            for index, item in enumerate(items):
+                raw = item.get("source_chat_ids")
+                shapes.add(_shape(raw))
+                ids = rubrics[f"conv{conv}:{ability}:{index}"].source_chat_ids
+                assert ids == normalize_ids(raw, "q") and set(ids) <= present
+    assert shapes == {"absent", "flat", "dict", "nested", "repeats"}
+
+
+def test_no_plan_profile_narrative_or_answer_text_in_any_slice(run: Run) -> None:
+    rows = original_rows()
+    for folder in (run.lite, run.full):
+        for conv, chat_slice in slices(folder).items():
+            text = "\n".join(m.content for s in chat_slice.sessions for m in s.messages)
+            row = rows[conv]
+            probing = ast.literal_eval(row["probing_questions"])
+            hidden = [
+                row["conversation_plan"],
+                row["narratives"],
+                row["user_profile"]["user_info"],
+                row["user_profile"]["user_relationships"],
+                *(
+                    str(q.get(k))
+                    for items in probing.values()
+                    for q in items
+                    for k in ("answer", "ideal_answer", "ideal_response", "ideal_summary")
+                    if q.get(k)
+                ),
+            ]
+            lines = {ln.strip() for h in hidden for ln in h.splitlines() if len(ln.strip()) >= 40}
+            assert len(lines) > 50
+            leaked = [ln for ln in lines if ln in text]
+            assert leaked == [], (conv, leaked[:3])
+            raw = (folder / "chats" / f"conv{conv}.json").read_text()
+            assert not {"plan", "profile", "narratives", "user_questions", "rubric"} & set(
+                re.findall(r'"([a-z_]+)":', raw)
+            )
+
+
+def test_fixture_lists_the_slices_it_pins(run: Run) -> None:
+    fixture = SliceFixture.model_validate_json(
+        (REPO_ROOT / "fixtures" / "slices.json").read_bytes()
+    )
+    for mode, folder in (("lite", run.lite), ("full", run.full)):
+        for conv, pin in fixture.modes[mode].slices.items():  # type: ignore[index]
+            chat = folder / "chats" / f"conv{conv}.json"
+            assert hashlib.sha256(chat.read_bytes()).hexdigest() == pin.sha256
+            got = [
+                m.id
+                for s in ChatSlice.model_validate_json(chat.read_text()).sessions
+                for m in s.messages
+            ]
+            assert got == from_ranges(pin.message_ids)
+
+
+# ---- the known-bad rubrics, checked against the chat ----------------------------------------
+
+
+def _probing(conv: str) -> dict[str, list[dict[str, Any]]]:
+    return ast.literal_eval(original_rows()[conv]["probing_questions"])
+
+
+def test_conv17_temporal_1_rubric_says_46_days_the_chat_gives_76() -> None:
+    chat = messages_of(original_rows()["17"])
+    start = re.search(r"\bApril (\d+)", chat[108]["content"])
+    end = re.search(r"\bJuly (\d+)", chat[156]["content"])
+    assert start and end
+    days = (date(2024, 7, int(end[1])) - date(2024, 4, int(start[1]))).days
+    assert days == 76
+    assert any("46 days" in r for r in _probing("17")["temporal_reasoning"][1]["rubric"])
+
+
+def test_conv1_temporal_0_rubric_says_8_weeks_its_answer_says_4() -> None:
+    item = _probing("1")["temporal_reasoning"][0]
+    assert any("8 weeks" in r for r in item["rubric"])
+    assert "4 weeks" in item["answer"]
+
+
+def test_conv6_event_ordering_0_sixth_event_was_raised_second() -> None:
+    ids = _probing("6")["event_ordering"][0]["source_chat_ids"]
+    assert len(ids) == 6 and ids[5] == 6
+    assert sorted(ids).index(6) == 1
+
+
+def test_conv4_multi_session_1_rubric_says_20_points_message_110_gives_10() -> None:
+    chat = messages_of(original_rows()["4"])
+    first, second = (
+        [int(x) for x in re.findall(r"(\d+)%", chat[i]["content"])[:2]] for i in (82, 110)
+    )
+    assert first[1] - first[0] == 20 and second[1] - second[0] == 10
+    assert any(
+        "20 percentage points" in r for r in _probing("4")["multi_session_reasoning"][1]["rubric"]
+    )
+
+
+def _shape(raw: object) -> str:
+    if raw is None:
+        return "absent"
+    if isinstance(raw, dict):
+        return "dict"
+    assert isinstance(raw, list)
+    if any(isinstance(x, list) for x in raw):
+        return "nested"
+    return "repeats" if len(set(raw)) < len(raw) else "flat"

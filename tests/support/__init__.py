@@ -1,0 +1,1 @@
+"""Helpers shared by tests: stand-ins for outside files and loopback servers."""

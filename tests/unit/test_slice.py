@@ -1,0 +1,337 @@
+"""slice on the synthetic dataset: selection, sessions and dates, id shapes, pins, outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.records import ABILITIES, ChatSlice, Question, Rubric
+from stages.common import read_jsonl, write_json
+from stages.slice import (
+    REPIN_COMMAND,
+    SliceFixture,
+    build_mode,
+    from_ranges,
+    make_slices,
+    normalize_ids,
+    parse_date,
+    parse_probing,
+    read_rows,
+    render_session,
+    repin,
+    summarize,
+    to_ranges,
+)
+from tests.conftest import REPO_ROOT
+from tests.support import synthetic_beam as beam
+
+LITE_QUESTIONS = ["conv17:information_extraction:0", "conv17:multi_session_reasoning:0"]
+FULL_QUESTIONS = [f"conv{c}:{a}:{i}" for c in ("4", "17") for a in ABILITIES for i in (0, 1)]
+ZERO = "0" * 64
+
+
+def fixture_dict() -> dict[str, object]:
+    return {
+        "about": "synthetic",
+        "known_bad_rubric": {"conv17:temporal_reasoning:1": "both events are the same message"},
+        "modes": {
+            "lite": {
+                "selection": "answer_messages",
+                "conversations": ["17"],
+                "question_ids": LITE_QUESTIONS,
+                "slices": {"17": {"message_ids": [[0, 0]], "sha256": ZERO}},
+            },
+            "full": {
+                "selection": "whole_conversations",
+                "conversations": ["4", "17"],
+                "question_ids": FULL_QUESTIONS,
+                "slices": {c: {"message_ids": [[0, 0]], "sha256": ZERO} for c in ("4", "17")},
+            },
+        },
+    }
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    source = tmp_path / "repair" / "dataset.parquet"
+    beam.write_parquet(source)
+    return source
+
+
+@pytest.fixture
+def pinned(tmp_path: Path, data: Path) -> Path:
+    """A fixture file re-pinned on the synthetic data (as `--repin` does)."""
+    path = tmp_path / "fixtures" / "slices.json"
+    write_json(path, fixture_dict())
+    repin(data, path, "cl100k_base")
+    return path
+
+
+def run(data: Path, fixture: Path, mode: str, tmp_path: Path) -> tuple[Path, Path]:
+    out, metrics = tmp_path / "slice", tmp_path / "metrics" / "slice.json"
+    make_slices(data, fixture, mode, "cl100k_base", out, metrics)
+    return out, metrics
+
+
+# ---- pure helpers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ([18], [18]),
+        ({"first_event": [108], "second_event": [56]}, [56, 108]),
+        ([4, [136, 138], 2], [2, 4, 136, 138]),
+        ([6, 62, 118, 118, 120], [6, 62, 118, 120]),
+        ({"a": [66], "b": [66]}, [66]),
+        (None, []),
+        (["7", 3], [3, 7]),
+    ],
+)
+def test_normalize_ids_handles_every_shape(raw: object, expected: list[int]) -> None:
+    assert normalize_ids(raw, "q") == expected
+
+
+@pytest.mark.parametrize("raw", [[1.5], [True], {"a": "text"}])
+def test_normalize_ids_rejects_non_ids(raw: object) -> None:
+    with pytest.raises(DataError, match="source_chat_ids"):
+        normalize_ids(raw, "q")
+
+
+def test_ranges_round_trip() -> None:
+    ids = [0, 1, 2, 18, 156, 157, 300]
+    assert to_ranges(ids) == [(0, 2), (18, 18), (156, 157), (300, 300)]
+    assert from_ranges(to_ranges(ids)) == ids
+
+
+def test_probing_questions_are_parsed_as_a_literal_never_evaluated(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    with pytest.raises(DataError, match="not a Python literal"):
+        parse_probing(f"__import__('pathlib').Path({str(canary)!r}).touch()", "conv")
+    assert not canary.exists()
+    with pytest.raises(DataError, match="unknown ability"):
+        parse_probing("{'telepathy': []}", "conv")
+    assert parse_probing("{'abstention': [{'question': 'q'}]}", "c") == {
+        "abstention": [{"question": "q"}]
+    }
+
+
+def test_dates() -> None:
+    assert parse_date("March-15-2024", "s") == ("March-15-2024", "2024-03-15")
+    with pytest.raises(DataError, match="no time_anchor"):
+        parse_date(None, "s")
+    with pytest.raises(DataError, match="not like March-15-2024"):
+        parse_date("15/03/2024", "s")
+
+
+# ---- building slices ------------------------------------------------------------------------
+
+
+def test_lite_keeps_only_answer_messages_with_their_sessions_and_dates(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    out, metrics = run(data, pinned, "lite", tmp_path)
+
+    chat = ChatSlice.model_validate_json((out / "chats" / "conv17.json").read_text())
+    assert [(s.number, s.date, s.date_iso) for s in chat.sessions] == [
+        (1, "March-15-2024", "2024-03-15"),
+        (3, "July-10-2024", "2024-07-10"),  # the date of session 3's first message (id 30)
+    ]
+    assert [[m.id for m in s.messages] for s in chat.sessions] == [[18], [34, 35]]
+    assert sorted(p.name for p in (out / "chats").iterdir()) == ["conv17.json"]
+    questions = read_jsonl(out / "questions.jsonl", Question)
+    assert [q.id for q in questions] == LITE_QUESTIONS
+    rubrics = read_jsonl(out / "rubrics.jsonl", Rubric)
+    assert [r.source_chat_ids for r in rubrics] == [[18], [34, 35]]
+    assert not any(r.known_bad_rubric for r in rubrics)
+    summary = json.loads(metrics.read_text())
+    assert summary["total"]["messages"] == 3 and summary["total"]["sessions"] == 2
+    assert summary["conv17"]["tokens"] > 0
+
+
+def test_full_keeps_whole_conversations(tmp_path: Path, data: Path, pinned: Path) -> None:
+    out, metrics = run(data, pinned, "full", tmp_path)
+
+    for conv, sessions, count in (("4", 2, 110), ("17", 3, 40)):
+        chat = ChatSlice.model_validate_json((out / "chats" / f"conv{conv}.json").read_text())
+        ids = [m.id for s in chat.sessions for m in s.messages]
+        assert len(chat.sessions) == sessions and ids == list(range(count))
+    summary = json.loads(metrics.read_text())
+    assert summary["total"]["questions"] == 40
+    assert summary["questions"] == {a: 4 for a in ABILITIES}
+    assert summary["total"]["known_bad_rubric"] == 1
+    rubrics = {r.question_id: r for r in read_jsonl(out / "rubrics.jsonl", Rubric)}
+    bad = rubrics["conv17:temporal_reasoning:1"]
+    assert bad.known_bad_rubric and bad.known_bad_reason == "both events are the same message"
+    assert rubrics["conv17:abstention:0"].source_chat_ids == []  # absent in the data
+    assert rubrics["conv17:multi_session_reasoning:1"].source_chat_ids == [1, 21, 33, 35]
+
+
+def test_repaired_message_text_reaches_the_slice_unchanged(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    out, _ = run(data, pinned, "full", tmp_path)
+    chat = ChatSlice.model_validate_json((out / "chats" / "conv4.json").read_text())
+    contents = {m.id: m.content for s in chat.sessions for m in s.messages}
+    assert contents[97] == beam.BROKEN  # the synthetic data here was not repaired
+
+
+def test_slices_hold_chat_messages_only(tmp_path: Path, data: Path, pinned: Path) -> None:
+    out, _ = run(data, pinned, "full", tmp_path)
+
+    for path in (out / "chats").iterdir():
+        text = path.read_text()
+        for secret in (beam.PLAN_TEXT, beam.PROFILE_TEXT, beam.NARRATIVE_TEXT, beam.ANSWER_TEXT):
+            assert secret not in text
+        assert "SECRET" not in text
+        keys: set[str] = set()
+        _collect_keys(json.loads(text), keys)
+        allowed = {"conversation_id", "sessions", "number", "date", "date_iso", "messages"}
+        assert keys == allowed | {"id", "role", "content"}
+    for name in ("questions.jsonl",):
+        assert "SECRET" not in (out / name).read_text()
+        assert "rubric" not in (out / name).read_text()
+
+
+def test_outputs_are_byte_identical_across_runs(tmp_path: Path, data: Path, pinned: Path) -> None:
+    first, _ = run(data, pinned, "full", tmp_path / "a")
+    second, _ = run(data, pinned, "full", tmp_path / "b")
+    for path in sorted(first.rglob("*")):
+        if path.is_file():
+            assert path.read_bytes() == (second / path.relative_to(first)).read_bytes()
+
+
+def test_render_session_is_one_document_per_session(data: Path, pinned: Path) -> None:
+    fixture = SliceFixture.model_validate_json(pinned.read_bytes())
+    built = build_mode(read_rows(data), fixture.modes["lite"], {}, "cl100k_base")
+    session = built.slices[0].chat.sessions[1]
+    assert render_session(session).startswith("Session 3 (July-10-2024)\n[34] user: ")
+    assert summarize(built)["conv17"]["sessions"] == 2
+
+
+# ---- failures -------------------------------------------------------------------------------
+
+
+def test_fixture_that_no_longer_matches_fails_and_leaves_nothing(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    out, metrics = run(data, pinned, "lite", tmp_path)  # a good earlier run
+    raw = json.loads(pinned.read_text())
+    raw["modes"]["lite"]["slices"]["17"]["sha256"] = "f" * 64
+    raw["modes"]["lite"]["slices"]["17"]["message_ids"] = [[18, 19], [34, 35]]
+    write_json(pinned, raw)
+
+    with pytest.raises(IntegrityError) as info:
+        run(data, pinned, "lite", tmp_path)
+
+    text = str(info.value)
+    assert "slice sha256 expected " + "f" * 64 in text
+    assert "missing [19]" in text
+    assert "public repository's copy" in text and "release file differs" in text
+    assert REPIN_COMMAND in text
+    assert not out.exists() and not metrics.exists()
+
+
+def test_repin_makes_a_changed_release_pass_again(tmp_path: Path, pinned: Path) -> None:
+    changed = beam.rows()
+    changed[1]["chat"][0][18]["content"] = "a release with other words"
+    source = tmp_path / "release.parquet"
+    beam.write_parquet(source, changed)
+    with pytest.raises(IntegrityError):
+        run(source, pinned, "lite", tmp_path)
+
+    repin(source, pinned, "cl100k_base")
+
+    run(source, pinned, "lite", tmp_path)
+    after = json.loads(pinned.read_text())
+    assert after["modes"]["lite"]["question_ids"] == LITE_QUESTIONS  # choices stay
+    assert after["known_bad_rubric"] == fixture_dict()["known_bad_rubric"]
+
+
+def test_missing_conversation(tmp_path: Path, pinned: Path) -> None:
+    source = tmp_path / "d.parquet"
+    beam.write_parquet(source, [r for r in beam.rows() if r["conversation_id"] != "17"])
+    with pytest.raises(DataError, match="no conversation '17'"):
+        run(source, pinned, "lite", tmp_path)
+    assert not (tmp_path / "slice").exists()
+
+
+def test_missing_column(tmp_path: Path, pinned: Path) -> None:
+    source = tmp_path / "d.parquet"
+    beam.write_parquet(source, beam.table().drop_columns(["probing_questions"]))
+    with pytest.raises(DataError, match="probing_questions"):
+        run(source, pinned, "lite", tmp_path)
+
+
+def test_missing_question(tmp_path: Path, data: Path, pinned: Path) -> None:
+    raw = json.loads(pinned.read_text())
+    raw["modes"]["lite"]["question_ids"] = ["conv17:information_extraction:5"]
+    write_json(pinned, raw)
+    with pytest.raises(IntegrityError, match="does not exist"):
+        run(data, pinned, "lite", tmp_path)
+
+
+def test_source_id_that_is_not_in_the_chat(tmp_path: Path, pinned: Path) -> None:
+    changed = beam.rows()
+    changed[1]["probing_questions"] = changed[1]["probing_questions"].replace("[18]", "[999]")
+    source = tmp_path / "d.parquet"
+    beam.write_parquet(source, changed)
+    with pytest.raises(DataError, match=r"\[999\] are not messages of the chat"):
+        run(source, pinned, "lite", tmp_path)
+
+
+def test_invalid_fixture_and_unknown_mode(tmp_path: Path, data: Path, pinned: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"about": "x"}')
+    with pytest.raises(ParamsError, match="slice fixture"):
+        run(data, bad, "lite", tmp_path)
+    raw = json.loads(pinned.read_text())
+    del raw["modes"]["full"]
+    write_json(pinned, raw)
+    with pytest.raises(ParamsError, match="no mode 'full'"):
+        run(data, pinned, "full", tmp_path)
+
+
+def test_stage_process_exits_2_when_the_fixture_does_not_match(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    work = tmp_path / "work"
+    (work / "data" / "repair").mkdir(parents=True)
+    shutil.copy(data, work / "data" / "repair" / "dataset.parquet")
+    raw = json.loads(pinned.read_text())
+    raw["modes"]["lite"]["slices"]["17"]["sha256"] = "e" * 64
+    write_json(work / "fixtures" / "slices.json", raw)
+    (work / "params.yaml").write_text(
+        "mode: lite\nslice:\n  fixture: fixtures/slices.json\n  tokenizer: cl100k_base\n"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.slice"],
+        cwd=work,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 2
+    assert "do not match the fixture" in done.stderr and "--repin" in done.stderr
+    assert not (work / "data" / "slice").exists()
+    assert not (work / "metrics" / "slice.json").exists()
+
+
+def _collect_keys(value: object, keys: set[str]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            keys.add(key)
+            _collect_keys(item, keys)
+    elif isinstance(value, list):
+        for item in value:
+            _collect_keys(item, keys)
