@@ -43,5 +43,19 @@ types:
 
 check: setup lint types test
 
+# Dry run: expected model calls and tokens per phase beside the mode's cap (no model, no server).
+# It needs the repaired dataset, so it runs the data stages first.
+estimate: setup
+	$(PY) dvc repro repair
+	$(PY) python -m stages.estimate --mode $(MODE)
+
+# The numbers the issues ask for, measured on this machine (see each script's docstring).
+bench: setup
+	$(PY) python scripts/bench_data.py
+	$(PY) python scripts/bench_graph.py
+	$(PY) python scripts/bench_llm.py
+	$(PY) python scripts/bench_judge.py
+	$(PY) python scripts/bench_pipeline.py
+
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache

@@ -11,8 +11,12 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schemas.errors import BeamError
+
+if TYPE_CHECKING:
+    import tiktoken
 
 DEFAULT_ENCODING = "cl100k_base"
 
@@ -26,7 +30,7 @@ def _bundled_tokenizer_dir() -> Path | None:
 
 
 @lru_cache(maxsize=4)
-def _encoding(name: str):  # type: ignore[no-untyped-def]
+def _encoding(name: str) -> tiktoken.Encoding:
     import tiktoken
 
     if "TIKTOKEN_CACHE_DIR" not in os.environ:

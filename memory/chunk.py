@@ -81,9 +81,7 @@ def message_pieces(message: ChatMessage, size: int, count: Counter = count_token
     ]
 
 
-def _session_groups(
-    session: Session, size: int, count: Counter
-) -> Iterator[tuple[list[int], str]]:
+def _session_groups(session: Session, size: int, count: Counter) -> Iterator[tuple[list[int], str]]:
     pieces = [p for m in session.messages for p in message_pieces(m, size, count)]
     current: list[_Piece] = []
     current_text = ""

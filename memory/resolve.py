@@ -2,8 +2,8 @@
 
 Every new entity is compared with a bounded number of earlier entities of the same label that share
 a name token (or a token prefix) with it, never with the whole graph, so the number of pairs (and of
-model calls) grows linearly with the number of entities. Exact matches of the normalized name need no
-model: they get the same id at extraction time. The model decides only the pairs this module
+model calls) grows linearly with the number of entities. Exact matches of the normalized name need
+no model: they get the same id at extraction time. The model decides only the pairs this module
 proposes, at most `max_llm_pairs` per label; the decisions become a merge map (union-find, the
 earliest mention's id wins) that rewrites ids before anything is written, so merges keep every
 relationship and every provenance link.
@@ -131,9 +131,7 @@ def batched(items: Sequence[CandidatePair], size: int) -> list[list[CandidatePai
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
-def merge_map(
-    positions: dict[str, int], same: Iterable[tuple[str, str]]
-) -> dict[str, str]:
+def merge_map(positions: dict[str, int], same: Iterable[tuple[str, str]]) -> dict[str, str]:
     """Union-find over the pairs judged the same: every id → its group's earliest id."""
     parent = {node: node for node in positions}
 

@@ -1,4 +1,4 @@
-"""One pydantic model per params.yaml section: the typed view every stage loads its knobs through."""
+"""One pydantic model per params.yaml section: the typed view stages load their knobs through."""
 
 from __future__ import annotations
 
@@ -44,13 +44,19 @@ class SliceParams(_Section):
 
 class GraphParams(_Section):
     backend: Literal["local", "docker", "uri"]
-    heap_mb: int = Field(gt=0)
+    """local: jars from `make neo4j` launched with java; docker; uri: env BEAM_NEO4J_URI etc."""
+    heap_mb: int = Field(ge=128)
+    """JVM heap (-Xms = -Xmx) of a local server."""
     page_cache_mb: int = Field(gt=0)
     start_timeout_seconds: float = Field(gt=0)
     stop_grace_seconds: float = Field(gt=0)
+    """After SIGTERM, how long to wait before SIGKILL."""
     query_timeout_seconds: float = Field(gt=0)
     row_limit: int = Field(gt=0)
+    """Most rows one read of the agent returns."""
     vector_index: bool
+    vector_dimensions: int = Field(ge=1, le=4096)
+    write_batch_size: int = Field(ge=1, le=100_000)
     docker_image: str
 
 
@@ -58,6 +64,11 @@ class ModelRef(_Section):
     model: str | None
     """A litellm model name (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`) or `scripted/rules`."""
     api_base: str | None = None
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    """Name of the environment variable holding the key; null: litellm's default for the provider.
+    Never the key itself."""
+    structured_output: Literal["auto", "json_schema", "prompt"] = "auto"
+    """How a JSON schema is asked for: auto asks litellm's `supports_response_schema`."""
 
 
 class ModelsParams(_Section):
@@ -70,11 +81,16 @@ class ModelsParams(_Section):
 
 class LlmParams(_Section):
     timeout_seconds: float = Field(gt=0)
+    """Per attempt."""
     max_attempts: int = Field(ge=1, le=10)
+    """Attempts per request on 429, 5xx, timeouts and connection errors (1 = no retry)."""
     concurrency: int = Field(ge=1, le=64)
+    """Requests in flight per endpoint (api_base)."""
     seed: int
+    """Sent where the provider accepts a seed (temperature is always 0)."""
     cache: bool
     cache_dir: str
+    """The call cache and the budget ledger (git-ignored)."""
 
 
 class Cap(_Section):
@@ -85,3 +101,57 @@ class Cap(_Section):
 class BudgetParams(_Section):
     lite: Cap
     full: Cap
+
+
+class PinnedFile(_Section):
+    path: str = Field(min_length=1)
+    """Path inside the repository, e.g. `src/prompts.py`."""
+    sha256: str = Sha256
+
+
+class JudgeParams(_Section):
+    scorer_repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    """The benchmark's public GitHub repository (owner/name) whose scorer prompts are used."""
+    scorer_commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    """A commit hash, never a moving branch."""
+    prompts: PinnedFile
+    """The file holding `unified_llm_judge_base_prompt`."""
+    compute_metrics: PinnedFile
+    """The file holding `llm_equivalence` (the event-equivalence messages)."""
+    scorer_dir: str
+    """Where the pinned files are written, each at its repository path below it."""
+    base_url: str = Field(pattern=r"^https?://")
+    """Raw-file host; tests point it at a loopback server."""
+    timeout_seconds: float = Field(gt=0)
+    max_attempts: int = Field(ge=1, le=10)
+    max_equivalence_calls: int = Field(ge=1)
+    """Cap on event-equivalence calls for one question; past it lines count as unmatched."""
+
+
+class PerMode(_Section):
+    lite: int = Field(ge=0)
+    full: int = Field(ge=0)
+
+
+class IngestParams(_Section):
+    chunk_tokens: int = Field(ge=16)
+    """About this many tokens per chunk (cl100k); a message is split only if it alone is larger."""
+    max_llm_pairs: PerMode
+    """Per label and conversation: at most this many entity (or statement) pairs reach the model."""
+    candidates_per_entity: int = Field(ge=1)
+    candidates_per_statement: int = Field(ge=1)
+    min_similarity: float = Field(ge=0, le=1)
+    pairs_per_call: int = Field(ge=1)
+
+
+class AnswerParams(_Section):
+    max_steps: int = Field(ge=1, le=30)
+    """Tool-calling steps before the agent is asked for its final answer."""
+    result_limit: int = Field(ge=1, le=50)
+    """Rows a search tool returns (compact results keep the agent's context small)."""
+
+
+class ReportParams(_Section):
+    bootstrap_samples: int = Field(ge=100)
+    seed: int
+    confidence: float = Field(gt=0, lt=1)

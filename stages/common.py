@@ -1,4 +1,4 @@
-"""What every stage shares: params loading, atomic writes, stable JSON, and the entry-point shell."""
+"""What every stage shares: params loading, atomic writes, stable JSON, the entry-point shell."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from schemas.errors import BeamError, ParamsError
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS_FILE = "params.yaml"
+FETCHED_DATASET = Path("data/fetch/dataset.parquet")
+"""The fetch stage's out: the pinned release file, read by verify-hash and repair."""
 FLOAT_DIGITS = 6
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -1,9 +1,14 @@
-"""fetch: copy the pinned BEAM parquet from the HF cache into `data/fetch/dataset.parquet`.
+"""fetch: the pinned BEAM parquet into `data/fetch/dataset.parquet`, and the benchmark's pinned
+scorer files (judge prompts) into `data/scorer/` (params `judge`).
 
 The file is downloaded with huggingface_hub at the pinned commit (params `fetch`), never a
 moving branch; `HF_ENDPOINT` and the HF cache variables (`HF_HOME`, `HF_HUB_CACHE`) are honoured.
 A file already in the cache is used without any network request. Nothing here checks the
 bytes: `verify-hash` does, before anything reads them.
+
+The scorer files are read from the benchmark's public repository at a pinned commit
+(clients/github.py), checked against their pinned sha256 before they are written, and kept in
+`.cache/scorer/<commit>/` so a re-run makes no request. They are never committed to this repo.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from clients import github
 from clients.hub import PinnedFile, download_pinned, resolve_endpoint
-from schemas.params import FetchParams
-from stages.common import load_params, remove_outputs, run_stage
+from schemas.params import FetchParams, JudgeParams
+from stages.common import FETCHED_DATASET, load_params, remove_outputs, run_stage
 
-FETCH_OUT = Path("data/fetch/dataset.parquet")
+FETCH_OUT = FETCHED_DATASET
+SCORER_CACHE = Path(".cache/scorer")
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -64,14 +71,38 @@ def fetch(
     return cached
 
 
+def fetch_scorer(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Path]:
+    """The pinned scorer files at `<scorer_dir>/<path>`, from the cache or downloaded."""
+    written = []
+    for pinned in (params.prompts, params.compute_metrics):
+        cached = cache_dir / params.scorer_commit / pinned.path
+        github.download_pinned(
+            base_url=params.base_url,
+            repo=params.scorer_repo,
+            commit=params.scorer_commit,
+            path=pinned.path,
+            sha256=pinned.sha256,
+            dest=cached,
+            timeout_seconds=params.timeout_seconds,
+            max_attempts=params.max_attempts,
+        )
+        target = Path(params.scorer_dir) / pinned.path
+        copy_atomic(cached, target)
+        written.append(target)
+    return written
+
+
 def main() -> None:
     params = load_params("fetch", FetchParams)
+    judge = load_params("judge", JudgeParams)
     endpoint = resolve_endpoint()
     cached = fetch(params, FETCH_OUT, endpoint=endpoint)
     origin = "the HF cache (no request)" if cached else endpoint
     print(
         f"fetch: {params.repo_id}@{params.revision}:{params.filename} from {origin} -> {FETCH_OUT}"
     )
+    for path in fetch_scorer(judge):
+        print(f"fetch: scorer file {judge.scorer_repo}@{judge.scorer_commit} -> {path}")
 
 
 if __name__ == "__main__":

@@ -15,15 +15,23 @@ Two known defects of the benchmark's own scorer are corrected here:
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import math
 import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from scipy.stats import kendalltau
 
+from clients.accounting import Accounting
+from clients.llm import ChatRequest, open_model
+from clients.llm import Message as LlmMessage
+from memory.agent import Trace
+from memory.cost import estimate_judge
 from schemas.errors import DataError, IntegrityError
 from schemas.judging import (
     FLAGS,
@@ -36,6 +44,15 @@ from schemas.judging import (
 )
 from schemas.params import JudgeParams, PinnedFile
 from schemas.records import ABILITIES, Question, Rubric
+from stages.common import (
+    load_mode,
+    load_params,
+    read_jsonl,
+    remove_outputs,
+    run_stage,
+    write_json,
+    write_jsonl,
+)
 
 ITEM_PROMPT_NAME = "unified_llm_judge_base_prompt"
 EQUIVALENCE_FUNCTION = "llm_equivalence"
@@ -710,3 +727,151 @@ def summarize(
     )
     metrics["overall"] = overall
     return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+# ---------------------------------------------------------------------------------------------
+
+JUDGE_TASK = "judge"
+EQUIVALENCE_TASK = "equivalence"
+JUDGE_PROMPT_VERSION = "beam-judge-v1"
+
+
+def evidence_recall(source_chat_ids: Sequence[int], reached: Sequence[int]) -> float | None:
+    """Share of the answer's source messages that the agent's tool results reached (None when
+    the question has no source messages, as for abstention)."""
+    wanted = set(source_chat_ids)
+    if not wanted:
+        return None
+    return len(wanted & set(reached)) / len(wanted)
+
+
+def load_prompts(params: JudgeParams) -> JudgePrompts:
+    """The scorer's prompts from the fetched pinned files, after checking their hashes."""
+    texts = []
+    for pinned in (params.prompts, params.compute_metrics):
+        path = scorer_file_path(params, pinned)
+        if not path.is_file():
+            raise DataError(f"scorer file {path} is missing: run `dvc repro fetch`")
+        data = path.read_bytes()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != pinned.sha256:
+            raise IntegrityError(
+                f"{path}: sha256 {actual} differs from the pin {pinned.sha256} "
+                f"({params.scorer_repo}@{params.scorer_commit}:{pinned.path}); "
+                "run `dvc repro fetch`"
+            )
+        texts.append(data.decode("utf-8"))
+    return extract_judge_prompts(
+        texts[0],
+        texts[1],
+        prompts_source=params.prompts.path,
+        compute_metrics_source=params.compute_metrics.path,
+    )
+
+
+def _request(messages: list[Message], task: str) -> ChatRequest:
+    return ChatRequest(
+        messages=tuple(LlmMessage(role=m["role"], content=m["content"]) for m in messages),  # type: ignore[arg-type]
+        task=task,
+        prompt_version=JUDGE_PROMPT_VERSION,
+    )
+
+
+def _key(messages: list[Message]) -> str:
+    return json.dumps(messages, sort_keys=True)
+
+
+def main() -> None:
+
+    mode = load_mode()
+    params = load_params("judge", JudgeParams)
+    questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
+    rubrics = {r.question_id: r for r in read_jsonl(Path("data/slice/rubrics.jsonl"), Rubric)}
+    traces = {t.question_id: t for t in read_jsonl(Path("data/answer/traces.jsonl"), Trace)}
+    missing = [q.id for q in questions if q.id not in traces or q.id not in rubrics]
+    if missing:
+        raise DataError(
+            f"no answer or rubric for {', '.join(missing[:5])}: run `dvc repro answer` first"
+        )
+    prompts = load_prompts(params)
+    out_dir, metrics_path = Path("data/judge"), Path("metrics/judge.json")
+    remove_outputs(out_dir, metrics_path)
+
+    accounting = Accounting()
+    judge = open_model("judge", accounting=accounting)
+    judge.check_endpoint()
+    planned = estimate_judge([rubrics[q.id] for q in questions])
+    if judge.budget is not None:
+        judge.budget.check_estimate(planned.calls, planned.tokens, what=f"judge ({mode})")
+
+    # Rubric items of every question but event ordering are independent: run them as one
+    # concurrent batch, then score each question from the replies.
+    batch: list[list[Message]] = [
+        item_messages(prompts, q.question, item, traces[q.id].answer)
+        for q in questions
+        if q.ability != EVENT_ORDERING
+        for item in rubrics[q.id].rubric
+    ]
+    replies: dict[str, str | None] = {}
+    for messages, completion in zip(
+        batch, judge.run_batch([_request(m, JUDGE_TASK) for m in batch]), strict=True
+    ):
+        replies[_key(messages)] = completion.text if completion.ok else None
+
+    def ask(messages: list[Message]) -> str | None:
+        key = _key(messages)
+        if key not in replies:  # event ordering: one call at a time, each depends on the last
+            completion = judge.complete(_request(messages, EQUIVALENCE_TASK))
+            replies[key] = completion.text if completion.ok else None
+        return replies[key]
+
+    judgements: list[Judgement] = []
+    rows: list[dict[str, Any]] = []
+    for number, q in enumerate(questions, start=1):
+        trace, rubric = traces[q.id], rubrics[q.id]
+        judgement = judge_question(
+            q,
+            rubric,
+            trace.answer,
+            prompts,
+            ask,
+            max_equivalence_calls=params.max_equivalence_calls,
+        )
+        judgements.append(judgement)
+        rows.append(
+            {
+                "question_id": q.id,
+                "ability": q.ability,
+                "score": judgement.score,
+                "score_excluding_known_bad": judgement.score_excluding_known_bad,
+                "flags": [*judgement.flags, *(["error"] if trace.error else [])],
+                "evidence_recall": evidence_recall(
+                    rubric.source_chat_ids, trace.reached_message_ids
+                ),
+                "judge_calls": judgement.calls,
+            }
+        )
+        print(f"judge [{number}/{len(questions)}] {q.id}: {judgement.score:.3f}", file=sys.stderr)
+
+    write_jsonl(out_dir / "judgements.jsonl", judgements)
+    write_jsonl(out_dir / "questions.jsonl", rows)
+    write_json(
+        out_dir / "run.json",
+        {"mode": mode, "models": [judge.metadata()], "test_model": judge.test_model},
+    )
+    metrics: dict[str, Any] = dict(summarize(judgements, list(rubrics.values())))
+    for group, members in [
+        ("overall", rows),
+        *[(a, [r for r in rows if r["ability"] == a]) for a in ABILITIES],
+    ]:
+        recalls = [r["evidence_recall"] for r in members if r["evidence_recall"] is not None]
+        metrics[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
+        metrics[group]["error_questions"] = sum("error" in r["flags"] for r in members)
+    metrics["llm_judge"] = accounting.to_metrics().get("judge", {})
+    write_json(metrics_path, metrics)
+
+
+if __name__ == "__main__":
+    run_stage(main)

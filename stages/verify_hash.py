@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.errors import DataError, IntegrityError
 from schemas.params import VerifyHashParams
+from stages.common import FETCHED_DATASET as FETCH_OUT
 from stages.common import load_params, remove_outputs, run_stage, write_json
-from stages.fetch import FETCH_OUT
 
 RECEIPT = Path("data/verify_hash/receipt.json")
 CHUNK_BYTES = 1 << 20

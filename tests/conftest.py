@@ -12,7 +12,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_BEAM = REPO_ROOT.parent / "shared" / "beam"
 MIRROR_PARQUET = (
-    SHARED_BEAM / "mirror" / "datasets" / "Mohammadta" / "BEAM" / "data" / "100K-00000-of-00001.parquet"
+    SHARED_BEAM
+    / "mirror"
+    / "datasets"
+    / "Mohammadta"
+    / "BEAM"
+    / "data"
+    / "100K-00000-of-00001.parquet"
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

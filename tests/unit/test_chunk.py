@@ -29,7 +29,9 @@ def _words(n: int, word: str = "alpha") -> str:
 
 
 def test_small_messages_share_a_chunk_and_keep_ids_and_order() -> None:
-    chat = ChatSlice(conversation_id="9", sessions=[_session(1, [(0, "hi"), (1, "hello"), (2, "bye")])])
+    chat = ChatSlice(
+        conversation_id="9", sessions=[_session(1, [(0, "hi"), (1, "hello"), (2, "bye")])]
+    )
     chunks = chunk_conversation(chat, size=100)
     assert len(chunks) == 1
     assert chunks[0].message_ids == [0, 1, 2]
@@ -49,7 +51,9 @@ def test_chunks_never_span_sessions() -> None:
 
 def test_whole_messages_are_not_split_when_they_fit() -> None:
     messages = [(i, _words(30, f"w{i}")) for i in range(10)]
-    chunks = chunk_conversation(ChatSlice(conversation_id="1", sessions=[_session(1, messages)]), 100)
+    chunks = chunk_conversation(
+        ChatSlice(conversation_id="1", sessions=[_session(1, messages)]), 100
+    )
     assert all(c.tokens <= 100 for c in chunks)
     seen = [mid for c in chunks for mid in c.message_ids]
     assert seen == list(range(10)), "each message in exactly one chunk, in order"
@@ -94,7 +98,9 @@ def test_real_sessions_chunk_within_size_and_cover_every_message(shared_beam: Pa
                 number=number,
                 date=messages[0]["time_anchor"],
                 date_iso="2024-01-01",
-                messages=[ChatMessage(id=m["id"], role=m["role"], content=m["content"]) for m in messages],
+                messages=[
+                    ChatMessage(id=m["id"], role=m["role"], content=m["content"]) for m in messages
+                ],
             )
         )
     chat = ChatSlice(conversation_id="17", sessions=sessions)

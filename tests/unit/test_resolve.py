@@ -49,8 +49,10 @@ def _synthetic(n: int, seed: int = 7) -> list[Mention]:
 
 def test_pairs_grow_linearly_not_quadratically() -> None:
     per_mention = 3
-    counts = {n: len(candidate_pairs(_synthetic(n), per_mention=per_mention, min_similarity=0.0))
-              for n in (100, 200, 400, 800)}
+    counts = {
+        n: len(candidate_pairs(_synthetic(n), per_mention=per_mention, min_similarity=0.0))
+        for n in (100, 200, 400, 800)
+    }
     for n, count in counts.items():
         assert count <= per_mention * n
     # Doubling the entities at most doubles the pairs (plus slack), where all-pairs would quadruple.

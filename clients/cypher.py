@@ -1,0 +1,387 @@
+"""Every Cypher string of the project, and the guard that keeps the agent's queries read-only.
+
+Labels and relationship types cannot be query parameters in Cypher, so the few statements that
+need them are built here from the schema's own constants (schemas/memory.py) and nothing else;
+every value travels as a query parameter. `check_read_only` is a pure function: the read path
+of the store calls it before a query can reach the server (which also runs it in read mode).
+"""
+
+from __future__ import annotations
+
+import re
+
+from schemas.errors import BeamError
+from schemas.memory import (
+    ENTITY_LABELS,
+    MEMORY_LABEL,
+    NODE_LABELS,
+    REL_TYPES,
+    STATEMENT_LABELS,
+)
+
+# --- schema -------------------------------------------------------------------------------------
+
+ENTITY_INDEX = "entity_names"
+STATEMENT_INDEX = "statement_texts"
+CHUNK_INDEX = "chunk_texts"
+VECTOR_INDEX = "chunk_embeddings"
+FULLTEXT_INDEXES = (ENTITY_INDEX, STATEMENT_INDEX, CHUNK_INDEX)
+
+MEMORY_ID_CONSTRAINT = (
+    f"CREATE CONSTRAINT memory_id IF NOT EXISTS FOR (n:{MEMORY_LABEL}) REQUIRE n.id IS UNIQUE"
+)
+
+
+def _alternatives(labels: tuple[str, ...]) -> str:
+    return "|".join(labels)
+
+
+FULLTEXT_INDEX_STATEMENTS = (
+    f"CREATE FULLTEXT INDEX {ENTITY_INDEX} IF NOT EXISTS "
+    f"FOR (n:{_alternatives(ENTITY_LABELS)}) ON EACH [n.name, n.normalized_name]",
+    f"CREATE FULLTEXT INDEX {STATEMENT_INDEX} IF NOT EXISTS "
+    f"FOR (n:{_alternatives(STATEMENT_LABELS)}) ON EACH [n.text]",
+    f"CREATE FULLTEXT INDEX {CHUNK_INDEX} IF NOT EXISTS FOR (n:Chunk) ON EACH [n.text]",
+)
+# Lookups by exact normalized name go through a range index.
+RANGE_INDEX_STATEMENTS = tuple(
+    f"CREATE INDEX {label.lower()}_normalized_name IF NOT EXISTS "
+    f"FOR (n:{label}) ON (n.normalized_name)"
+    for label in ENTITY_LABELS
+)
+
+
+def vector_index_statement(dimensions: int) -> str:
+    """The optional vector index over chunk embeddings (dimensions is a validated int)."""
+    if (
+        not isinstance(dimensions, int)
+        or isinstance(dimensions, bool)
+        or not 1 <= dimensions <= 4096
+    ):
+        raise ValueError(f"vector dimensions must be an int in 1..4096, got {dimensions!r}")
+    return (
+        f"CREATE VECTOR INDEX {VECTOR_INDEX} IF NOT EXISTS FOR (n:Chunk) ON n.embedding "
+        f"OPTIONS {{indexConfig: {{`vector.dimensions`: {dimensions}, "
+        f"`vector.similarity_function`: 'cosine'}}}}"
+    )
+
+
+AWAIT_INDEXES = "CALL db.awaitIndexes($seconds)"
+SHOW_CONSTRAINT_NAMES = "SHOW CONSTRAINTS YIELD name RETURN name ORDER BY name"
+SHOW_INDEX_NAMES = "SHOW INDEXES YIELD name, type RETURN name, type ORDER BY name"
+
+# --- writes -------------------------------------------------------------------------------------
+
+
+def merge_nodes(label: str) -> str:
+    """UNWIND+MERGE of nodes of one label on their stable id; rows are {id, props}."""
+    if label not in NODE_LABELS:
+        raise ValueError(f"unknown node label {label!r}")
+    return (
+        f"UNWIND $rows AS row MERGE (n:{MEMORY_LABEL} {{id: row.id}}) "
+        f"SET n:{label} SET n += row.props RETURN count(n) AS written"
+    )
+
+
+def merge_relationships(rel_type: str) -> str:
+    """UNWIND+MERGE of relationships of one type between existing nodes; rows are
+    {start, end, props}. Rows whose endpoints are missing write nothing (counted by the caller)."""
+    if rel_type not in REL_TYPES:
+        raise ValueError(f"unknown relationship type {rel_type!r}")
+    return (
+        f"UNWIND $rows AS row "
+        f"MATCH (a:{MEMORY_LABEL} {{id: row.start}}) MATCH (b:{MEMORY_LABEL} {{id: row.end}}) "
+        f"MERGE (a)-[r:{rel_type}]->(b) SET r += row.props RETURN count(r) AS written"
+    )
+
+
+def create_nodes(label: str) -> str:
+    """Like merge_nodes but CREATE: only for loading an export into an empty graph (faster)."""
+    if label not in NODE_LABELS:
+        raise ValueError(f"unknown node label {label!r}")
+    return (
+        f"UNWIND $rows AS row CREATE (n:{MEMORY_LABEL}:{label} {{id: row.id}}) "
+        "SET n += row.props RETURN count(n) AS written"
+    )
+
+
+def create_relationships(rel_type: str) -> str:
+    """Like merge_relationships but CREATE: only for loading an export into an empty graph."""
+    if rel_type not in REL_TYPES:
+        raise ValueError(f"unknown relationship type {rel_type!r}")
+    return (
+        f"UNWIND $rows AS row "
+        f"MATCH (a:{MEMORY_LABEL} {{id: row.start}}) MATCH (b:{MEMORY_LABEL} {{id: row.end}}) "
+        f"CREATE (a)-[r:{rel_type}]->(b) SET r += row.props RETURN count(r) AS written"
+    )
+
+
+COUNT_MEMORY_NODES = f"MATCH (n:{MEMORY_LABEL}) RETURN count(n) AS n"
+
+DELETE_ALL_MEMORY = (
+    f"MATCH (n:{MEMORY_LABEL}) CALL {{ WITH n DETACH DELETE n }} IN TRANSACTIONS OF 5000 ROWS"
+)
+
+# --- reads of the store itself ------------------------------------------------------------------
+
+NODE_LABELS_OF_IDS = (
+    f"UNWIND $ids AS id MATCH (n:{MEMORY_LABEL} {{id: id}}) RETURN n.id AS id, labels(n) AS labels"
+)
+COUNT_NODES_BY_LABEL = (
+    f"MATCH (n:{MEMORY_LABEL}) UNWIND labels(n) AS label "
+    f"WITH label WHERE label <> '{MEMORY_LABEL}' "
+    "RETURN label, count(*) AS n ORDER BY label"
+)
+COUNT_RELATIONSHIPS_BY_TYPE = (
+    f"MATCH (:{MEMORY_LABEL})-[r]->(:{MEMORY_LABEL}) "
+    "RETURN type(r) AS type, count(*) AS n ORDER BY type"
+)
+COUNT_ALL_NODES = "MATCH (n) RETURN count(n) AS n"
+EXPORT_NODES = f"MATCH (n:{MEMORY_LABEL}) RETURN labels(n) AS labels, properties(n) AS props"
+EXPORT_RELATIONSHIPS = (
+    f"MATCH (a:{MEMORY_LABEL})-[r]->(b:{MEMORY_LABEL}) "
+    "RETURN type(r) AS type, a.id AS start, b.id AS end, properties(r) AS props"
+)
+
+# Resolution candidates for the ingest: full-text hits (the text is escaped by the caller's
+# `escape_fulltext`) and exact normalized-name matches, restricted to the given labels.
+ENTITY_CANDIDATES_FULLTEXT = (
+    f"CALL db.index.fulltext.queryNodes('{ENTITY_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score WHERE any(l IN labels(node) WHERE l IN $labels) "
+    "RETURN node.id AS id, [l IN labels(node) WHERE l <> 'Memory'][0] AS label, "
+    "node.name AS name, node.normalized_name AS normalized_name, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
+ENTITY_BY_NORMALIZED_NAME = (
+    f"MATCH (n:{MEMORY_LABEL}) WHERE n.normalized_name = $normalized_name "
+    "AND any(l IN labels(n) WHERE l IN $labels) "
+    "RETURN n.id AS id, [l IN labels(n) WHERE l <> 'Memory'][0] AS label, "
+    "n.name AS name, n.normalized_name AS normalized_name ORDER BY id"
+)
+STATEMENTS_SHARING_ENTITY = (
+    f"MATCH (s:{MEMORY_LABEL} {{id: $statement_id}})-[:ABOUT]->(e)<-[:ABOUT]-(o) "
+    "WHERE o.id <> s.id AND any(l IN labels(o) WHERE l IN $labels) "
+    "RETURN DISTINCT o.id AS id, [l IN labels(o) WHERE l <> 'Memory'][0] AS label, o.text AS text, "
+    "o.session_number AS session_number, o.message_ids AS message_ids "
+    "ORDER BY session_number, id LIMIT $limit"
+)
+STATEMENT_FULLTEXT = (
+    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score RETURN node.id AS id, node.text AS text, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
+CHUNK_FULLTEXT = (
+    f"CALL db.index.fulltext.queryNodes('{CHUNK_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score RETURN node.id AS id, node.position AS position, node.text AS text, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
+PING = "RETURN 1 AS ok"
+
+_LUCENE_SPECIAL = re.compile(r'([+\-&|!(){}\[\]^"~*?:\\/])')
+
+
+def escape_fulltext(text: str) -> str:
+    """Escape Lucene's query syntax so user text is searched as words, never as operators."""
+    words = _LUCENE_SPECIAL.sub(r"\\\1", text).split()
+    # AND/OR/NOT in capitals are operators in Lucene; lower case keeps them plain words.
+    return " ".join(w.lower() if w in ("AND", "OR", "NOT", "TO") else w for w in words)
+
+
+# --- the read-only guard ------------------------------------------------------------------------
+
+
+class QueryRejected(BeamError):
+    """A query on the agent's read-only path that could write, administer or escape its graph."""
+
+
+WRITE_KEYWORDS = frozenset(
+    {
+        "CREATE",
+        "MERGE",
+        "DELETE",
+        "DETACH",
+        "SET",
+        "REMOVE",
+        "DROP",
+        "FOREACH",
+        "LOAD",
+        "ALTER",
+        "RENAME",
+        "GRANT",
+        "DENY",
+        "REVOKE",
+        "START",
+        "STOP",
+        "TERMINATE",
+        "USE",
+        "SHOW",
+        "ENABLE",
+        "DEALLOCATE",
+        "REALLOCATE",
+    }
+)
+READ_PROCEDURES = frozenset(
+    {
+        "db.index.fulltext.querynodes",
+        "db.index.fulltext.queryrelationships",
+        "db.index.vector.querynodes",
+        "db.labels",
+        "db.relationshiptypes",
+        "db.propertykeys",
+        "db.schema.visualization",
+        "db.schema.nodetypeproperties",
+        "db.schema.reltypeproperties",
+    }
+)
+_STRING_OR_COMMENT = re.compile(
+    r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`(?:[^`]|``)*`|//[^\n]*|/\*.*?\*/""", re.DOTALL
+)
+_UNTERMINATED = re.compile(r"""['"`]|/\*""")
+_WORD = re.compile(r"(?<![\w.$:])([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*:(?!:))")
+_CALL = re.compile(
+    r"\bCALL\s+([A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_][\w]*)*)\s*(\(|\bYIELD\b|$|\s)", re.I
+)
+_IN_TRANSACTIONS = re.compile(r"\bIN\s+(?:\d+\s+)?(?:CONCURRENT\s+)?TRANSACTIONS\b", re.I)
+_APOC = re.compile(r"\bapoc\s*\.", re.I)
+MAX_QUERY_CHARS = 20_000
+
+
+def _blank(match: re.Match[str]) -> str:
+    token = match.group(0)
+    # A comment becomes a space, a string literal an empty literal, and a quoted name a plain
+    # placeholder name (so `CALL \`dbms\`.\`x\`()` is still seen as a procedure call).
+    if token.startswith("/"):
+        return " "
+    return "_quoted_" if token.startswith("`") else "''"
+
+
+def strip_literals(query: str) -> str:
+    """The query with string literals, quoted names and comments blanked out."""
+    stripped = _STRING_OR_COMMENT.sub(_blank, query)
+    if _UNTERMINATED.search(stripped.replace("''", "")):
+        raise QueryRejected("the query has an unterminated string, quoted name or comment")
+    return stripped
+
+
+def check_read_only(query: str) -> None:
+    """Raise QueryRejected unless `query` is a single read-only Cypher statement.
+
+    Rejected: write clauses (CREATE, MERGE, DELETE, DETACH, SET, REMOVE, FOREACH), schema and
+    admin commands (DROP, ALTER, GRANT, DENY, REVOKE, START/STOP DATABASE, SHOW, TERMINATE),
+    LOAD CSV, USE (another database), CALL { } IN TRANSACTIONS, any procedure outside a short
+    read-only allow-list (so dbms.*, db.create*, apoc.* and gds.* are refused), and several
+    statements in one string. Keywords inside string literals, quoted names, comments, property
+    keys (`n.set`), map keys (`{create: 1}`), labels (`:Merge`) and parameters do not count.
+    """
+    if not query.strip():
+        raise QueryRejected("the query is empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryRejected(f"the query is longer than {MAX_QUERY_CHARS} characters")
+    code = strip_literals(query)
+    if ";" in code.strip().rstrip(";"):
+        raise QueryRejected("only one statement per query is allowed (found ';')")
+    if _IN_TRANSACTIONS.search(code):
+        raise QueryRejected("CALL { ... } IN TRANSACTIONS is a write construct and is not allowed")
+    if _APOC.search(code):
+        raise QueryRejected("APOC procedures and functions are not available on the read path")
+    for match in _WORD.finditer(code):
+        word = match.group(1).upper()
+        if word in WRITE_KEYWORDS:
+            raise QueryRejected(
+                f"{word} is not allowed: the graph is read-only here "
+                "(use MATCH / OPTIONAL MATCH / WITH / RETURN / CALL of a read procedure)"
+            )
+    for match in _CALL.finditer(code):
+        name = re.sub(r"\s+", "", match.group(1)).lower()
+        if name in READ_PROCEDURES:
+            continue
+        raise QueryRejected(
+            f"procedure {match.group(1)!r} is not allowed; "
+            f"allowed: {', '.join(sorted(READ_PROCEDURES))}"
+        )
+
+
+# -- the agent's tools (memory/agent.py): parameterized reads only, run through `store.read` ----
+_LABEL_OF = "[l IN labels({0}) WHERE l <> 'Memory'][0]"
+AGENT_SEARCH_STATEMENTS = (
+    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score "
+    "OPTIONAL MATCH (node)-[:IN_SESSION]->(s:Session) "
+    "OPTIONAL MATCH (newer)-[:SUPERSEDES]->(node) "
+    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.text AS text, "
+    "node.message_ids AS message_ids, s.date_iso AS date, s.number AS session, "
+    "collect(newer.id) AS superseded_by, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
+AGENT_SEARCH_ENTITIES = (
+    f"CALL db.index.fulltext.queryNodes('{ENTITY_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score "
+    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.name AS name, "
+    "node.aliases AS aliases, score ORDER BY score DESC, id LIMIT $limit"
+)
+AGENT_SEARCH_CHUNKS = (
+    f"CALL db.index.fulltext.queryNodes('{CHUNK_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score "
+    "OPTIONAL MATCH (node)-[:IN_SESSION]->(s:Session) "
+    "RETURN node.id AS id, 'Chunk' AS label, node.text AS text, node.message_ids AS message_ids, "
+    "s.date_iso AS date, s.number AS session, node.position AS position, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
+AGENT_NEIGHBOURHOOD = (
+    f"MATCH (e:{MEMORY_LABEL} {{id: $id}})-[r]-(n) WHERE NOT n:Chunk AND NOT n:Document "
+    "AND NOT n:Conversation "
+    "RETURN type(r) AS relationship, startNode(r) = e AS outgoing, n.id AS id, "
+    f"{_LABEL_OF.format('n')} AS label, coalesce(n.name, n.text, n.date_iso) AS text, "
+    "n.message_ids AS message_ids ORDER BY relationship, id LIMIT $limit"
+)
+AGENT_STATEMENTS_ABOUT = (
+    f"MATCH (st)-[:ABOUT]->(e:{MEMORY_LABEL} {{id: $id}}) "
+    "OPTIONAL MATCH (st)-[:IN_SESSION]->(s:Session) "
+    "OPTIONAL MATCH (newer)-[:SUPERSEDES]->(st) "
+    "OPTIONAL MATCH (st)-[:CONTRADICTS]-(other) "
+    "WITH st, s, collect(DISTINCT newer.id) AS superseded_by, "
+    "collect(DISTINCT other.id) AS contradicts "
+    "WHERE $include_superseded OR size(superseded_by) = 0 "
+    f"RETURN st.id AS id, {_LABEL_OF.format('st')} AS label, st.text AS text, "
+    "st.message_ids AS message_ids, s.date_iso AS date, s.number AS session, superseded_by, "
+    "contradicts ORDER BY session, id LIMIT $limit"
+)
+AGENT_SESSIONS = (
+    "MATCH (s:Session) OPTIONAL MATCH (c:Chunk)-[:IN_SESSION]->(s) "
+    "WITH s, min(c.position) AS first_chunk, max(c.position) AS last_chunk, count(c) AS chunks "
+    "OPTIONAL MATCH (st)-[:IN_SESSION]->(s) WHERE NOT st:Chunk AND NOT st:Document "
+    "RETURN s.id AS id, s.number AS session, s.date_iso AS date, first_chunk, last_chunk, "
+    "chunks, count(st) AS statements ORDER BY session"
+)
+AGENT_TIMELINE = (
+    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node "
+    "MATCH (node)-[:FROM_CHUNK]->(c:Chunk)-[:IN_SESSION]->(s:Session) "
+    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.text AS text, "
+    "node.when AS when, node.message_ids AS message_ids, s.date_iso AS date, s.number AS session, "
+    "c.position AS position ORDER BY session, position, id"
+)
+AGENT_STANDING = (
+    "MATCH (st) WHERE st:Instruction OR st:Preference "
+    "OPTIONAL MATCH (st)-[:TRIGGERED_BY]->(t:Topic) "
+    "OPTIONAL MATCH (newer)-[:SUPERSEDES]->(st) "
+    "OPTIONAL MATCH (st)-[:IN_SESSION]->(s:Session) "
+    "WITH st, s, collect(DISTINCT t.name) AS topics, count(newer) AS superseded "
+    "WHERE superseded = 0 AND ($topic = '' "
+    "OR any(name IN topics WHERE toLower(name) CONTAINS toLower($topic) "
+    "OR toLower($topic) CONTAINS toLower(name)) "
+    "OR toLower(st.text) CONTAINS toLower($topic)) "
+    f"RETURN st.id AS id, {_LABEL_OF.format('st')} AS label, st.text AS text, topics, "
+    "st.message_ids AS message_ids, s.date_iso AS date ORDER BY date, id LIMIT $limit"
+)
+AGENT_SOURCES = (
+    f"MATCH (n:{MEMORY_LABEL} {{id: $id}}) "
+    "OPTIONAL MATCH (n)-[:FROM_CHUNK]->(c1:Chunk) "
+    "OPTIONAL MATCH (c2:Chunk)-[:MENTIONS]->(n) "
+    "WITH n, [c IN collect(DISTINCT c1) + collect(DISTINCT c2) WHERE c IS NOT NULL] "
+    "+ CASE WHEN n:Chunk THEN [n] ELSE [] END AS chunks "
+    "UNWIND chunks AS c "
+    "OPTIONAL MATCH (c)-[:IN_SESSION]->(s:Session) "
+    "RETURN n.id AS id, n.message_ids AS node_message_ids, c.id AS chunk_id, c.text AS text, "
+    "c.message_ids AS message_ids, s.date_iso AS date ORDER BY c.position LIMIT $limit"
+)

@@ -1,0 +1,339 @@
+"""The deterministic test model `scripted/rules`: picked by name in params like any model.
+
+No model server exists in tests and CI, so every stage can run against this model instead. It
+imports no litellm and goes through the same cache, accounting and budget path as real models
+(clients/llm.py builds it for any model name starting with `scripted/`). Its completions carry
+`test_model=True`, so run metadata and reports can say the run measures nothing.
+
+Rules are keyed on the request's `task`; stages add theirs with `register_rule("extract", fn)`
+(fn: ChatRequest -> ScriptedReply). A request whose task has no rule but carries a schema gets
+the generic `schema` rule. Built in:
+
+- `judge`: reads the rubric item and the response from the prompt and returns
+  `{"score": 1.0 | 0.5 | 0.0, "reason": ...}` by content-word overlap (>= 0.6 -> 1, >= 0.3 -> 0.5).
+  It finds them as labelled lines (BEAM's `RUBRIC CRITERION (what to check): ...` and
+  `RESPONSE TO EVALUATE: ...`; also `Rubric item:`, `Rubric:`, `Criterion:`, `Response:`,
+  `Answer:`) or as tags (`<rubric_item>...</rubric_item>`, `<response>...</response>`).
+- `equivalence`: `YES` or `NO` by overlap of two snippets (`First snippet:` / `Second snippet:`,
+  as BEAM's llm_equivalence writes them; also `Expected:` / `Response:`).
+- `agent`: with tools offered and no tool result yet, calls the first tool whose name contains
+  "search" (else the first tool) with the question's content words; after tool results, answers
+  with the sentence of the results that best overlaps the question, quoted.
+- `schema`: a valid instance of the requested JSON schema, strings filled from the request text.
+
+Every request is appended to `history` and, when BEAM_SCRIPTED_RECORD names a file, to that JSONL
+file (one line per request: task, prompt_version, messages, tools, schema, reply), so tests in
+other processes can assert on the prompts. Token counts use clients.tokens.count_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clients.llm import ChatRequest, RawReply
+from clients.llm_cache import canonical_json
+from clients.tokens import count_tokens
+
+RECORD_ENV = "BEAM_SCRIPTED_RECORD"
+
+_STOPWORD_TEXT = """
+a an the and or but if of to in on at by for with from as is are was were be been being do
+does did have has had i you he she it we they me my your our their his her its this that
+these those what which who whom when where why how not no yes so than then there here can
+could would should will shall may might must about into over after before during up down
+out any all some each more most other such only own same too very just also ever
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+_WORD = re.compile(r"[a-z0-9][a-z0-9'$.,%-]*[a-z0-9%]|[a-z0-9]")
+
+
+@dataclass(frozen=True)
+class ScriptedReply:
+    text: str | None = None
+    tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """(tool name, arguments)."""
+    value: Any = None
+    """A JSON value; sent as the reply text."""
+
+
+Rule = Callable[[ChatRequest], ScriptedReply]
+_RULES: dict[str, Rule] = {}
+
+
+def register_rule(task: str, rule: Rule, *, replace: bool = False) -> None:
+    """Add the rule for a task (a second registration of a task is refused unless `replace`)."""
+    if task in _RULES and not replace and _RULES[task] is not rule:
+        raise ValueError(f"scripted rule for task {task!r} already registered")
+    _RULES[task] = rule
+
+
+def rule_for(task: str) -> Rule | None:
+    return _RULES.get(task)
+
+
+# -- text helpers (for rules, also those registered by stages) ------------------------------
+def content_words(text: str) -> list[str]:
+    """Lower-case words without stopwords, in order, de-duplicated."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        word = word.strip(".,")
+        if word and word not in STOPWORDS:
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def overlap(reference: str, candidate: str) -> float:
+    """Share of the reference's content words found in the candidate (0 when none to find)."""
+    ref = set(content_words(reference))
+    return len(ref & set(content_words(candidate))) / len(ref) if ref else 0.0
+
+
+_LABEL = re.compile(r"^\s*[-*]?\s*([A-Za-z][A-Za-z _]{0,40}?)\s*(?:\([^)\n]*\))?\s*:\s?(.*)$")
+_TAG = re.compile(r"<([a-z_]+)>(.*?)</\1>", re.DOTALL)
+
+
+def labelled_sections(text: str) -> dict[str, str]:
+    """`Label: value` lines (value running on to the next label or `#` heading) and
+    `<tag>value</tag>` spans, keyed by lower-case label; the first occurrence wins."""
+    sections: dict[str, str] = {}
+    for tag in _TAG.finditer(text):
+        sections.setdefault(tag.group(1).replace("_", " "), tag.group(2).strip())
+    label: str | None = None
+    lines: list[str] = []
+
+    def close() -> None:
+        if label is not None:
+            sections.setdefault(label, "\n".join(lines).strip())
+
+    for line in text.splitlines():
+        match = _LABEL.match(line)
+        if match or line.lstrip().startswith("#"):
+            close()
+            label, lines = None, []
+            if match:
+                label = " ".join(match.group(1).lower().split())
+                lines = [match.group(2)]
+        elif label is not None:
+            lines.append(line)
+    close()
+    return sections
+
+
+def find_section(sections: Mapping[str, str], *needles: str) -> str | None:
+    """The first section whose label contains one of `needles` (tried in order)."""
+    for needle in needles:
+        for label, value in sections.items():
+            if needle in label and value:
+                return value
+    return None
+
+
+def last_user_text(request: ChatRequest) -> str:
+    return next((m.content or "" for m in reversed(request.messages) if m.role == "user"), "")
+
+
+# -- JSON schema filling -------------------------------------------------------------------
+def fill_schema(
+    schema: Mapping[str, Any],
+    words: list[str],
+    hints: Mapping[str, Any] | None = None,
+    defs: Mapping[str, Any] | None = None,
+) -> Any:
+    """A value valid for `schema` (pydantic's JSON schema), strings made from `words`; object
+    properties named in `hints` take the hinted value."""
+    defs = defs if defs is not None else schema.get("$defs", {})
+    hints = hints or {}
+    if "$ref" in schema:
+        return fill_schema(defs[schema["$ref"].rsplit("/", 1)[-1]], words, hints, defs)
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
+            return fill_schema(options[0], words, hints, defs)
+    if "allOf" in schema:
+        return fill_schema(schema["allOf"][0], words, hints, defs)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props: Mapping[str, Any] = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        return {
+            name: hints[name] if name in hints else fill_schema(sub, words, None, defs)
+            for name, sub in props.items()
+            if name in required or name in hints
+        }
+    if kind == "array":
+        count = max(1, int(schema.get("minItems", 1)))
+        item = schema.get("items", {"type": "string"})
+        return [fill_schema(item, words[i * 3 :] or words, None, defs) for i in range(count)]
+    if kind == "integer":
+        low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
+        return int(max(low, 0) if "maximum" not in schema else min(max(low, 0), schema["maximum"]))
+    if kind == "number":
+        low = float(schema.get("minimum", 0.0))
+        return low
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    if schema.get("format") == "date":
+        return "2024-01-01"
+    text = " ".join(words[:8]) or "unknown"
+    low, high = int(schema.get("minLength", 0)), int(schema.get("maxLength", 10_000))
+    return (text + " " + "x" * max(0, low - len(text)))[:high].strip() if low else text[:high]
+
+
+# -- built-in rules --------------------------------------------------------------------------
+def _with_schema(request: ChatRequest, hints: Mapping[str, Any], text: str) -> ScriptedReply:
+    if request.schema is None:
+        return ScriptedReply(text=text)
+    words = content_words(last_user_text(request))
+    return ScriptedReply(value=fill_schema(request.schema.model_json_schema(), words, hints))
+
+
+def judge_rule(request: ChatRequest) -> ScriptedReply:
+    sections = labelled_sections(last_user_text(request))
+    rubric = find_section(sections, "rubric", "criterion") or ""
+    response = find_section(sections, "response", "answer") or ""
+    share = overlap(rubric, response)
+    score = 1.0 if share >= 0.6 else 0.5 if share >= 0.3 else 0.0
+    reason = f"scripted judge: {share:.0%} of the rubric item's content words are in the response"
+    verdict = {"score": score, "reason": reason}
+    return _with_schema(request, verdict, json.dumps(verdict))
+
+
+def equivalence_rule(request: ChatRequest) -> ScriptedReply:
+    sections = labelled_sections(last_user_text(request))
+    first = find_section(sections, "first", "expected", "reference") or ""
+    second = find_section(sections, "second", "response", "answer") or ""
+    shorter, longer = sorted((first, second), key=lambda s: len(content_words(s)))
+    same = overlap(shorter, longer) >= 0.5
+    return _with_schema(request, {"equivalent": same}, "YES" if same else "NO")
+
+
+def agent_rule(request: ChatRequest) -> ScriptedReply:
+    question = next((m.content or "" for m in request.messages if m.role == "user"), "")
+    results = [m.content or "" for m in request.messages if m.role == "tool"]
+    if request.tools and not results:
+        tool = next((t for t in request.tools if "search" in t.name), request.tools[0])
+        words = content_words(question)
+        args = fill_schema(tool.parameters, words, _string_hints(tool.parameters, words))
+        return ScriptedReply(tool_calls=((tool.name, args),))
+    sentences = [s.strip() for r in results for s in re.split(r"(?<=[.!?])\s+|\n+", r)]
+    sentences = [s for s in sentences if s]
+    if not sentences:
+        return ScriptedReply(text="I don't know: my memory holds nothing about this.")
+    best = max(sentences, key=lambda s: (overlap(question, s), -sentences.index(s)))
+    return ScriptedReply(text=f'From memory: "{best}"')
+
+
+def _string_hints(parameters: Mapping[str, Any], words: list[str]) -> dict[str, Any]:
+    """Every required string argument gets the question's content words."""
+    props = parameters.get("properties", {})
+    return {
+        name: " ".join(words) or "memory"
+        for name in parameters.get("required", [])
+        if props.get(name, {}).get("type") == "string"
+    }
+
+
+def schema_rule(request: ChatRequest) -> ScriptedReply:
+    if request.schema is None:
+        raise ValueError(f"scripted schema rule needs a schema (task {request.task!r})")
+    words = content_words(last_user_text(request))
+    return ScriptedReply(value=fill_schema(request.schema.model_json_schema(), words))
+
+
+for _task, _rule in (
+    ("judge", judge_rule),
+    ("equivalence", equivalence_rule),
+    ("agent", agent_rule),
+    ("schema", schema_rule),
+):
+    register_rule(_task, _rule)
+
+
+# -- the backend clients/llm.py uses -------------------------------------------------------
+@dataclass
+class ScriptedBackend:
+    model: str
+    test_model: bool = True
+    history: list[dict[str, Any]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def prepare(self) -> None:
+        return None
+
+    def reply(self, request: ChatRequest) -> ScriptedReply:
+        rule = rule_for(request.task)
+        if rule is None and request.schema is not None:
+            rule = schema_rule
+        if rule is None:
+            raise ValueError(
+                f"{self.model} has no rule for task {request.task!r} and the request has no "
+                f"schema; register one with clients.scripted.register_rule({request.task!r}, fn)"
+            )
+        return rule(request)
+
+    async def send(
+        self, request: ChatRequest, messages: list[dict[str, Any]], *, native_schema: bool
+    ) -> RawReply:
+        scripted = self.reply(request)
+        text = scripted.text
+        if scripted.value is not None:
+            text = json.dumps(scripted.value, sort_keys=True)
+        calls = [
+            (f"call_{i}", name, json.dumps(args, sort_keys=True))
+            for i, (name, args) in enumerate(scripted.tool_calls)
+        ]
+        entry = {
+            "model": self.model,
+            "task": request.task,
+            "prompt_version": request.prompt_version,
+            "messages": messages,
+            "tools": [t.name for t in request.tools],
+            "schema": request.schema.__name__ if request.schema is not None else None,
+            "reply": {"text": text, "tool_calls": [[n, a] for _, n, a in calls]},
+        }
+        self._record(entry)
+        prompt_text = "\n".join(str(m.get("content") or "") for m in messages)
+        return RawReply(
+            text=text,
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else "stop",
+            prompt_tokens=count_tokens(prompt_text),
+            completion_tokens=count_tokens((text or "") + "".join(a for _, _, a in calls)),
+        )
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self.history.append(entry)
+            target = os.environ.get(RECORD_ENV)
+            if target:
+                path = Path(target)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                line = (canonical_json(entry) + "\n").encode("utf-8")
+                # one O_APPEND write per line: lines from concurrent processes do not interleave
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+
+
+def read_record(path: Path) -> list[dict[str, Any]]:
+    """The requests a scripted model recorded (BEAM_SCRIPTED_RECORD), in order."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

@@ -1,0 +1,367 @@
+"""The read path of the memory system: a tool-using agent that answers a question from the graph.
+
+The agent is a loop through the `ChatModel` port: the model calls tools (each a parameterized,
+read-only query through the store's guarded `read`), sees compact results (ids, short texts,
+dates), and ends with a final answer, or is asked for one when the step limit is reached. A tool
+error (bad arguments, a refused or failed query) goes back to the model as the tool's result.
+Every call and every id a tool returned is kept in the question's trace, with the chat message
+ids those ids trace back to (for evidence recall).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from clients import cypher
+from clients.cypher import escape_fulltext
+from clients.graph import GraphStore, QueryFailed
+from clients.llm import ChatModel, ChatRequest, Message, Tool, ToolCall, tool_from_model
+from schemas.errors import BeamError
+from schemas.records import Question
+
+PROMPT_VERSION = "agent-v1"
+TASK = "agent"
+TEXT_CHARS = 240
+SOURCE_CHARS = 1500
+RESULT_LIMIT = 8
+_HEADER = re.compile(r"^\[message (\d+) · [^\]]*\]$", re.MULTILINE)
+
+
+# -- tool definitions (typed; their JSON schemas are generated) ------------------------------------
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchMemory(_Args):
+    """Full-text search over the memory: statements (facts, events, measures, preferences,
+    instructions), entities and raw chat chunks. Start here. Returns ids, short texts, dates."""
+
+    query: str = Field(description="keywords to look for")
+    kind: str = Field(default="all", description="all | statements | entities | chunks")
+
+
+class EntityNeighbourhood(_Args):
+    """The nodes directly linked to one node (entity or statement), with relationship types."""
+
+    id: str = Field(description="a node id returned by another tool")
+
+
+class StatementsAbout(_Args):
+    """Statements about an entity, oldest session first. Superseded (out-of-date) statements are
+    left out unless include_superseded is true."""
+
+    id: str = Field(description="an entity id")
+    include_superseded: bool = False
+
+
+class Timeline(_Args):
+    """With a query: matching statements in chat order (session date, then position). Without:
+    the sessions with their dates and sizes."""
+
+    query: str = Field(default="", description="keywords, or empty for the list of sessions")
+
+
+class StandingInstructions(_Args):
+    """Current instructions and preferences the user gave, optionally only those a topic
+    triggers. Check before answering: the answer must follow them."""
+
+    topic: str = Field(default="", description="a topic word, or empty for all")
+
+
+class ReadSource(_Args):
+    """The original chat messages a node came from (by node id), with their session date."""
+
+    id: str = Field(description="a statement, entity or chunk id")
+
+
+class ReadOnlyCypher(_Args):
+    """A read-only Cypher query over the graph (no writes; results are cut at a row limit).
+    Labels: Person Place Organization Tool Topic Fact Instruction Preference Event Measure
+    Session Chunk; relationships: ABOUT MENTIONS FROM_CHUNK IN_SESSION NEXT SUPERSEDES
+    CONTRADICTS TRIGGERED_BY RELATED_TO."""
+
+    query: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+TOOL_MODELS: tuple[type[_Args], ...] = (
+    SearchMemory,
+    EntityNeighbourhood,
+    StatementsAbout,
+    Timeline,
+    StandingInstructions,
+    ReadSource,
+    ReadOnlyCypher,
+)
+TOOLS: tuple[Tool, ...] = tuple(tool_from_model(m) for m in TOOL_MODELS)
+
+SYSTEM_PROMPT = """You answer questions about a long past chat between a user and an assistant.
+You cannot see the chat: it is stored in a memory graph that your tools search. Work like this:
+1. Search the memory for the question's key terms (search_memory); follow up with
+   statements_about, timeline, entity_neighbourhood or read_source for details and dates.
+2. Prefer the newest information: a statement that is superseded is out of date.
+3. Before answering, check standing_instructions: the user's instructions and preferences
+   about how to answer must be followed.
+4. Answer directly and concisely from what the tools returned, with the relevant dates and
+   numbers. If the memory does not contain the answer, say that you don't know rather than guess.
+Answer in plain text when you are done (no more tool calls)."""
+
+FINAL_NUDGE = "Step limit reached: answer now from what you found, without calling tools."
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    content: str
+    ids: list[str]
+    message_ids: list[int]
+    error: str | None = None
+
+
+def _short(text: Any, limit: int = TEXT_CHARS) -> Any:
+    if isinstance(text, str) and len(text) > limit:
+        return text[: limit - 1] + "…"
+    return text
+
+
+def _compact(
+    rows: list[dict[str, Any]], drop: tuple[str, ...] = ("score",)
+) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        item = {k: _short(v) for k, v in row.items() if k not in drop and v not in (None, [], "")}
+        out.append(item)
+    return out
+
+
+def _ids_of(rows: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
+    ids = [str(r["id"]) for r in rows if r.get("id")]
+    messages = sorted({int(m) for r in rows for m in (r.get("message_ids") or [])})
+    return ids, messages
+
+
+def messages_in(text: str, wanted: set[int] | None) -> list[tuple[int, str]]:
+    """The (id, text) of each message in a chunk's text, optionally only the wanted ids."""
+    found = list(_HEADER.finditer(text))
+    out = []
+    for match, following in zip(found, [*found[1:], None], strict=True):
+        message_id = int(match.group(1))
+        if wanted is None or message_id in wanted:
+            body = text[match.start() : following.start() if following else len(text)]
+            out.append((message_id, body.strip()))
+    return out
+
+
+class GraphTools:
+    """The agent's tools over one conversation's store."""
+
+    def __init__(self, store: GraphStore, limit: int = RESULT_LIMIT) -> None:
+        self.store = store
+        self.limit = limit
+        self._handlers: dict[str, Callable[[Any], ToolOutcome]] = {
+            "search_memory": self.search_memory,
+            "entity_neighbourhood": self.entity_neighbourhood,
+            "statements_about": self.statements_about,
+            "timeline": self.timeline,
+            "standing_instructions": self.standing_instructions,
+            "read_source": self.read_source,
+            "read_only_cypher": self.read_only_cypher,
+        }
+        self._models = {t.name: t.model for t in TOOLS}
+
+    def _rows(self, query: str, params: Mapping[str, object]) -> list[dict[str, Any]]:
+        return list(self.store.read(query, params))
+
+    def _outcome(self, rows: list[dict[str, Any]], **extra: Any) -> ToolOutcome:
+        ids, messages = _ids_of(rows)
+        payload: dict[str, Any] = {"results": _compact(rows), **extra}
+        if not rows:
+            payload["note"] = "nothing found; try other keywords or another tool"
+        return ToolOutcome(json.dumps(payload, ensure_ascii=False), ids, messages)
+
+    def search_memory(self, args: SearchMemory) -> ToolOutcome:
+        text = escape_fulltext(args.query)
+        if not text:
+            return self._outcome([])
+        queries = {
+            "statements": cypher.AGENT_SEARCH_STATEMENTS,
+            "entities": cypher.AGENT_SEARCH_ENTITIES,
+            "chunks": cypher.AGENT_SEARCH_CHUNKS,
+        }
+        kinds = list(queries) if args.kind == "all" else [args.kind]
+        unknown = [k for k in kinds if k not in queries]
+        if unknown:
+            raise ValueError(f"kind must be one of all, {', '.join(queries)}; got {args.kind!r}")
+        rows: list[dict[str, Any]] = []
+        for kind in kinds:
+            limit = 3 if kind == "chunks" and args.kind == "all" else self.limit
+            found = self._rows(queries[kind], {"text": text, "limit": limit})
+            if kind == "chunks":
+                found = [{**r, "text": _short(r.get("text"), 400)} for r in found]
+            rows += found
+        return self._outcome(rows)
+
+    def entity_neighbourhood(self, args: EntityNeighbourhood) -> ToolOutcome:
+        return self._outcome(self._rows(cypher.AGENT_NEIGHBOURHOOD, {"id": args.id, "limit": 20}))
+
+    def statements_about(self, args: StatementsAbout) -> ToolOutcome:
+        params = {"id": args.id, "include_superseded": args.include_superseded, "limit": 20}
+        return self._outcome(self._rows(cypher.AGENT_STATEMENTS_ABOUT, params))
+
+    def timeline(self, args: Timeline) -> ToolOutcome:
+        text = escape_fulltext(args.query)
+        if not text:
+            return self._outcome(self._rows(cypher.AGENT_SESSIONS, {}))
+        return self._outcome(self._rows(cypher.AGENT_TIMELINE, {"text": text, "limit": 15}))
+
+    def standing_instructions(self, args: StandingInstructions) -> ToolOutcome:
+        params = {"topic": args.topic.strip(), "limit": 15}
+        return self._outcome(self._rows(cypher.AGENT_STANDING, params))
+
+    def read_source(self, args: ReadSource) -> ToolOutcome:
+        rows = self._rows(cypher.AGENT_SOURCES, {"id": args.id, "limit": 3})
+        sources: list[dict[str, Any]] = []
+        reached: set[int] = set()
+        for row in rows:
+            wanted = set(row.get("node_message_ids") or []) or None
+            for message_id, body in messages_in(row.get("text") or "", wanted):
+                reached.add(message_id)
+                sources.append(
+                    {
+                        "message_id": message_id,
+                        "date": row.get("date"),
+                        "text": _short(body, SOURCE_CHARS),
+                    }
+                )
+        payload = {"id": args.id, "messages": sources[:4]}
+        if not sources:
+            payload["note"] = "no source messages for that id"
+        return ToolOutcome(
+            json.dumps(payload, ensure_ascii=False), [args.id] if rows else [], sorted(reached)
+        )
+
+    def read_only_cypher(self, args: ReadOnlyCypher) -> ToolOutcome:
+        rows = self.store.read(args.query, args.params)
+        truncated = bool(getattr(rows, "truncated", False))
+        listed = list(rows)[: self.limit * 3]
+        extra = {"truncated": True} if truncated or len(listed) < len(rows) else {}
+        return self._outcome(listed, **extra)
+
+    def run(self, call: ToolCall) -> ToolOutcome:
+        """Run one tool call; any problem becomes an error the model reads, never an exception."""
+        handler = self._handlers.get(call.name)
+        if handler is None:
+            error = f"unknown tool {call.name!r}; use one of {', '.join(self._handlers)}"
+            return ToolOutcome(json.dumps({"error": error}), [], [], error)
+        if call.error is not None or call.arguments is None:
+            error = f"invalid arguments for {call.name}: {call.error}"
+            return ToolOutcome(json.dumps({"error": error}), [], [], error)
+        try:
+            return handler(self._models[call.name].model_validate(call.arguments))
+        except (QueryFailed, BeamError, ValueError) as exc:
+            error = f"{call.name} failed: {exc}"
+            return ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), [], [], error)
+
+
+class ToolCallRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: str
+    ids: list[str]
+    message_ids: list[int]
+    error: str | None = None
+
+
+class Trace(BaseModel):
+    """One question's answer and how the agent got there (quotes the chat: CC BY-SA 4.0)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    question_id: str
+    answer: str
+    tool_calls: list[ToolCallRecord]
+    reached_ids: list[str]
+    """Every node id the tools returned."""
+    reached_message_ids: list[int]
+    """The chat message ids those nodes trace back to."""
+    steps: int
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    max_context_tokens: int
+    """The largest prompt of any of its calls: what the agent's context grew to."""
+    seconds: float
+    test_model: bool
+    error: str | None = None
+
+
+def answer_question(
+    question: Question, model: ChatModel, tools: GraphTools, *, max_steps: int
+) -> Trace:
+    """Run the tool loop for one question (a model failure ends it with `error` set)."""
+    started = time.monotonic()
+    messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
+    records: list[ToolCallRecord] = []
+    calls = prompt_tokens = completion_tokens = max_context = 0
+    answer, error, test_model = "", None, False
+    for step in range(max_steps + 1):
+        final_turn = step == max_steps
+        if final_turn:
+            messages.append(Message.user(FINAL_NUDGE))
+        request = ChatRequest(
+            messages=tuple(messages),
+            task=TASK,
+            prompt_version=PROMPT_VERSION,
+            tools=() if final_turn else TOOLS,
+        )
+        completion = model.complete(request)
+        calls += 1
+        prompt_tokens += completion.prompt_tokens
+        completion_tokens += completion.completion_tokens
+        max_context = max(max_context, completion.prompt_tokens)
+        test_model = test_model or completion.test_model
+        if not completion.ok:
+            error = completion.error
+            break
+        if not completion.tool_calls or final_turn:
+            answer = (completion.text or "").strip()
+            if not answer:
+                error = "the model gave an empty answer"
+            break
+        messages.append(Message.assistant(completion.text, completion.tool_calls))
+        for call in completion.tool_calls:
+            outcome = tools.run(call)
+            records.append(
+                ToolCallRecord(
+                    name=call.name,
+                    arguments=call.arguments,
+                    raw_arguments=call.raw_arguments,
+                    ids=outcome.ids,
+                    message_ids=outcome.message_ids,
+                    error=outcome.error,
+                )
+            )
+            messages.append(Message.tool_result(call, outcome.content))
+    return Trace(
+        question_id=question.id,
+        answer=answer,
+        tool_calls=records,
+        reached_ids=sorted({i for r in records for i in r.ids}),
+        reached_message_ids=sorted({m for r in records for m in r.message_ids}),
+        steps=len(records),
+        calls=calls,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        max_context_tokens=max_context,
+        seconds=round(time.monotonic() - started, 3),
+        test_model=test_model,
+        error=error,
+    )

@@ -1,0 +1,373 @@
+"""The write path of the memory system: one conversation's chat → one validated graph batch.
+
+Steps: chunk the sessions; one extraction call per chunk; validate and accumulate (entities with
+the same label and normalized name are one node); resolve look-alike entities with bounded
+candidate pairs and batched model decisions; link newer facts to older ones they supersede or
+contradict; add the provenance layer (conversation, sessions with their dates, documents, chunks in
+order). Model calls go through the `ChatModel` port, so the scripted test model and real models
+take the same path, with the same cache, accounting and budget.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import memory.scripted_rules  # noqa: F401  (registers the test model's rules for these tasks)
+from clients.llm import ChatModel, ChatRequest, Completion, Message
+from memory.chunk import chunk_conversation
+from memory.decide import (
+    LINK_PROMPT_VERSION,
+    LINK_TASK,
+    RESOLVE_PROMPT_VERSION,
+    RESOLVE_TASK,
+    LinkReply,
+    ResolveReply,
+    link_messages,
+    linked_pairs,
+    resolve_messages,
+    same_pairs,
+)
+from memory.extract import (
+    PROMPT_VERSION,
+    TASK,
+    ExtractionReply,
+    extraction_messages,
+    reply_to_graph,
+)
+from memory.resolve import (
+    CandidatePair,
+    Mention,
+    StatementRef,
+    batched,
+    candidate_pairs,
+    cap_per_label,
+    merge_map,
+    statement_pairs,
+)
+from schemas.memory import (
+    DROP_REASONS,
+    ENTITY_LABELS,
+    REL_TYPES,
+    STATEMENT_LABELS,
+    UPDATABLE_LABELS,
+    EntityNode,
+    GraphBatch,
+    GraphNode,
+    Relationship,
+    RelType,
+    StatementNode,
+    validate_batch,
+)
+from schemas.records import ChatSlice, Chunk
+
+LINKED_LABELS = frozenset(UPDATABLE_LABELS)
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    chunk_tokens: int
+    max_llm_pairs: int
+    """Per label and conversation: at most this many entity (or statement) pairs reach the model."""
+    candidates_per_entity: int
+    min_similarity: float
+    pairs_per_call: int
+    candidates_per_statement: int
+
+
+@dataclass
+class PairStats:
+    considered: int = 0
+    sent: int = 0
+    skipped_cap: int = 0
+    calls: int = 0
+    failed_calls: int = 0
+    decided: int = 0
+    """Pairs merged (resolution) or linked (statements)."""
+
+
+@dataclass
+class ConversationGraph:
+    conversation_id: str
+    chunks: list[Chunk]
+    batch: GraphBatch
+    dropped: Counter[str] = field(default_factory=Counter)
+    empty_chunks: list[str] = field(default_factory=list)
+    failed_chunks: list[str] = field(default_factory=list)
+    defaulted_message_ids: int = 0
+    resolution: PairStats = field(default_factory=PairStats)
+    linking: PairStats = field(default_factory=PairStats)
+
+    def counts(self) -> dict[str, Any]:
+        """Numbers for metrics/ingest.json (every label and type always present)."""
+        labels = Counter(n.label for n in self.batch.nodes)
+        types = Counter(r.type for r in self.batch.relationships)
+        return {
+            "chunks": len(self.chunks),
+            "entities": sum(labels[label] for label in ENTITY_LABELS),
+            "statements": sum(labels[label] for label in STATEMENT_LABELS),
+            "relationships": len(self.batch.relationships),
+            **{f"entities_{label.lower()}": labels[label] for label in ENTITY_LABELS},
+            **{f"statements_{label.lower()}": labels[label] for label in STATEMENT_LABELS},
+            **{f"rel_{t.lower()}": types[t] for t in REL_TYPES},
+            "supersedes": types["SUPERSEDES"],
+            "contradicts": types["CONTRADICTS"],
+            "empty_extractions": len(self.empty_chunks),
+            "failed_extractions": len(self.failed_chunks),
+            "statements_message_ids_defaulted": self.defaulted_message_ids,
+            **{f"dropped_{reason}": self.dropped[reason] for reason in DROP_REASONS},
+            "resolution_pairs_considered": self.resolution.considered,
+            "resolution_pairs_sent": self.resolution.sent,
+            "resolution_pairs_skipped_cap": self.resolution.skipped_cap,
+            "resolution_pairs_merged": self.resolution.decided,
+            "link_pairs_considered": self.linking.considered,
+            "link_pairs_sent": self.linking.sent,
+            "link_pairs_skipped_cap": self.linking.skipped_cap,
+            "link_pairs_linked": self.linking.decided,
+        }
+
+
+def session_id(conversation_id: str, number: int) -> str:
+    return f"conv{conversation_id}:session:{number}"
+
+
+def source_layer(
+    chat: ChatSlice, chunks: Sequence[Chunk]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Conversation, sessions (the only clock), one document per session, chunks in order."""
+    conv_id = f"conv{chat.conversation_id}"
+    nodes: list[dict[str, Any]] = [
+        {"id": conv_id, "label": "Conversation", "conversation_id": chat.conversation_id}
+    ]
+    rels: list[dict[str, Any]] = []
+    previous_session: str | None = None
+    for session in chat.sessions:
+        sid = session_id(chat.conversation_id, session.number)
+        doc = f"conv{chat.conversation_id}:s{session.number}"
+        nodes.append(
+            {
+                "id": sid,
+                "label": "Session",
+                "conversation_id": chat.conversation_id,
+                "number": session.number,
+                "date": session.date,
+                "date_iso": session.date_iso,
+            }
+        )
+        nodes.append(
+            {
+                "id": doc,
+                "label": "Document",
+                "conversation_id": chat.conversation_id,
+                "session_number": session.number,
+                "title": f"Session {session.number} ({session.date_iso})",
+            }
+        )
+        rels += [
+            {"type": "PART_OF", "start": sid, "end": conv_id},
+            {"type": "PART_OF", "start": doc, "end": conv_id},
+            {"type": "IN_SESSION", "start": doc, "end": sid},
+        ]
+        if previous_session:
+            rels.append({"type": "NEXT", "start": previous_session, "end": sid})
+        previous_session = sid
+    for previous, chunk in zip([None, *chunks[:-1]], chunks, strict=True):
+        nodes.append(
+            {
+                "id": chunk.id,
+                "label": "Chunk",
+                "conversation_id": chunk.conversation_id,
+                "session_number": chunk.session,
+                "position": chunk.position,
+                "text": chunk.text,
+                "message_ids": chunk.message_ids,
+                "token_count": chunk.tokens,
+            }
+        )
+        rels += [
+            {"type": "PART_OF", "start": chunk.id, "end": chunk.document_id},
+            {
+                "type": "IN_SESSION",
+                "start": chunk.id,
+                "end": session_id(chunk.conversation_id, chunk.session),
+            },
+        ]
+        if previous is not None:
+            rels.append({"type": "NEXT", "start": previous.id, "end": chunk.id})
+    return nodes, rels
+
+
+def extraction_request(chunk: Chunk) -> ChatRequest:
+    system, user = extraction_messages(chunk)
+    return ChatRequest(
+        messages=(Message.system(system["content"]), Message.user(user["content"])),
+        task=TASK,
+        prompt_version=PROMPT_VERSION,
+        schema=ExtractionReply,
+    )
+
+
+def _parsed(completion: Completion, model: type[Any]) -> Any | None:
+    if not completion.ok or completion.value is None:
+        return None
+    try:
+        return completion.as_model(model)
+    except ValueError:
+        return None
+
+
+def _merge_entity(existing: EntityNode, new: EntityNode) -> EntityNode:
+    aliases = set(existing.aliases) | set(new.aliases)
+    if new.name != existing.name:
+        aliases.add(new.name)
+    return existing.model_copy(
+        update={"aliases": sorted(aliases), "summary": existing.summary or new.summary}
+    )
+
+
+def _decide_pairs(
+    pairs: list[CandidatePair],
+    settings: IngestSettings,
+    llm: ChatModel,
+    make_request: Any,
+    stats: PairStats,
+) -> list[tuple[list[CandidatePair], Completion]]:
+    stats.considered = len(pairs)
+    sent, skipped = cap_per_label(pairs, settings.max_llm_pairs)
+    stats.sent, stats.skipped_cap = len(sent), len(skipped)
+    batches = batched(sent, settings.pairs_per_call) if sent else []
+    completions = llm.run_batch([make_request(b) for b in batches]) if batches else []
+    stats.calls = len(batches)
+    stats.failed_calls = sum(1 for c in completions if not c.ok)
+    return list(zip(batches, completions, strict=True))
+
+
+def build_graph(
+    chat: ChatSlice,
+    settings: IngestSettings,
+    extraction: ChatModel,
+    resolution: ChatModel,
+) -> ConversationGraph:
+    """The whole graph of one conversation, validated, with what was dropped and decided."""
+    chunks = chunk_conversation(chat, settings.chunk_tokens)
+    src_nodes, src_rels = source_layer(chat, chunks)
+    src_batch, src_report = validate_batch(src_nodes, src_rels)
+    if sum(src_report.dropped.values()):
+        raise AssertionError(f"provenance layer failed validation: {src_report.problems}")
+    graph = ConversationGraph(chat.conversation_id, chunks, src_batch)
+    known: dict[str, str] = {n.id: n.label for n in src_batch.nodes}
+    entities: dict[str, EntityNode] = {}
+    statements: dict[str, StatementNode] = {}
+    first_position: dict[str, int] = {}
+    rels: dict[tuple[str, str, str], Relationship] = {}
+
+    completions = extraction.run_batch([extraction_request(c) for c in chunks])
+    for chunk, completion in zip(chunks, completions, strict=True):
+        reply = _parsed(completion, ExtractionReply)
+        if reply is None:
+            graph.failed_chunks.append(chunk.id)
+            continue
+        if not reply.entities and not reply.statements:
+            graph.empty_chunks.append(chunk.id)
+            continue
+        raw_nodes, raw_rels, defaulted = reply_to_graph(
+            reply, chunk, session_id(chat.conversation_id, chunk.session)
+        )
+        graph.defaulted_message_ids += defaulted
+        batch, report = validate_batch(raw_nodes, raw_rels, existing=known)
+        graph.dropped.update({k: v for k, v in report.dropped.items() if v})
+        for node in batch.nodes:
+            known[node.id] = node.label
+            if isinstance(node, EntityNode):
+                entities[node.id] = (
+                    _merge_entity(entities[node.id], node) if node.id in entities else node
+                )
+                first_position.setdefault(node.id, chunk.position)
+            elif isinstance(node, StatementNode):
+                statements[node.id] = node
+                first_position[node.id] = chunk.position
+        for rel in batch.relationships:
+            rels.setdefault(rel.key, rel)
+
+    # Resolution: bounded candidate pairs, batched decisions, one merge map.
+    mentions = [Mention(e.id, e.label, e.name, first_position[e.id]) for e in entities.values()]
+    pairs = candidate_pairs(
+        mentions,
+        per_mention=settings.candidates_per_entity,
+        min_similarity=settings.min_similarity,
+    )
+    names = {e.id: e.name for e in entities.values()}
+    summaries = {e.id: e.summary for e in entities.values()}
+
+    def resolve_request(batch: list[CandidatePair]) -> ChatRequest:
+        system, user = resolve_messages(batch, names, summaries)
+        return ChatRequest(
+            messages=(Message.system(system["content"]), Message.user(user["content"])),
+            task=RESOLVE_TASK,
+            prompt_version=RESOLVE_PROMPT_VERSION,
+            schema=ResolveReply,
+        )
+
+    same: list[CandidatePair] = []
+    for batch_pairs, completion in _decide_pairs(
+        pairs, settings, resolution, resolve_request, graph.resolution
+    ):
+        same += same_pairs(batch_pairs, _parsed(completion, ResolveReply))
+    mapping = merge_map(first_position, [(p.newer, p.older) for p in same])
+    graph.resolution.decided = len(mapping)
+    for old, new in sorted(mapping.items()):
+        merged = entities.pop(old)
+        entities[new] = _merge_entity(
+            entities[new], merged.model_copy(update={"aliases": [*merged.aliases, merged.name]})
+        )
+    remapped: dict[tuple[str, str, str], Relationship] = {}
+    for rel in rels.values():
+        start, end = mapping.get(rel.start, rel.start), mapping.get(rel.end, rel.end)
+        if start == end:
+            continue
+        new_rel = rel.model_copy(update={"start": start, "end": end})
+        remapped.setdefault(new_rel.key, new_rel)
+
+    # Updates and contradictions among facts that share an entity.
+    about: dict[str, set[str]] = defaultdict(set)
+    for rel in remapped.values():
+        if rel.type == "ABOUT":
+            about[rel.start].add(rel.end)
+    refs = [
+        StatementRef(s.id, s.label, frozenset(about[s.id]), first_position[s.id])
+        for s in statements.values()
+    ]
+    link_candidates = statement_pairs(
+        refs, labels=LINKED_LABELS, per_statement=settings.candidates_per_statement
+    )
+    dates = {
+        s.id: next(x.date_iso for x in chat.sessions if x.number == s.session_number)
+        for s in statements.values()
+    }
+    texts = {s.id: s.text for s in statements.values()}
+
+    def link_request(batch: list[CandidatePair]) -> ChatRequest:
+        system, user = link_messages(batch, texts, dates)
+        return ChatRequest(
+            messages=(Message.system(system["content"]), Message.user(user["content"])),
+            task=LINK_TASK,
+            prompt_version=LINK_PROMPT_VERSION,
+            schema=LinkReply,
+        )
+
+    for batch_pairs, completion in _decide_pairs(
+        link_candidates, settings, resolution, link_request, graph.linking
+    ):
+        for pair, relation in linked_pairs(batch_pairs, _parsed(completion, LinkReply)):
+            rel_type: RelType = "SUPERSEDES" if relation == "supersedes" else "CONTRADICTS"
+            link = Relationship(type=rel_type, start=pair.newer, end=pair.older)
+            remapped.setdefault(link.key, link)
+            graph.linking.decided += 1
+
+    memory_nodes: list[GraphNode] = [*entities.values(), *statements.values()]
+    all_nodes = [*src_batch.nodes, *sorted(memory_nodes, key=lambda n: n.id)]
+    all_rels = [*src_batch.relationships, *sorted(remapped.values(), key=lambda r: r.key)]
+    graph.batch = GraphBatch(nodes=all_nodes, relationships=all_rels)
+    return graph

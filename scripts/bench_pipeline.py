@@ -1,0 +1,98 @@
+"""Benchmark of the whole pipeline with the test model (issues 5, 6 and 7).
+
+In a temporary copy of the repo wired to the loopback Hub mirror, the loopback scorer stand-in and
+the scripted test model (nothing here measures a memory system), it times:
+- `dvc repro` of the lite set from a clean copy (Neo4j jars cached), then an unchanged second
+  `dvc repro` (it must make zero model calls);
+- `dvc repro` of the full set (mode=full), with the ingest, answer and judge figures from metrics;
+and compares the dry-run estimate with the actual calls and tokens, phase by phase.
+Needs ../shared/beam and `make neo4j`.
+Usage: `uv run python scripts/bench_pipeline.py [--skip-full]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import SHARED_BEAM  # noqa: E402
+from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
+from tests.support.hub_mirror import HubMirror  # noqa: E402
+
+PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
+
+
+def timed(repo: RepoCopy, *args: str) -> tuple[float, int]:
+    before = len(repo.model_calls())
+    started = time.monotonic()
+    repo.dvc(*args, timeout=3600)
+    return time.monotonic() - started, len(repo.model_calls()) - before
+
+
+def estimate_table(repo: RepoCopy) -> list[str]:
+    report = repo.read_json("metrics/report.json")
+    lines = [f"{'phase':<20}{'calls':>8}{'est.':>8}{'Δ%':>8}{'tokens':>12}{'est.':>12}{'Δ%':>8}"]
+    for phase in PHASES:
+        calls, est_calls = report["cost_calls"][phase], report["estimate_calls"][phase]
+        tokens, est_tokens = report["cost_tokens"][phase], report["estimate_tokens"][phase]
+
+        def delta(actual: float, estimate: float) -> str:
+            return f"{(estimate - actual) / actual * 100:+.0f}" if actual else "–"
+
+        lines.append(
+            f"{phase:<20}{calls:>8}{est_calls:>8}{delta(calls, est_calls):>8}"
+            f"{tokens:>12}{est_tokens:>12}{delta(tokens, est_tokens):>8}"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--skip-full", action="store_true")
+    args = parser.parse_args()
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp,
+        HubMirror(SHARED_BEAM / "mirror") as hub,
+    ):
+        with repo_copy(Path(tmp) / "lite", hub, mode="lite") as repo:
+            seconds, calls = timed(repo, "repro")
+            print(f"lite dvc repro (clean copy): {seconds:.1f} s, {calls} model calls")
+            seconds, calls = timed(repo, "repro")
+            print(f"lite dvc repro (unchanged):  {seconds:.1f} s, {calls} model calls")
+            print("\n".join(estimate_table(repo)))
+        if args.skip_full:
+            return
+        with repo_copy(Path(tmp) / "full", hub, mode="full") as repo:
+            seconds, calls = timed(repo, "repro")
+            print(f"full dvc repro (clean copy): {seconds:.1f} s, {calls} model calls")
+            ingest = repo.read_json("metrics/ingest.json")
+            answer = repo.read_json("metrics/answer.json")["agent"]
+            judge = repo.read_json("metrics/judge.json")["overall"]
+            ingest_seconds = sum(v["seconds"] for k, v in ingest.items() if k.startswith("conv"))
+            print(
+                f"full ingest: {ingest_seconds:.1f} s over {len(ingest) - 3} conversations, "
+                f"{ingest['total']['chunks']:.0f} chunks"
+            )
+            for key, value in sorted(ingest.items()):
+                if key.startswith("conv"):
+                    per_chunk = value["resolution_pairs_sent"] / max(value["chunks"], 1)
+                    print(
+                        f"  {key}: {value['chunks']} chunks, {value['seconds']:.1f} s, "
+                        f"resolution pairs sent per chunk {per_chunk:.2f}"
+                    )
+            print(
+                f"full answer: {answer['seconds']:.1f} s of agent loops, median context "
+                f"{answer['context_tokens_median']:.0f} tokens (max {answer['context_tokens_max']})"
+            )
+            print(f"full judge: {judge['judge_calls_per_question']:.2f} calls per question")
+            print("\n".join(estimate_table(repo)))
+
+
+if __name__ == "__main__":
+    main()

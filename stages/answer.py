@@ -1,0 +1,124 @@
+"""answer: the agent answers each question from its conversation's graph.
+
+Per conversation: start its own Neo4j, import the ingest stage's graph file, answer that
+conversation's questions with the tool-using agent (memory/agent.py), stop the server. Writes
+`data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
+(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` and `metrics/answer.json`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from clients.accounting import Accounting
+from clients.graph import start_graph
+from clients.llm import open_model
+from memory.agent import GraphTools, Trace, answer_question
+from memory.cost import estimate_answer
+from schemas.errors import DataError
+from schemas.params import AnswerParams, GraphParams
+from schemas.records import Question
+from stages.common import (
+    load_mode,
+    load_params,
+    read_jsonl,
+    remove_outputs,
+    run_stage,
+    write_json,
+    write_jsonl,
+)
+
+QUESTIONS = Path("data/slice/questions.jsonl")
+GRAPHS = Path("data/ingest")
+OUT_DIR = Path("data/answer")
+METRICS = Path("metrics/answer.json")
+NOTICE = """The traces in this folder quote and adapt the chat of BEAM (Tavakoli et al.,
+Hugging Face dataset Mohammadta/BEAM), licensed CC BY-SA 4.0
+(https://creativecommons.org/licenses/by-sa/4.0/). They are adapted material under the same
+licence: share them only under CC BY-SA 4.0, with this attribution.
+"""
+
+
+def summarize(traces: list[Trace]) -> dict[str, Any]:
+    """metrics/answer.json: counts, steps, calls, tokens and context size (numbers only)."""
+    if not traces:
+        return {"questions": 0}
+    contexts = [t.max_context_tokens for t in traces]
+    return {
+        "questions": len(traces),
+        "errors": sum(1 for t in traces if t.error),
+        "empty_answers": sum(1 for t in traces if not t.answer),
+        "tool_calls": sum(len(t.tool_calls) for t in traces),
+        "tool_errors": sum(1 for t in traces for c in t.tool_calls if c.error),
+        "steps_mean": statistics.fmean(t.steps for t in traces),
+        "calls": sum(t.calls for t in traces),
+        "prompt_tokens": sum(t.prompt_tokens for t in traces),
+        "completion_tokens": sum(t.completion_tokens for t in traces),
+        "context_tokens_median": statistics.median(contexts),
+        "context_tokens_max": max(contexts),
+        "seconds": sum(t.seconds for t in traces),
+    }
+
+
+def main() -> None:
+    mode = load_mode()
+    params = load_params("answer", AnswerParams)
+    graph_params = load_params("graph", GraphParams)
+    questions = read_jsonl(QUESTIONS, Question)
+    by_conversation: dict[str, list[Question]] = defaultdict(list)
+    for question in questions:
+        by_conversation[question.conversation_id].append(question)
+    missing = [c for c in by_conversation if not (GRAPHS / f"conv{c}.jsonl").is_file()]
+    if missing:
+        raise DataError(
+            f"no graph for conversation(s) {', '.join(missing)} in {GRAPHS}: run `dvc repro ingest`"
+        )
+    remove_outputs(OUT_DIR, METRICS)
+
+    accounting = Accounting()
+    agent = open_model("agent", accounting=accounting)
+    agent.check_endpoint()
+    estimate = estimate_answer(len(questions), params.max_steps)
+    if agent.budget is not None:
+        agent.budget.check_estimate(estimate.calls, estimate.tokens, what=f"answer ({mode})")
+
+    traces: dict[str, Trace] = {}
+    with tempfile.TemporaryDirectory(prefix="beam-answer-") as workdir:
+        for conversation in sorted(by_conversation, key=int):
+            with start_graph(graph_params, Path(workdir), name=f"conv{conversation}") as store:
+                store.import_jsonl(GRAPHS / f"conv{conversation}.jsonl")
+                tools = GraphTools(store, limit=params.result_limit)
+                for question in by_conversation[conversation]:
+                    trace = answer_question(question, agent, tools, max_steps=params.max_steps)
+                    traces[question.id] = trace
+                    print(
+                        f"answer [{len(traces)}/{len(questions)}] {question.id}: "
+                        f"{trace.steps} steps, {trace.calls} calls"
+                        + (f", error: {trace.error}" if trace.error else ""),
+                        file=sys.stderr,
+                    )
+    ordered = [traces[q.id] for q in questions]
+    write_jsonl(OUT_DIR / "traces.jsonl", ordered)
+    (OUT_DIR / "NOTICE").write_text(NOTICE, encoding="utf-8")
+    write_json(
+        OUT_DIR / "run.json",
+        {
+            "mode": mode,
+            "models": [agent.metadata()],
+            "test_model": agent.test_model,
+            "estimate": {"calls": estimate.calls, "tokens": estimate.tokens},
+        },
+    )
+    write_json(
+        METRICS,
+        {"agent": summarize(ordered), "llm_agent": accounting.to_metrics().get("agent", {})},
+    )
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,75 @@
+"""estimate: a dry run that prints the expected model calls and tokens per phase, beside the caps.
+
+No model call, no server. The slices of the requested mode are built in memory from the repaired
+dataset (`dvc repro repair` first), then memory/estimate.py computes each phase: extraction
+exactly from the chunks and prompts, resolution with the `max_llm_pairs` cap, the agent from the
+step limit, the judge from the rubrics. Usage: `python -m stages.estimate [--mode lite|full]`
+(or `make estimate MODE=full`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from memory.cost import PhaseEstimate
+from memory.estimate import estimate_run
+from schemas.params import AnswerParams, BudgetParams, IngestParams, SliceParams
+from stages.common import load_mode, load_params, run_stage
+from stages.ingest import settings_for
+from stages.slice import REPAIR_OUT, Mode, build_mode, load_fixture, read_rows
+
+
+def format_table(
+    phases: dict[str, PhaseEstimate], cap_calls: int, cap_tokens: int, mode: str
+) -> str:
+    """The estimate as a small text table, with the mode's cap and whether the run fits."""
+    lines = [
+        f"Estimate for mode {mode} (no model call made):",
+        f"{'phase':<12}{'calls':>10}{'prompt tokens':>16}{'completion':>12}{'tokens':>14}",
+    ]
+    for name, phase in phases.items():
+        lines.append(
+            f"{name:<12}{phase.calls:>10,}{phase.prompt_tokens:>16,}"
+            f"{phase.completion_tokens:>12,}{phase.tokens:>14,}"
+        )
+    total = phases["total"]
+    fits = total.calls <= cap_calls and total.tokens <= cap_tokens
+    lines.append(f"{'cap':<12}{cap_calls:>10,}{'':>16}{'':>12}{cap_tokens:>14,}")
+    lines.append(
+        "within the cap" if fits else "OVER the cap: the run would stop before its first call"
+    )
+    return "\n".join(lines)
+
+
+def estimate_mode(mode: Mode) -> dict[str, PhaseEstimate]:
+    slice_params = load_params("slice", SliceParams)
+    fixture = load_fixture(Path(slice_params.fixture))
+    built = build_mode(
+        read_rows(REPAIR_OUT),
+        fixture.modes[mode],
+        fixture.known_bad_rubric,
+        slice_params.tokenizer,
+    )
+    settings = settings_for(load_params("ingest", IngestParams), mode)
+    answer = load_params("answer", AnswerParams)
+    return estimate_run(
+        [s.chat for s in built.slices],
+        len(built.questions),
+        built.rubrics,
+        settings,
+        answer.max_steps,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.estimate", description=__doc__)
+    parser.add_argument("--mode", choices=("lite", "full"), default=None)
+    mode: Mode = parser.parse_args().mode or load_mode()  # type: ignore[assignment]
+    phases = estimate_mode(mode)
+    cap = getattr(load_params("budget", BudgetParams), mode)
+    print(format_table(phases, cap.calls, cap.tokens, mode))
+
+
+if __name__ == "__main__":
+    run_stage(main)

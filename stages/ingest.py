@@ -1,0 +1,137 @@
+"""ingest: build each conversation's knowledge graph with the model (the GraphRAG write path).
+
+Per conversation of the current slice: chunk, extract, resolve, link (memory/ingest.py), then
+start its own Neo4j server, write the graph, export it to the deterministic JSONL file that is this
+stage's out (`data/ingest/conv<N>.jsonl`), and stop the server. Also writes `data/ingest/run.json`
+(the models used, and whether a test model made this run) and `metrics/ingest.json`.
+
+Interrupted and run again: every finished model call comes from the call cache, and the graph is
+rebuilt from scratch in a fresh server (MERGE on stable ids: no duplicate nodes).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from clients.accounting import Accounting
+from clients.graph import start_graph
+from clients.llm import open_model
+from memory.estimate import estimate_ingest
+from memory.ingest import ConversationGraph, IngestSettings, build_graph
+from schemas.params import GraphParams, IngestParams
+from schemas.records import ChatSlice
+from stages.common import (
+    load_mode,
+    load_params,
+    remove_outputs,
+    run_stage,
+    write_json,
+)
+
+SLICE_CHATS = Path("data/slice/chats")
+OUT_DIR = Path("data/ingest")
+METRICS = Path("metrics/ingest.json")
+
+
+def settings_for(params: IngestParams, mode: str) -> IngestSettings:
+    return IngestSettings(
+        chunk_tokens=params.chunk_tokens,
+        max_llm_pairs=getattr(params.max_llm_pairs, mode),
+        candidates_per_entity=params.candidates_per_entity,
+        min_similarity=params.min_similarity,
+        pairs_per_call=params.pairs_per_call,
+        candidates_per_statement=params.candidates_per_statement,
+    )
+
+
+def load_chats(folder: Path) -> list[ChatSlice]:
+    """The slice's conversations, in conversation-number order."""
+    files = sorted(folder.glob("conv*.json"), key=lambda p: int(p.stem.removeprefix("conv")))
+    if not files:
+        from schemas.errors import DataError
+
+        raise DataError(f"no conversation slices in {folder}: run `dvc repro slice` first")
+    return [ChatSlice.model_validate_json(f.read_text(encoding="utf-8")) for f in files]
+
+
+def summarize(graphs: list[ConversationGraph], seconds: dict[str, float]) -> dict[str, Any]:
+    """metrics/ingest.json: per conversation and total (numbers only, two levels)."""
+    per_conv = {
+        f"conv{g.conversation_id}": {**g.counts(), "seconds": seconds[g.conversation_id]}
+        for g in graphs
+    }
+    total: dict[str, float] = {}
+    for counts in per_conv.values():
+        for key, value in counts.items():
+            total[key] = total.get(key, 0) + value
+    return {"total": total, **per_conv}
+
+
+def main() -> None:
+    mode = load_mode()
+    params = load_params("ingest", IngestParams)
+    graph_params = load_params("graph", GraphParams)
+    settings = settings_for(params, mode)
+    chats = load_chats(SLICE_CHATS)
+    remove_outputs(OUT_DIR, METRICS)
+
+    accounting = Accounting()
+    extraction = open_model("extraction", accounting=accounting)
+    resolution = open_model("resolution", accounting=accounting)
+    for model in (extraction, resolution):
+        model.check_endpoint()
+    estimate = estimate_ingest(chats, settings)
+    if extraction.budget is not None:
+        extraction.budget.check_estimate(
+            estimate.calls, estimate.tokens, what=f"ingest ({mode}: {len(chats)} conversations)"
+        )
+
+    graphs: list[ConversationGraph] = []
+    seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="beam-ingest-") as workdir:
+        for index, chat in enumerate(chats, start=1):
+            started = time.monotonic()
+            graph = build_graph(chat, settings, extraction, resolution)
+            with start_graph(
+                graph_params, Path(workdir), name=f"conv{chat.conversation_id}"
+            ) as store:
+                store.create_schema()
+                store.write(graph.batch)
+                store.export_jsonl(OUT_DIR / f"conv{chat.conversation_id}.jsonl")
+            seconds[chat.conversation_id] = round(time.monotonic() - started, 3)
+            graphs.append(graph)
+            counts = graph.counts()
+            print(
+                f"ingest [{index}/{len(chats)}] conv{chat.conversation_id}: "
+                f"{counts['chunks']} chunks, "
+                f"{counts['entities']} entities, {counts['statements']} statements, "
+                f"{counts['supersedes']} supersedes, {counts['contradicts']} contradicts "
+                f"({seconds[chat.conversation_id]:.1f} s)",
+                file=sys.stderr,
+            )
+
+    models = [extraction.metadata(), resolution.metadata()]
+    write_json(
+        OUT_DIR / "run.json",
+        {
+            "mode": mode,
+            "models": models,
+            "test_model": any(m["test_model"] for m in models),
+            "empty_extractions": {f"conv{g.conversation_id}": g.empty_chunks for g in graphs},
+            "failed_extractions": {f"conv{g.conversation_id}": g.failed_chunks for g in graphs},
+            "estimate": {"calls": estimate.calls, "tokens": estimate.tokens},
+        },
+    )
+    llm = accounting.to_metrics()
+    metrics = summarize(graphs, seconds)
+    for phase in ("extraction", "resolution"):
+        metrics[f"llm_{phase}"] = llm.get(phase, {})
+    write_json(METRICS, metrics)
+
+
+if __name__ == "__main__":
+    run_stage(main)

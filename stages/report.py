@@ -1,0 +1,449 @@
+"""report: the record of a run — metrics for `dvc metrics show`, plots, and reports/memory.md.
+
+Reads what the other stages wrote (metrics/ingest.json, metrics/answer.json, metrics/judge.json,
+data/judge/questions.jsonl, the run.json of ingest, answer and judge) and the pins in params.yaml;
+computes seeded bootstrap confidence intervals (resampling questions) per ability and overall,
+and the dry-run estimate per phase beside the actual figures. Writes `metrics/report.json`,
+`metrics/plots/abilities.csv`, `metrics/plots/cost.csv` and `reports/memory.md`.
+`python -m stages.report --print` prints the record in the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory.cost import PhaseEstimate
+from memory.estimate import estimate_run
+from schemas.errors import DataError
+from schemas.params import (
+    AnswerParams,
+    FetchParams,
+    IngestParams,
+    JudgeParams,
+    ReportParams,
+    VerifyHashParams,
+)
+from schemas.records import ABILITIES, ChatSlice, Rubric
+from stages.common import (
+    load_mode,
+    load_params,
+    remove_outputs,
+    run_stage,
+    write_atomic,
+    write_json,
+)
+from stages.ingest import load_chats, settings_for
+
+RECORD = Path("reports/memory.md")
+METRICS = Path("metrics/report.json")
+ABILITY_PLOT = Path("metrics/plots/abilities.csv")
+COST_PLOT = Path("metrics/plots/cost.csv")
+COST_PHASES = {
+    "ingest_extraction": ("ingest", "llm_extraction", "extraction"),
+    "ingest_resolution": ("ingest", "llm_resolution", "resolution"),
+    "agent": ("answer", "llm_agent", "agent"),
+    "judge": ("judge", "llm_judge", "judge"),
+}
+TEST_MODEL_WARNING = (
+    "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
+    "that the pipeline runs end to end, not how good any memory system is."
+)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise DataError(
+            f"{path} is missing: run `dvc repro` up to the stage that makes it"
+        ) from exc
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise DataError(f"{path} is missing: run `dvc repro judge` first")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def bootstrap_interval(
+    values: Sequence[float], *, samples: int, confidence: float, seed: Sequence[int]
+) -> tuple[float | None, float | None]:
+    """Percentile interval of the mean, resampling the values with replacement (seeded)."""
+    if not values:
+        return None, None
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(list(seed))
+    means = data[rng.integers(0, len(data), size=(samples, len(data)))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def score_table(
+    rows: Sequence[Mapping[str, Any]], params: ReportParams
+) -> dict[str, dict[str, Any]]:
+    """Per ability (all ten) and overall: n, score, CI, score excluding known-bad, recall."""
+    table: dict[str, dict[str, Any]] = {}
+    for index, group in enumerate([*ABILITIES, "overall"]):
+        members = [r for r in rows if group == "overall" or r["ability"] == group]
+        scores = [float(r["score"]) for r in members]
+        kept = [
+            float(r["score_excluding_known_bad"])
+            for r in members
+            if r["score_excluding_known_bad"] is not None
+        ]
+        recalls = [float(r["evidence_recall"]) for r in members if r["evidence_recall"] is not None]
+        low, high = bootstrap_interval(
+            scores,
+            samples=params.bootstrap_samples,
+            confidence=params.confidence,
+            seed=(params.seed, index),
+        )
+        table[group] = {
+            "n": len(members),
+            "score": _mean(scores),
+            "ci_low": low,
+            "ci_high": high,
+            "score_excluding_known_bad": _mean(kept),
+            "evidence_recall": _mean(recalls),
+        }
+    return table
+
+
+def cost_table(
+    metrics: Mapping[str, Mapping[str, Any]], estimate: Mapping[str, PhaseEstimate]
+) -> dict[str, dict[str, float]]:
+    """Actual calls, tokens and seconds per phase (and total), with the estimate beside them."""
+    table: dict[str, dict[str, float]] = {}
+    for phase, (stage, key, estimate_key) in COST_PHASES.items():
+        llm = metrics[stage].get(key) or {}
+        planned = estimate[estimate_key]
+        table[phase] = {
+            "calls": llm.get("calls", 0),
+            "cache_hits": llm.get("cache_hits", 0),
+            "tokens": llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0),
+            "seconds": llm.get("seconds", 0.0),
+            "estimate_calls": planned.calls,
+            "estimate_tokens": planned.tokens,
+        }
+    table["total"] = {
+        key: sum(row[key] for row in table.values())
+        for key in ("calls", "cache_hits", "tokens", "seconds", "estimate_calls", "estimate_tokens")
+    }
+    return table
+
+
+def build_metrics(
+    scores: Mapping[str, Mapping[str, Any]],
+    judge: Mapping[str, Any],
+    ingest: Mapping[str, Any],
+    answer: Mapping[str, Any],
+    cost: Mapping[str, Mapping[str, float]],
+    flags: Mapping[str, int],
+    run: Mapping[str, Any],
+) -> dict[str, Any]:
+    """metrics/report.json: numbers only, two levels, every ability always present."""
+    groups = [*ABILITIES, "overall"]
+    total = ingest["total"]
+    return {
+        "score": {g: scores[g]["score"] for g in groups},
+        "score_ci_low": {g: scores[g]["ci_low"] for g in groups},
+        "score_ci_high": {g: scores[g]["ci_high"] for g in groups},
+        "score_excluding_known_bad": {g: scores[g]["score_excluding_known_bad"] for g in groups},
+        "evidence_recall": {g: scores[g]["evidence_recall"] for g in groups},
+        "questions": {g: scores[g]["n"] for g in groups},
+        "events": {
+            "event_f1": judge["event_ordering"].get("event_f1"),
+            "event_tau_norm": judge["event_ordering"].get("event_tau_norm"),
+        },
+        "flags": dict(flags),
+        "graph": {
+            "chunks": total["chunks"],
+            "entities": total["entities"],
+            "statements": total["statements"],
+            "relationships": total["relationships"],
+            "supersedes": total["supersedes"],
+            "contradicts": total["contradicts"],
+            "empty_extractions": total["empty_extractions"],
+        },
+        "agent": {
+            "context_tokens_median": answer["agent"].get("context_tokens_median"),
+            "steps_mean": answer["agent"].get("steps_mean"),
+        },
+        "cost_calls": {p: row["calls"] for p, row in cost.items()},
+        "cost_tokens": {p: row["tokens"] for p, row in cost.items()},
+        "cost_seconds": {p: row["seconds"] for p, row in cost.items()},
+        "estimate_calls": {p: row["estimate_calls"] for p, row in cost.items()},
+        "estimate_tokens": {p: row["estimate_tokens"] for p, row in cost.items()},
+        "run": {
+            "test_model": int(bool(run["test_model"])),
+            "judge_is_agent": int(bool(run["judge_is_agent"])),
+        },
+    }
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def render_record(
+    *,
+    run: Mapping[str, Any],
+    pins: Mapping[str, str],
+    settings: Mapping[str, Any],
+    scores: Mapping[str, Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    judge: Mapping[str, Any],
+    ingest: Mapping[str, Any],
+    cost: Mapping[str, Mapping[str, float]],
+    flags: Mapping[str, int],
+    confidence: float,
+) -> str:
+    """The Markdown record a reader needs to trust (or distrust) a run."""
+    out: list[str] = [f"# BEAM memory benchmark: {run['mode']} run", ""]
+    if run["test_model"]:
+        out += [TEST_MODEL_WARNING, ""]
+    overall = scores["overall"]
+    out += [
+        f"Overall score **{_fmt(overall['score'])}** "
+        f"({confidence:.0%} CI {_fmt(overall['ci_low'])}–{_fmt(overall['ci_high'])}) over "
+        f"{overall['n']} questions; excluding known-bad rubrics "
+        f"{_fmt(overall['score_excluding_known_bad'])}.",
+        "",
+        "## Pins",
+        "",
+        "| what | value |",
+        "|---|---|",
+        *[f"| {k} | `{v}` |" for k, v in pins.items()],
+        "",
+        "## Models and settings",
+        "",
+        "| role | model | endpoint |",
+        "|---|---|---|",
+        *[f"| {m['role']} | `{m['model']}` | {m['api_base'] or '–'} |" for m in run["models"]],
+        "",
+        f"Judge is the agent's model: **{'yes' if run['judge_is_agent'] else 'no'}**.",
+        "",
+        *[f"- {k}: {v}" for k, v in settings.items()],
+        "",
+        "## Scores per ability",
+        "",
+        f"| ability | n | score | {confidence:.0%} CI | excl. known-bad | evidence recall |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for group in [*ABILITIES, "overall"]:
+        row = scores[group]
+        interval = (
+            f"{_fmt(row['ci_low'])}–{_fmt(row['ci_high'])}" if row["ci_low"] is not None else "–"
+        )
+        out.append(
+            f"| {group} | {row['n']} | {_fmt(row['score'])} | {interval} | "
+            f"{_fmt(row['score_excluding_known_bad'])} | {_fmt(row['evidence_recall'])} |"
+        )
+    events = judge["event_ordering"]
+    out += [
+        "",
+        f"Event ordering: event_f1 {_fmt(events.get('event_f1'))}, "
+        f"event_tau_norm {_fmt(events.get('event_tau_norm'))} (score = F1 × tau_norm).",
+        "",
+        "Flagged questions: " + ", ".join(f"{k} {v}" for k, v in flags.items()) + ".",
+        "",
+        "## Questions",
+        "",
+        "| question | ability | score | flags | evidence recall |",
+        "|---|---|---:|---|---:|",
+        *[
+            f"| {r['question_id']} | {r['ability']} | {_fmt(r['score'])} | "
+            f"{', '.join(r['flags']) or '–'} | {_fmt(r['evidence_recall'])} |"
+            for r in rows
+        ],
+        "",
+        "## Graph",
+        "",
+        "| conversation | chunks | entities | statements | relationships | supersedes | "
+        "contradicts | empty extractions |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, counts in ingest.items():
+        if name.startswith("llm_"):
+            continue
+        out.append(
+            f"| {name} | {_fmt(counts['chunks'])} | {_fmt(counts['entities'])} | "
+            f"{_fmt(counts['statements'])} | {_fmt(counts['relationships'])} | "
+            f"{_fmt(counts['supersedes'])} | {_fmt(counts['contradicts'])} | "
+            f"{_fmt(counts['empty_extractions'])} |"
+        )
+    out += [
+        "",
+        "## Cost and time",
+        "",
+        "| phase | calls | cache hits | tokens | seconds | estimated calls | estimated tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *[
+            f"| {phase} | {_fmt(int(r['calls']))} | {_fmt(int(r['cache_hits']))} | "
+            f"{_fmt(int(r['tokens']))} | {_fmt(float(r['seconds']), 1)} | "
+            f"{_fmt(int(r['estimate_calls']))} | {_fmt(int(r['estimate_tokens']))} |"
+            for phase, r in cost.items()
+        ],
+        "",
+        "Calls and tokens count the model calls this run made; cache hits were free.",
+        "",
+        "## Caveats",
+        "",
+    ]
+    caveats = []
+    if run["mode"] == "lite":
+        caveats.append(
+            "The lite set is a smoke test of the pipeline (2 questions), not a sample: its score "
+            "says nothing about memory."
+        )
+    if run["test_model"]:
+        caveats.append("A test model made this run: it measures nothing.")
+    if run["judge_is_agent"]:
+        caveats.append(
+            "The judge is the agent's own model, which biases scores upward; set "
+            "`models.judge` to another model for a fair score."
+        )
+    caveats += [
+        "Event ordering is scored as event_f1 × event_tau_norm, stricter than the paper's "
+        "tau-only number.",
+        "Two defects of the benchmark's scorer are corrected: the judge prompt's `<question>` "
+        "is filled, and a 0.5 item score is kept (the original `int()` made it 0).",
+        f"Intervals are {confidence:.0%} bootstrap intervals over questions: with few questions "
+        "they are wide, and abilities whose intervals overlap cannot be told apart.",
+        "Traces and graphs quote the chat: they are CC BY-SA 4.0 material (see NOTICE).",
+    ]
+    out += [f"- {c}" for c in caveats]
+    return "\n".join(out) + "\n"
+
+
+def write_plots(
+    scores: Mapping[str, Mapping[str, Any]], cost: Mapping[str, Mapping[str, float]]
+) -> None:
+    lines = ["ability,score,ci_low,ci_high,n"]
+    for ability in ABILITIES:
+        row = scores[ability]
+        if row["n"]:
+            lines.append(
+                f"{ability},{row['score']:.6f},{row['ci_low']:.6f},{row['ci_high']:.6f},{row['n']}"
+            )
+    write_atomic(ABILITY_PLOT, "\n".join(lines) + "\n")
+    cost_lines = ["phase,calls,tokens"]
+    cost_lines += [
+        f"{p},{int(r['calls'])},{int(r['tokens'])}" for p, r in cost.items() if p != "total"
+    ]
+    write_atomic(COST_PLOT, "\n".join(cost_lines) + "\n")
+
+
+def code_commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (no git)"
+    return done.stdout.strip() if done.returncode == 0 else "unknown (not a git checkout)"
+
+
+def run_info(
+    ingest_run: Mapping[str, Any], answer_run: Mapping[str, Any], judge_run: Mapping[str, Any]
+) -> dict[str, Any]:
+    models = [*ingest_run["models"], *answer_run["models"], *judge_run["models"]]
+    return {
+        "mode": judge_run["mode"],
+        "models": models,
+        "test_model": any(m["test_model"] for m in models),
+        "judge_is_agent": any(m["role"] == "judge" and m["judge_is_agent"] for m in models),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.report", description=__doc__)
+    parser.add_argument("--print", action="store_true", help="print reports/memory.md and exit")
+    if parser.parse_args().print:
+        if not RECORD.is_file():
+            raise DataError(f"{RECORD} does not exist yet: run `dvc repro` first")
+        sys.stdout.write(RECORD.read_text(encoding="utf-8"))
+        return
+    mode = load_mode()
+    params = load_params("report", ReportParams)
+    ingest_params = load_params("ingest", IngestParams)
+    fetch = load_params("fetch", FetchParams)
+    verify = load_params("verify_hash", VerifyHashParams)
+    judge_params = load_params("judge", JudgeParams)
+    answer_params = load_params("answer", AnswerParams)
+    ingest = _read_json(Path("metrics/ingest.json"))
+    answer = _read_json(Path("metrics/answer.json"))
+    judge = _read_json(Path("metrics/judge.json"))
+    rows = _read_rows(Path("data/judge/questions.jsonl"))
+    run = run_info(
+        _read_json(Path("data/ingest/run.json")),
+        _read_json(Path("data/answer/run.json")),
+        _read_json(Path("data/judge/run.json")),
+    )
+    remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT)
+
+    chats: list[ChatSlice] = load_chats(Path("data/slice/chats"))
+    rubrics = [
+        Rubric.model_validate_json(line)
+        for line in Path("data/slice/rubrics.jsonl").read_text(encoding="utf-8").splitlines()
+        if line
+    ]
+    settings = settings_for(ingest_params, mode)
+    estimate = estimate_run(chats, len(rows), rubrics, settings, answer_params.max_steps)
+    scores = score_table(rows, params)
+    cost = cost_table({"ingest": ingest, "answer": answer, "judge": judge}, estimate)
+    flags = {
+        flag: sum(flag in r["flags"] for r in rows)
+        for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
+    }
+    write_json(METRICS, build_metrics(scores, judge, ingest, answer, cost, flags, run))
+    write_plots(scores, cost)
+    pins = {
+        "dataset": f"{fetch.repo_id}@{fetch.revision}:{fetch.filename}",
+        "dataset sha256": f"{verify.sha256} ({verify.size_bytes:,} bytes)",
+        "scorer": f"{judge_params.scorer_repo}@{judge_params.scorer_commit}",
+        "code commit": code_commit(),
+    }
+    knobs = {
+        "chunk size (tokens)": ingest_params.chunk_tokens,
+        "max_llm_pairs (per label and conversation)": settings.max_llm_pairs,
+        "agent step limit": answer_params.max_steps,
+        "params of every stage": "`dvc.lock` of this commit",
+    }
+    record = render_record(
+        run=run,
+        pins=pins,
+        settings=knobs,
+        scores=scores,
+        rows=rows,
+        judge=judge,
+        ingest={k: v for k, v in ingest.items() if k != "total"},
+        cost=cost,
+        flags=flags,
+        confidence=params.confidence,
+    )
+    write_atomic(RECORD, record)
+    print(f"report: {RECORD} written; `python -m stages.report --print` shows it", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    run_stage(main)

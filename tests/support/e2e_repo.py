@@ -1,0 +1,157 @@
+"""A temporary copy of the repository wired to loopback servers, for end-to-end DVC runs.
+
+The copy gets the working-tree version of every file git tracks or would track and a fresh git
+repository; params are overridden to the loopback Hub mirror's size and sha256, the scorer
+stand-in served from loopback, and the deterministic test model `scripted/rules`. Nothing of it
+is ever a record of the benchmark: it lives and dies in the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import REPO_ROOT, SHARED_BEAM
+from tests.support.hub_mirror import HubMirror
+from tests.support.scorer_standin import (
+    COMMIT,
+    COMPUTE_METRICS_PATH,
+    PROMPTS_PATH,
+    REPO,
+    RawHost,
+    raw_layout,
+    serve_files,
+    sha256_of,
+    standin_files,
+)
+
+COMMAND_TIMEOUT_SECONDS = 900
+MIRROR_REL = "mirror/datasets/Mohammadta/BEAM/data/100K-00000-of-00001.parquet"
+STALE = ("dvc.lock", "metrics", "reports")
+
+
+def copy_repo(target: Path) -> None:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        source = REPO_ROOT / rel
+        if source.is_file():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / rel)
+    for stale in STALE:  # a test copy starts with no record of any run
+        path = target / stale
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def params_for_tests(params: dict[str, Any], scorer_base_url: str, mode: str) -> dict[str, Any]:
+    """params.yaml of a test copy: mirror pins, stand-in scorer, the scripted test model."""
+    manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
+    files = standin_files()
+    params = json.loads(json.dumps(params))
+    params["mode"] = mode
+    params["verify_hash"] = {
+        "size_bytes": (SHARED_BEAM / MIRROR_REL).stat().st_size,
+        "sha256": manifest["sha256"][MIRROR_REL],
+    }
+    params["judge"] |= {
+        "scorer_repo": REPO,
+        "scorer_commit": COMMIT,
+        "base_url": scorer_base_url,
+        "prompts": {"path": PROMPTS_PATH, "sha256": sha256_of(files[PROMPTS_PATH])},
+        "compute_metrics": {
+            "path": COMPUTE_METRICS_PATH,
+            "sha256": sha256_of(files[COMPUTE_METRICS_PATH]),
+        },
+    }
+    for role in ("extraction", "resolution", "agent"):
+        params["models"][role] = {"model": "scripted/rules", "api_base": None}
+    params["models"]["judge"] = {"model": None, "api_base": None}
+    return params
+
+
+@dataclass
+class RepoCopy:
+    path: Path
+    env: dict[str, str]
+    hub: HubMirror
+    scorer: RawHost
+    record: Path
+    """The scripted model's request log (BEAM_SCRIPTED_RECORD): one JSON line per model call."""
+
+    def dvc(self, *args: str, check: bool = True, timeout: float = COMMAND_TIMEOUT_SECONDS) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "dvc", *args],
+            cwd=self.path,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        output = done.stdout + done.stderr
+        if check:
+            assert done.returncode == 0, output
+        return output
+
+    def model_calls(self) -> list[dict[str, Any]]:
+        if not self.record.is_file():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines() if line]
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads((self.path / rel).read_text())
+
+
+@contextmanager
+def repo_copy(tmp_path: Path, hub: HubMirror, mode: str = "lite") -> Iterator[RepoCopy]:
+    files = raw_layout(REPO, COMMIT, standin_files())
+    with serve_files(files) as scorer:
+        repo = tmp_path / "repo"
+        copy_repo(repo)
+        params = yaml.safe_load((repo / "params.yaml").read_text())
+        params = params_for_tests(params, scorer.base_url, mode)
+        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "copy for an end-to-end test")
+        record = tmp_path / "model-calls.jsonl"
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DVC_", "PYTHONPATH"))
+        }
+        env |= {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "HF_ENDPOINT": hub.endpoint,
+            "HF_HOME": str(tmp_path / "hf"),
+            "DVC_NO_ANALYTICS": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "BEAM_NEO4J_LIB": str(REPO_ROOT / ".cache" / "neo4j" / "lib"),
+            "BEAM_SCRIPTED_RECORD": str(record),
+        }
+        yield RepoCopy(repo, env, hub, scorer, record)

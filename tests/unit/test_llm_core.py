@@ -1,0 +1,242 @@
+"""Pure parts of the model layer: JSON repair, tool schemas, cache keys, roles, backoff, import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, Field
+
+from clients.llm import (
+    BACKOFF_MAX_SECONDS,
+    ChatRequest,
+    LlmClient,
+    Message,
+    _parse_retry_after,
+    backoff_seconds,
+    build_model,
+    check_endpoint,
+    judge_is_agent,
+    open_model,
+    parse_json_reply,
+    resolve_model,
+    tool_from_model,
+)
+from schemas.errors import ParamsError, ServiceError
+from schemas.params import BudgetParams, Cap, LlmParams, ModelRef, ModelsParams
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ('{"a": 1}', {"a": 1}),
+        ('```json\n{"a": 1}\n```', {"a": 1}),
+        ('Sure! Here is the JSON:\n{"a": [1, 2]} hope that helps', {"a": [1, 2]}),
+        ('{"a": 1, "b": [1, 2,],}', {"a": 1, "b": [1, 2]}),
+        ("{'a': True}".replace("'", '"'), {"a": True}),
+        ('{"a": {"b": "c"', {"a": {"b": "c"}}),
+        ('{"a": "unterminated', {"a": "unterminated"}),
+        ("[1, 2]", [1, 2]),
+    ],
+)
+def test_parse_json_reply_repairs_common_damage(reply: str, expected: object) -> None:
+    assert parse_json_reply(reply) == expected
+
+
+@pytest.mark.parametrize("reply", ["", "no json here", "I cannot comply."])
+def test_parse_json_reply_refuses_prose(reply: str) -> None:
+    with pytest.raises(ValueError, match="no JSON"):
+        parse_json_reply(reply)
+
+
+class LookupFacts(BaseModel):
+    """Look up facts about an entity in the memory graph."""
+
+    entity: str = Field(description="The entity's name")
+    limit: int = Field(default=10, ge=1, le=100)
+
+
+def test_tool_from_model_makes_openai_tool_json() -> None:
+    tool = tool_from_model(LookupFacts)
+    spec = tool.to_openai()
+    assert spec["type"] == "function"
+    fn = spec["function"]
+    assert fn["name"] == "lookup_facts"
+    assert fn["description"] == "Look up facts about an entity in the memory graph."
+    assert fn["parameters"]["required"] == ["entity"]
+    assert fn["parameters"]["properties"]["limit"]["maximum"] == 100
+
+
+def test_tool_without_docstring_is_refused() -> None:
+    class Bare(BaseModel):
+        x: int
+
+    with pytest.raises(ParamsError, match="docstring"):
+        tool_from_model(Bare)
+
+
+def models_params(judge: str | None = None, judge_base: str | None = None) -> ModelsParams:
+    ref = ModelRef(model="ollama_chat/gemma4:31b", api_base="http://localhost:11434")
+    return ModelsParams(
+        extraction=ref,
+        resolution=ref,
+        agent=ref,
+        judge=ModelRef(model=judge, api_base=judge_base),
+    )
+
+
+def test_judge_falls_back_to_the_agent_and_says_so() -> None:
+    models = models_params()
+    assert resolve_model(models, "judge") == models.agent
+    assert judge_is_agent(models)
+    other = models_params("openai/gpt-4o-mini")
+    assert resolve_model(other, "judge").model == "openai/gpt-4o-mini"
+    assert not judge_is_agent(other)
+
+
+def test_only_the_judge_may_be_null() -> None:
+    ref = ModelRef(model=None)
+    models = ModelsParams(extraction=ref, resolution=ref, agent=ref, judge=ref)
+    with pytest.raises(ParamsError, match=r"models\.extraction\.model is null"):
+        resolve_model(models, "extraction")
+
+
+def llm_params(tmp_path: Path, **over: object) -> LlmParams:
+    base: dict[str, object] = {
+        "timeout_seconds": 5,
+        "max_attempts": 3,
+        "concurrency": 2,
+        "seed": 0,
+        "cache": True,
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    return LlmParams.model_validate({**base, **over})
+
+
+def test_build_model_wires_cache_budget_and_judge_flag(tmp_path: Path) -> None:
+    budget = BudgetParams(lite=Cap(calls=40, tokens=120_000), full=Cap(calls=1, tokens=1))
+    client = build_model(
+        "judge", models=models_params(), llm=llm_params(tmp_path), budget=budget, mode="lite"
+    )
+    assert client.judge_is_agent and client.metadata()["judge_is_agent"] is True
+    assert client.budget is not None and client.budget.cap.calls == 40
+    assert client.budget.path == tmp_path / "cache" / "budget-lite.json"
+    assert client.cache is not None
+    off = build_model(
+        "agent",
+        models=models_params(),
+        llm=llm_params(tmp_path, cache=False),
+        budget=budget,
+        mode="full",
+    )
+    assert off.cache is None and not off.judge_is_agent
+
+
+def test_open_model_and_check_endpoint_read_params_yaml(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        f"""mode: lite
+models:
+  extraction: {{model: scripted/rules}}
+  resolution: {{model: scripted/rules}}
+  agent: {{model: ollama_chat/gemma4:31b, api_base: "http://127.0.0.1:9"}}
+  judge: {{model: null}}
+llm: {{timeout_seconds: 5, max_attempts: 2, concurrency: 2, seed: 0, cache: true,
+      cache_dir: "{tmp_path / "cache"}"}}
+budget: {{lite: {{calls: 40, tokens: 120000}}, full: {{calls: 1, tokens: 1}}}}
+""",
+        encoding="utf-8",
+    )
+    extraction = open_model("extraction", params_path=params)
+    assert extraction.test_model and extraction.budget is not None
+    assert extraction.budget.cap.calls == 40
+    check_endpoint("extraction", params_path=params)  # scripted: nothing to reach
+    judge = open_model("judge", params_path=params)
+    assert judge.judge_is_agent and judge.ref.model == "ollama_chat/gemma4:31b"
+    with pytest.raises(ServiceError) as err:
+        check_endpoint("judge", params_path=params)
+    text = str(err.value)
+    assert "ollama_chat/gemma4:31b" in text and "http://127.0.0.1:9" in text
+    assert "ollama pull gemma4:31b" in text and "models.judge" in text
+
+
+def test_cache_key_changes_with_everything_that_determines_the_reply(tmp_path: Path) -> None:
+    class Schema(BaseModel):
+        x: int
+
+    def key(ref: ModelRef, req: ChatRequest, seed: int = 0) -> str:
+        client = LlmClient("agent", ref, llm_params(tmp_path, seed=seed))
+        messages = [m.to_openai() for m in req.messages]
+        return client._key(req, messages, native=True)
+
+    ref = ModelRef(model="scripted/rules")
+    req = ChatRequest((Message.user("hi"),), task="agent", prompt_version="v1")
+    base = key(ref, req)
+    assert key(ref, req) == base  # stable
+    variants = [
+        key(ModelRef(model="scripted/other"), req),
+        key(ModelRef(model="scripted/rules", api_base="http://x"), req),
+        key(ref, ChatRequest((Message.user("hi!"),), task="agent", prompt_version="v1")),
+        key(ref, ChatRequest((Message.user("hi"),), task="agent", prompt_version="v2")),
+        key(ref, ChatRequest((Message.user("hi"),), task="judge", prompt_version="v1")),
+        key(ref, ChatRequest(req.messages, "agent", "v1", tools=(tool_from_model(LookupFacts),))),
+        key(ref, ChatRequest(req.messages, "agent", "v1", schema=Schema)),
+        key(ref, ChatRequest(req.messages, "agent", "v1", max_tokens=10)),
+        key(ref, req, seed=1),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+
+
+def test_backoff_honours_retry_after_and_is_bounded() -> None:
+    assert backoff_seconds(1, None) == 1.0
+    assert backoff_seconds(3, None) == 4.0
+    assert backoff_seconds(20, None) == BACKOFF_MAX_SECONDS
+    assert backoff_seconds(1, 7.0) == 7.0
+    assert backoff_seconds(1, 10_000.0) == 120.0
+    assert _parse_retry_after({"retry-after": "3"}) == 3.0
+    assert _parse_retry_after({"retry-after-ms": "250"}) == 0.25
+    assert _parse_retry_after({}) is None
+    assert _parse_retry_after(None) is None
+    assert _parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+
+
+def test_import_is_fast_and_touches_no_network() -> None:
+    # litellm is imported lazily; with sockets disabled, importing the layer still works
+    code = """
+import socket, sys
+def refuse(*a, **k):
+    raise RuntimeError("network used at import")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+import clients.llm, clients.scripted, clients.accounting, clients.llm_cache
+print("litellm" in sys.modules)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_importing_litellm_through_the_layer_makes_no_network_call() -> None:
+    code = """
+import os, socket
+os.environ.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)
+def refuse(*a, **k):
+    raise RuntimeError("network used at import")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+from clients.llm import _import_litellm
+litellm = _import_litellm()
+print(os.environ["LITELLM_LOCAL_MODEL_COST_MAP"])
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+    assert "fetch" not in out.stderr.lower(), out.stderr
