@@ -802,7 +802,8 @@ class Neo4jGraphStore:
         """Schema commands and IN TRANSACTIONS need an auto-commit transaction."""
         try:
             with self.driver.session(database=DATABASE) as session:
-                session.run(query, dict(params or {})).consume()
+                timed = Query(query, timeout=self.params.start_timeout_seconds)
+                session.run(timed, dict(params or {})).consume()
         except _UNREACHABLE as exc:
             raise self._unavailable(exc) from exc
 

@@ -204,7 +204,7 @@ def _with_schema(request: ChatRequest, hints: Mapping[str, Any], text: str) -> S
 
 def judge_rule(request: ChatRequest) -> ScriptedReply:
     sections = labelled_sections(last_user_text(request))
-    rubric = find_section(sections, "rubric", "criterion") or ""
+    rubric = find_section(sections, "rubric", "criterion", "check") or ""
     response = find_section(sections, "response", "answer") or ""
     share = overlap(rubric, response)
     score = 1.0 if share >= 0.6 else 0.5 if share >= 0.3 else 0.0
@@ -215,8 +215,8 @@ def judge_rule(request: ChatRequest) -> ScriptedReply:
 
 def equivalence_rule(request: ChatRequest) -> ScriptedReply:
     sections = labelled_sections(last_user_text(request))
-    first = find_section(sections, "first", "expected", "reference") or ""
-    second = find_section(sections, "second", "response", "answer") or ""
+    first = find_section(sections, "first", "expected", "reference", "snippet a") or ""
+    second = find_section(sections, "second", "response", "answer", "snippet b") or ""
     shorter, longer = sorted((first, second), key=lambda s: len(content_words(s)))
     same = overlap(shorter, longer) >= 0.5
     return _with_schema(request, {"equivalent": same}, "YES" if same else "NO")
@@ -230,12 +230,39 @@ def agent_rule(request: ChatRequest) -> ScriptedReply:
         words = content_words(question)
         args = fill_schema(tool.parameters, words, _string_hints(tool.parameters, words))
         return ScriptedReply(tool_calls=((tool.name, args),))
-    sentences = [s.strip() for r in results for s in re.split(r"(?<=[.!?])\s+|\n+", r)]
-    sentences = [s for s in sentences if s]
+    sentences = [s.strip() for r in results for t in _result_texts(r) for s in _split(t)]
+    sentences = [s for s in dict.fromkeys(sentences) if s]
     if not sentences:
         return ScriptedReply(text="I don't know: my memory holds nothing about this.")
-    best = max(sentences, key=lambda s: (overlap(question, s), -sentences.index(s)))
-    return ScriptedReply(text=f'From memory: "{best}"')
+    ranked = sorted(sentences, key=lambda s: (-overlap(question, s), sentences.index(s)))
+    return ScriptedReply(text="From memory:\n" + "\n".join(ranked[:3]))
+
+
+def _split(text: str) -> list[str]:
+    return re.split(r"(?<=[.!?])\s+|\n+", text)
+
+
+def _result_texts(result: str) -> list[str]:
+    """The texts inside a tool result: JSON results' `text`/`name` fields, or the raw text."""
+    try:
+        data = json.loads(result)
+    except ValueError:
+        return [result]
+    texts: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("text", "name") and isinstance(item, str):
+                    texts.append(re.sub(r"^\[message [^\]]*\]\s*", "", item))
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(data)
+    return texts
 
 
 def _string_hints(parameters: Mapping[str, Any], words: list[str]) -> dict[str, Any]:

@@ -7,11 +7,13 @@ estimate beside the actual figures of the run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from clients.tokens import count_tokens
-from schemas.records import Rubric
+from schemas.judging import JudgePrompts
+from schemas.params import AgentRates, JudgeRates
+from schemas.records import Question, Rubric
 
 
 @dataclass(frozen=True)
@@ -35,59 +37,51 @@ class PhaseEstimate:
 ZERO = PhaseEstimate(0, 0, 0)
 
 
-@dataclass(frozen=True)
-class AgentRates:
-    calls_per_question: float = 3.0
-    """Tool-calling turns plus the final answer (the step limit caps it)."""
-    prompt_tokens_per_call: float = 2500.0
-    completion_tokens_per_call: float = 150.0
-
-
-DEFAULT_AGENT_RATES = AgentRates()
-
-
 def estimate_answer(
-    questions: int, max_steps: int, rates: AgentRates = DEFAULT_AGENT_RATES
+    questions: Sequence[Question], max_steps: int, rates: AgentRates, system_prompt: str
 ) -> PhaseEstimate:
-    """The agent's expected calls and tokens for `questions` questions."""
-    calls = round(questions * min(rates.calls_per_question, max_steps + 1))
+    """The agent's calls and tokens: call k of a question re-sends the system prompt, the
+    question and the k tool steps before it (each a tool call and its compact result)."""
+    calls = min(rates.calls_per_question, max_steps + 1)
+    steps_before = calls * (calls - 1) / 2  # 0 + 1 + … + (calls - 1)
+    system = count_tokens(system_prompt)
+    prompt = sum(
+        calls * (system + count_tokens(q.question)) + steps_before * rates.tool_tokens_per_step
+        for q in questions
+    )
+    total_calls = len(questions) * calls
     return PhaseEstimate(
-        calls,
-        round(calls * rates.prompt_tokens_per_call),
-        round(calls * rates.completion_tokens_per_call),
+        round(total_calls), round(prompt), round(total_calls * rates.completion_tokens_per_call)
     )
 
 
-@dataclass(frozen=True)
-class JudgeRates:
-    answer_tokens: float = 250.0
-    """Length of a typical answer (it is part of every judge prompt)."""
-    item_prompt_tokens: float = 1100.0
-    """The benchmark's rubric-item judge prompt, unfilled (measured on the pinned file)."""
-    equivalence_prompt_tokens: float = 250.0
-    completion_tokens_per_call: float = 60.0
-    event_calls_per_item: float = 1.5
-    """Answer lines × unused items until a match: about 1 per item in order, more out of order."""
-
-
-DEFAULT_JUDGE_RATES = JudgeRates()
-
-
 def estimate_judge(
-    rubrics: Sequence[Rubric], rates: JudgeRates = DEFAULT_JUDGE_RATES
+    rubrics: Sequence[Rubric],
+    questions: Mapping[str, str],
+    rates: JudgeRates,
+    prompts: JudgePrompts | None = None,
 ) -> PhaseEstimate:
-    """One call per rubric item; event ordering: equivalence calls per line and unused item."""
+    """One call per rubric item (the judge prompt filled with question, item and answer); event
+    ordering: equivalence calls per answer line and unused item. With the pinned prompts at hand
+    their sizes are counted; without them the rates stand in."""
+    item_template = count_tokens(prompts.item_prompt) if prompts else rates.item_prompt_tokens
+    equivalence_template = (
+        count_tokens(prompts.equivalence_system) + count_tokens(prompts.equivalence_user)
+        if prompts
+        else rates.equivalence_prompt_tokens
+    )
     calls = prompt = 0.0
     for rubric in rubrics:
-        item_tokens = sum(count_tokens(item) for item in rubric.rubric)
+        items = [count_tokens(item) for item in rubric.rubric]
+        question = count_tokens(questions.get(rubric.question_id, ""))
         if rubric.ability == "event_ordering":
-            n = len(rubric.rubric) * rates.event_calls_per_item
-            calls += n
-            prompt += n * (rates.equivalence_prompt_tokens + 40) + item_tokens
+            per_item = rates.event_calls_per_item
+            line = rates.answer_tokens / max(len(items), 1)
+            calls += per_item * len(items)
+            prompt += sum(per_item * (equivalence_template + t + line) for t in items)
         else:
-            n = len(rubric.rubric)
-            calls += n
-            prompt += n * (rates.item_prompt_tokens + rates.answer_tokens) + item_tokens
+            calls += len(items)
+            prompt += sum(item_template + question + t + rates.answer_tokens for t in items)
     return PhaseEstimate(
         round(calls), round(prompt), round(calls * rates.completion_tokens_per_call)
     )

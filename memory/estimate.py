@@ -2,7 +2,7 @@
 
 No model call, no server: chunk counts and prompt sizes are computed exactly (same chunker, same
 prompts, same tokenizer as the run); what only the model decides (how many entities and
-statements a chunk yields, how many of them have look-alikes) comes from the rates below, which
+statements a chunk yields, how many of them have look-alikes) comes from the rates in params
 are assumptions. The stages check this estimate against the mode's spend cap before their first
 call; the report shows it beside the actual figures.
 """
@@ -14,33 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clients.tokens import count_tokens
+from memory.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
 from memory.chunk import chunk_conversation
 from memory.cost import ZERO, PhaseEstimate, estimate_answer, estimate_judge
 from memory.decide import LINK_SYSTEM, RESOLVE_SYSTEM
 from memory.extract import extraction_messages
 from memory.ingest import IngestSettings
+from schemas.judging import JudgePrompts
 from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
-from schemas.records import ChatSlice, Rubric
-
-
-@dataclass(frozen=True)
-class Rates:
-    """What the model is assumed to produce (per chunk) and how often pairs turn up."""
-
-    entities_per_chunk: float = 8.0
-    statements_per_chunk: float = 8.0
-    updatable_share: float = 0.6
-    """Share of statements of a label that can be superseded (Fact, Measure, Preference, ...)."""
-    entity_pair_rate: float = 0.3
-    """Share of an entity's candidate slots filled by a look-alike above min_similarity."""
-    statement_pair_rate: float = 0.5
-    extraction_completion_tokens: float = 600.0
-    tokens_per_entity_pair: float = 30.0
-    tokens_per_statement_pair: float = 80.0
-    completion_tokens_per_pair: float = 12.0
-
-
-DEFAULT_RATES = Rates()
+from schemas.params import EstimateParams, IngestRates
+from schemas.records import ChatSlice, Question, Rubric
 
 
 @dataclass(frozen=True)
@@ -65,7 +48,7 @@ def _pair_calls(
     per_call: int,
     prompt_per_pair: float,
     system_tokens: int,
-    rates: Rates,
+    rates: IngestRates,
 ) -> PhaseEstimate:
     sent = sum(min(pairs, cap) for pairs in pairs_by_label)
     calls = math.ceil(sent / per_call) if sent else 0
@@ -74,7 +57,7 @@ def _pair_calls(
 
 
 def estimate_ingest(
-    chats: Sequence[ChatSlice], settings: IngestSettings, rates: Rates = DEFAULT_RATES
+    chats: Sequence[ChatSlice], settings: IngestSettings, rates: IngestRates
 ) -> IngestEstimate:
     """Extraction exactly from the chunks; resolution and linking from the rates, with caps."""
     extraction = ZERO
@@ -128,18 +111,22 @@ PHASES = ("extraction", "resolution", "agent", "judge")
 
 def estimate_run(
     chats: Sequence[ChatSlice],
-    questions: int,
+    questions: Sequence[Question],
     rubrics: Sequence[Rubric],
     settings: IngestSettings,
     max_steps: int,
+    rates: EstimateParams,
+    prompts: JudgePrompts | None = None,
 ) -> dict[str, PhaseEstimate]:
-    """Every phase of a whole run, and the total."""
-    ingest = estimate_ingest(chats, settings)
+    """Every phase of a whole run, and the total (the judge's prompts counted when at hand)."""
+    ingest = estimate_ingest(chats, settings, rates.ingest)
     phases = {
         "extraction": ingest.extraction,
         "resolution": ingest.resolution,
-        "agent": estimate_answer(questions, max_steps),
-        "judge": estimate_judge(rubrics),
+        "agent": estimate_answer(questions, max_steps, rates.agent, AGENT_SYSTEM_PROMPT),
+        "judge": estimate_judge(
+            rubrics, {q.id: q.question for q in questions}, rates.judge, prompts
+        ),
     }
     total = ZERO
     for phase in phases.values():

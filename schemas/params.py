@@ -155,3 +155,47 @@ class ReportParams(_Section):
     bootstrap_samples: int = Field(ge=100)
     seed: int
     confidence: float = Field(gt=0, lt=1)
+
+
+class IngestRates(_Section):
+    """What the extraction model is assumed to produce per chunk, and how often pairs turn up."""
+
+    entities_per_chunk: float = Field(ge=0)
+    statements_per_chunk: float = Field(ge=0)
+    updatable_share: float = Field(ge=0, le=1)
+    """Share of statements of a label a newer one may supersede (Fact, Measure, Preference, …)."""
+    entity_pair_rate: float = Field(ge=0, le=1)
+    """Share of an entity's candidate slots filled by a look-alike above min_similarity."""
+    statement_pair_rate: float = Field(ge=0, le=1)
+    extraction_completion_tokens: float = Field(ge=0)
+    tokens_per_entity_pair: float = Field(ge=0)
+    tokens_per_statement_pair: float = Field(ge=0)
+    completion_tokens_per_pair: float = Field(ge=0)
+
+
+class AgentRates(_Section):
+    calls_per_question: float = Field(ge=1)
+    """Tool-calling turns plus the final answer (the step limit caps it)."""
+    tool_tokens_per_step: float = Field(ge=0)
+    """A tool call and its compact result, as later calls re-send them."""
+    completion_tokens_per_call: float = Field(ge=0)
+
+
+class JudgeRates(_Section):
+    answer_tokens: float = Field(ge=0)
+    """Length of a typical answer (it is part of every judge prompt)."""
+    item_prompt_tokens: float = Field(ge=0)
+    """The rubric-item judge prompt, unfilled (used when the pinned prompts are not at hand)."""
+    equivalence_prompt_tokens: float = Field(ge=0)
+    """The event-equivalence messages, unfilled (likewise)."""
+    completion_tokens_per_call: float = Field(ge=0)
+    event_calls_per_item: float = Field(ge=0)
+    """Answer lines × unused items until a match: about 1 per item in order, more out of order."""
+
+
+class EstimateParams(_Section):
+    """The dry-run estimator's assumptions about the models (everything else it computes)."""
+
+    ingest: IngestRates
+    agent: AgentRates
+    judge: JudgeRates

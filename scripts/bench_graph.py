@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -163,7 +164,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     params = load_params("graph", GraphParams, ROOT / "params.yaml")
-    result: dict[str, Any] = {"heap_mb": params.heap_mb, "page_cache_mb": params.page_cache_mb}
+    result: dict[str, Any] = {
+        "heap_mb": params.heap_mb,
+        "page_cache_mb": params.page_cache_mb,
+        "load_average_1m_before": os.getloadavg()[0],  # other work on the 2 shared cores
+    }
     with tempfile.TemporaryDirectory(prefix="bench-graph-") as tmp:
         workdir = Path(tmp)
         cold, cold_stop = timed_start(params, workdir, "cold")
@@ -188,6 +193,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             started = time.monotonic()
             store.export_jsonl(workdir / "export.jsonl")
             result["export_seconds"] = time.monotonic() - started
+    result["load_average_1m_after"] = os.getloadavg()[0]
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
 
 

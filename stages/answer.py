@@ -18,10 +18,10 @@ from typing import Any
 from clients.accounting import Accounting
 from clients.graph import start_graph
 from clients.llm import open_model
-from memory.agent import GraphTools, Trace, answer_question
+from memory.agent import SYSTEM_PROMPT, GraphTools, Trace, answer_question
 from memory.cost import estimate_answer
 from schemas.errors import DataError
-from schemas.params import AnswerParams, GraphParams
+from schemas.params import AnswerParams, EstimateParams, GraphParams
 from schemas.records import Question
 from stages.common import (
     load_mode,
@@ -83,7 +83,8 @@ def main() -> None:
     accounting = Accounting()
     agent = open_model("agent", accounting=accounting)
     agent.check_endpoint()
-    estimate = estimate_answer(len(questions), params.max_steps)
+    rates = load_params("estimate", EstimateParams).agent
+    estimate = estimate_answer(questions, params.max_steps, rates, SYSTEM_PROMPT)
     if agent.budget is not None:
         agent.budget.check_estimate(estimate.calls, estimate.tokens, what=f"answer ({mode})")
 

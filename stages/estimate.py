@@ -14,9 +14,17 @@ from pathlib import Path
 
 from memory.cost import PhaseEstimate
 from memory.estimate import estimate_run
-from schemas.params import AnswerParams, BudgetParams, IngestParams, SliceParams
+from schemas.params import (
+    AnswerParams,
+    BudgetParams,
+    EstimateParams,
+    IngestParams,
+    JudgeParams,
+    SliceParams,
+)
 from stages.common import load_mode, load_params, run_stage
 from stages.ingest import settings_for
+from stages.judge import load_prompts, scorer_present
 from stages.slice import REPAIR_OUT, Mode, build_mode, load_fixture, read_rows
 
 
@@ -53,12 +61,15 @@ def estimate_mode(mode: Mode) -> dict[str, PhaseEstimate]:
     )
     settings = settings_for(load_params("ingest", IngestParams), mode)
     answer = load_params("answer", AnswerParams)
+    judge = load_params("judge", JudgeParams)
     return estimate_run(
         [s.chat for s in built.slices],
-        len(built.questions),
+        built.questions,
         built.rubrics,
         settings,
         answer.max_steps,
+        load_params("estimate", EstimateParams),
+        load_prompts(judge) if scorer_present(judge) else None,
     )
 
 

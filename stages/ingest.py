@@ -22,7 +22,7 @@ from clients.graph import start_graph
 from clients.llm import open_model
 from memory.estimate import estimate_ingest
 from memory.ingest import ConversationGraph, IngestSettings, build_graph
-from schemas.params import GraphParams, IngestParams
+from schemas.params import EstimateParams, GraphParams, IngestParams
 from schemas.records import ChatSlice
 from stages.common import (
     load_mode,
@@ -84,7 +84,7 @@ def main() -> None:
     resolution = open_model("resolution", accounting=accounting)
     for model in (extraction, resolution):
         model.check_endpoint()
-    estimate = estimate_ingest(chats, settings)
+    estimate = estimate_ingest(chats, settings, load_params("estimate", EstimateParams).ingest)
     if extraction.budget is not None:
         extraction.budget.check_estimate(
             estimate.calls, estimate.tokens, what=f"ingest ({mode}: {len(chats)} conversations)"

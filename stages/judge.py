@@ -42,7 +42,7 @@ from schemas.judging import (
     Judgement,
     JudgePrompts,
 )
-from schemas.params import JudgeParams, PinnedFile
+from schemas.params import EstimateParams, JudgeParams, PinnedFile
 from schemas.records import ABILITIES, Question, Rubric
 from stages.common import (
     load_mode,
@@ -747,6 +747,14 @@ def evidence_recall(source_chat_ids: Sequence[int], reached: Sequence[int]) -> f
     return len(wanted & set(reached)) / len(wanted)
 
 
+def scorer_present(params: JudgeParams) -> bool:
+    """Whether the fetch stage has put both pinned scorer files in place."""
+    return all(
+        scorer_file_path(params, pinned).is_file()
+        for pinned in (params.prompts, params.compute_metrics)
+    )
+
+
 def load_prompts(params: JudgeParams) -> JudgePrompts:
     """The scorer's prompts from the fetched pinned files, after checking their hashes."""
     texts = []
@@ -802,7 +810,10 @@ def main() -> None:
     accounting = Accounting()
     judge = open_model("judge", accounting=accounting)
     judge.check_endpoint()
-    planned = estimate_judge([rubrics[q.id] for q in questions])
+    rates = load_params("estimate", EstimateParams).judge
+    planned = estimate_judge(
+        [rubrics[q.id] for q in questions], {q.id: q.question for q in questions}, rates, prompts
+    )
     if judge.budget is not None:
         judge.budget.check_estimate(planned.calls, planned.tokens, what=f"judge ({mode})")
 

@@ -25,22 +25,25 @@ from memory.estimate import estimate_run
 from schemas.errors import DataError
 from schemas.params import (
     AnswerParams,
+    EstimateParams,
     FetchParams,
     IngestParams,
     JudgeParams,
     ReportParams,
     VerifyHashParams,
 )
-from schemas.records import ABILITIES, ChatSlice, Rubric
+from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import (
     load_mode,
     load_params,
+    read_jsonl,
     remove_outputs,
     run_stage,
     write_atomic,
     write_json,
 )
 from stages.ingest import load_chats, settings_for
+from stages.judge import load_prompts, scorer_present
 
 RECORD = Path("reports/memory.md")
 METRICS = Path("metrics/report.json")
@@ -408,7 +411,12 @@ def main() -> None:
         if line
     ]
     settings = settings_for(ingest_params, mode)
-    estimate = estimate_run(chats, len(rows), rubrics, settings, answer_params.max_steps)
+    rates = load_params("estimate", EstimateParams)
+    questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
+    prompts = load_prompts(judge_params) if scorer_present(judge_params) else None
+    estimate = estimate_run(
+        chats, questions, rubrics, settings, answer_params.max_steps, rates, prompts
+    )
     scores = score_table(rows, params)
     cost = cost_table({"ingest": ingest, "answer": answer, "judge": judge}, estimate)
     flags = {

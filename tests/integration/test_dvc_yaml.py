@@ -24,9 +24,18 @@ EXPECTED_PARAMS = {
         "models.resolution",
         "llm",
         "budget",
+        "estimate.ingest",
     ],
-    "answer": ["mode", "answer", "graph", "models.agent", "llm", "budget"],
-    "judge": ["mode", "judge", "models.judge", "models.agent", "llm", "budget"],
+    "answer": ["mode", "answer", "graph", "models.agent", "llm", "budget", "estimate.agent"],
+    "judge": [
+        "mode",
+        "judge",
+        "models.judge",
+        "models.agent",
+        "llm",
+        "budget",
+        "estimate.judge",
+    ],
     "report": [
         "mode",
         "report",
@@ -36,6 +45,7 @@ EXPECTED_PARAMS = {
         "verify_hash",
         "judge.scorer_repo",
         "judge.scorer_commit",
+        "estimate",
     ],
 }
 ORDER = list(EXPECTED_PARAMS)

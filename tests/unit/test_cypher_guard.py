@@ -109,9 +109,9 @@ def test_write_statements_are_built_only_from_schema_names() -> None:
     for build in (cypher.merge_nodes, cypher.create_nodes):
         with pytest.raises(ValueError):
             build("Fact) DETACH DELETE (n")
-    for build in (cypher.merge_relationships, cypher.create_relationships):
+    for build_rel in (cypher.merge_relationships, cypher.create_relationships):
         with pytest.raises(ValueError):
-            build("KNOWS")
+            build_rel("KNOWS")
     assert "`vector.dimensions`: 768" in cypher.vector_index_statement(768)
     for bad in (0, 5000, True):
         with pytest.raises(ValueError):
