@@ -150,7 +150,9 @@ def messages_in(text: str, wanted: set[int] | None) -> list[tuple[int, str]]:
     """The (id, text) of each message in a chunk's text, optionally only the wanted ids."""
     found = list(_HEADER.finditer(text))
     out = []
-    for match, following in zip(found, [*found[1:], None], strict=True):
+    # `found[1:] + [None]` pairs each header with the next one; with no header there is nothing
+    # to pair (zip(strict=True) would raise on the lone None).
+    for match, following in zip(found, [*found[1:], None] if found else [], strict=True):
         message_id = int(match.group(1))
         if wanted is None or message_id in wanted:
             body = text[match.start() : following.start() if following else len(text)]

@@ -80,7 +80,7 @@ def _messages(text: str) -> list[tuple[int, str, str]]:
     """(message id, role, body) for each message header in a chunk's text."""
     found = list(_HEADER.finditer(text))
     out = []
-    for match, following in zip(found, [*found[1:], None], strict=True):
+    for match, following in zip(found, [*found[1:], None] if found else [], strict=True):
         body = text[match.end() : following.start() if following else len(text)]
         out.append((int(match.group(1)), match.group(2), body.strip()))
     return out

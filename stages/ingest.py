@@ -19,8 +19,8 @@ from typing import Any
 
 from clients.accounting import Accounting
 from clients.graph import start_graph
-from clients.llm import open_model
-from memory.estimate import estimate_ingest
+from clients.llm import LlmClient, open_model
+from memory.estimate import IngestEstimate, estimate_ingest
 from memory.ingest import ConversationGraph, IngestSettings, build_graph
 from schemas.params import EstimateParams, GraphParams, IngestParams
 from schemas.records import ChatSlice
@@ -76,8 +76,8 @@ def main() -> None:
     params = load_params("ingest", IngestParams)
     graph_params = load_params("graph", GraphParams)
     settings = settings_for(params, mode)
+    remove_outputs(OUT_DIR, METRICS)  # first: a missing slice must not leave the last run's graph
     chats = load_chats(SLICE_CHATS)
-    remove_outputs(OUT_DIR, METRICS)
 
     accounting = Accounting()
     extraction = open_model("extraction", accounting=accounting)
@@ -90,6 +90,22 @@ def main() -> None:
             estimate.calls, estimate.tokens, what=f"ingest ({mode}: {len(chats)} conversations)"
         )
 
+    try:
+        graphs, seconds = build_all(chats, settings, extraction, resolution, graph_params)
+    except BaseException:
+        remove_outputs(OUT_DIR, METRICS)  # no half-made set of graphs (finished calls are cached)
+        raise
+    write_records(graphs, seconds, mode, [extraction, resolution], estimate, accounting)
+
+
+def build_all(
+    chats: list[ChatSlice],
+    settings: IngestSettings,
+    extraction: LlmClient,
+    resolution: LlmClient,
+    graph_params: GraphParams,
+) -> tuple[list[ConversationGraph], dict[str, float]]:
+    """Each conversation's graph, built, written to its own server and exported."""
     graphs: list[ConversationGraph] = []
     seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="beam-ingest-") as workdir:
@@ -114,7 +130,18 @@ def main() -> None:
                 file=sys.stderr,
             )
 
-    models = [extraction.metadata(), resolution.metadata()]
+    return graphs, seconds
+
+
+def write_records(
+    graphs: list[ConversationGraph],
+    seconds: dict[str, float],
+    mode: str,
+    clients: list[LlmClient],
+    estimate: IngestEstimate,
+    accounting: Accounting,
+) -> None:
+    models = [client.metadata() for client in clients]
     write_json(
         OUT_DIR / "run.json",
         {

@@ -37,6 +37,7 @@ from memory.agent import (
 from schemas.memory import GraphBatch, validate_batch
 from schemas.params import GraphParams, LlmParams, ModelRef
 from schemas.records import Question
+from stages.judge import evidence_recall
 from tests.conftest import REPO_ROOT
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 
@@ -467,6 +468,7 @@ def test_answer_question_with_the_scripted_model_keeps_a_complete_trace(
     assert {cid("budget_new"), cid("budget_old")} <= set(record.ids)
     assert trace.reached_ids == sorted(record.ids)
     assert {0, 4} <= set(trace.reached_message_ids)
+    assert evidence_recall([4], trace.reached_message_ids) == 1.0
     assert trace.reached_message_ids == sorted(record.message_ids)
     assert trace.steps == 1 and trace.calls == 2
     assert trace.prompt_tokens > trace.max_context_tokens > 0 and trace.completion_tokens > 0
@@ -512,6 +514,33 @@ def test_the_step_limit_ends_with_a_turn_without_tools_on_the_real_graph(
     assert trace.answer == "The budget is 550 dollars." and trace.error is None
     assert trace.max_context_tokens == 30
     assert set(trace.reached_ids) == {cid("budget_old"), cid("budget_new")}
+
+
+class FailsAfterOneSearch(AlwaysTools):
+    """Searches once, then its endpoint fails (as LlmClient reports a failure: `error` set)."""
+
+    def complete(self, request: ChatRequest) -> Completion:
+        if self.requests:
+            self.requests.append(request)
+            return Completion(model="fake", error="ServiceError: endpoint went away")
+        self.requests.append(request)
+        raw = json.dumps({"query": "lease"})
+        search = ToolCall(
+            id="c1",
+            name="search_memory",
+            raw_arguments=raw,
+            arguments={"query": "lease", "kind": "all"},
+        )
+        return Completion(model="fake", tool_calls=(search,), prompt_tokens=12)
+
+
+def test_a_model_failure_after_a_real_tool_call_keeps_the_call_and_sets_error(
+    tools: GraphTools,
+) -> None:
+    trace = answer_question(QUESTION, FailsAfterOneSearch(), tools, max_steps=4)  # type: ignore[arg-type]
+    assert trace.error == "ServiceError: endpoint went away" and trace.answer == ""
+    assert trace.calls == 2 and trace.steps == 1
+    assert cid("lease") in trace.tool_calls[0].ids and 7 in trace.reached_message_ids
 
 
 # -- the answer stage as a process --------------------------------------------------------------

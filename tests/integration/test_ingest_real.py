@@ -42,7 +42,7 @@ from schemas.records import ChatSlice
 from stages.common import load_params, stable_json
 from stages.ingest import settings_for
 from stages.repair import cut_filler
-from stages.slice import build_slice, from_ranges, load_fixture
+from stages.slice import Mode, build_slice, from_ranges, load_fixture
 from tests.conftest import REPO_ROOT
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 
@@ -83,10 +83,10 @@ def raw_chat(shared_beam: Path, conversation_id: str) -> list[list[dict[str, Any
     return chat
 
 
-def real_slice(shared_beam: Path, mode: str, conversation_id: str) -> ChatSlice:
+def real_slice(shared_beam: Path, mode: Mode, conversation_id: str) -> ChatSlice:
     """The slice the slice stage writes for this mode and conversation (checked by its pin)."""
     fixture = load_fixture(REPO_ROOT / "fixtures" / "slices.json")
-    pin = fixture.modes[mode]  # type: ignore[index]
+    pin = fixture.modes[mode]
     keep = (
         None
         if pin.selection == "whole_conversations"
@@ -257,10 +257,10 @@ def test_metrics_counts_match_the_store(lite_run: LiteRun) -> None:
     counts = lite_run.graph.counts()
     stored = lite_run.store.counts()
     assert counts["chunks"] == stored.nodes["Chunk"]
-    for label in ENTITY_LABELS:
-        assert counts[f"entities_{label.lower()}"] == stored.nodes[label], label
-    for label in STATEMENT_LABELS:
-        assert counts[f"statements_{label.lower()}"] == stored.nodes[label], label
+    for entity in ENTITY_LABELS:
+        assert counts[f"entities_{entity.lower()}"] == stored.nodes[entity], entity
+    for statement in STATEMENT_LABELS:
+        assert counts[f"statements_{statement.lower()}"] == stored.nodes[statement], statement
     assert counts["entities"] == sum(stored.nodes[label] for label in ENTITY_LABELS)
     assert counts["statements"] == sum(stored.nodes[label] for label in STATEMENT_LABELS)
     for rel_type in REL_TYPES:
@@ -348,7 +348,7 @@ def request_text(entries: list[dict[str, Any]]) -> str:
     ids=["lite-conv17", "full-conv17", "full-conv4-repaired"],
 )
 def test_nothing_but_slice_content_reaches_the_model(
-    shared_beam: Path, tmp_path: Path, mode: str, conversation_id: str
+    shared_beam: Path, tmp_path: Path, mode: Mode, conversation_id: str
 ) -> None:
     chat = real_slice(shared_beam, mode, conversation_id)
     extraction, resolution = scripted("extraction", tmp_path), scripted("resolution", tmp_path)
@@ -363,7 +363,6 @@ def test_nothing_but_slice_content_reaches_the_model(
     checked = {}
     for name, lines in beside_the_chat(shared_beam / "100K" / conversation_id, slice_text).items():
         checked[name] = len(lines)
-        print(name, len(lines))
         leaked = sorted(line for line in lines if line in sent)
         assert not leaked, f"{len(leaked)} line(s) of {name} reached the model: {leaked[:3]}"
     assert all(checked[name] >= 3 for name in BESIDE_THE_CHAT if name != "user_messages.json"), (

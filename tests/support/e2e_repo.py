@@ -36,6 +36,35 @@ from tests.support.scorer_standin import (
 )
 
 COMMAND_TIMEOUT_SECONDS = 900
+SCRIPTED_RATES = {
+    # What the scripted test model produces, for the estimator (params `estimate`). Measured once
+    # on a full-set run of `scripted/rules` (2026-12-02: 757 chunks, 796 entities, 1,667
+    # statements, 2,813 pairs sent; agent 2 calls per question; judge 432 calls); the pipeline
+    # benchmark then compares estimate and actual on fresh lite and full runs.
+    "ingest": {
+        "entities_per_chunk": 1.05,
+        "statements_per_chunk": 2.2,
+        "updatable_share": 0.9,
+        "entity_pair_rate": 0.053,
+        "statement_pair_rate": 0.6,
+        "extraction_completion_tokens": 233,
+        "tokens_per_entity_pair": 25,
+        "tokens_per_statement_pair": 87,
+        "completion_tokens_per_pair": 13,
+    },
+    "agent": {
+        "calls_per_question": 2,
+        "tool_tokens_per_step": 1060,
+        "completion_tokens_per_call": 60,
+    },
+    "judge": {
+        "answer_tokens": 100,
+        "item_prompt_tokens": 104,
+        "equivalence_prompt_tokens": 43,
+        "completion_tokens_per_call": 13.2,
+        "event_calls_per_item": 3.6,
+    },
+}
 MIRROR_REL = "mirror/datasets/Mohammadta/BEAM/data/100K-00000-of-00001.parquet"
 STALE = ("dvc.lock", "metrics", "reports")
 
@@ -94,6 +123,7 @@ def params_for_tests(params: dict[str, Any], scorer_base_url: str, mode: str) ->
     for role in ("extraction", "resolution", "agent"):
         params["models"][role] = {"model": "scripted/rules", "api_base": None}
     params["models"]["judge"] = {"model": None, "api_base": None}
+    params["estimate"] = json.loads(json.dumps(SCRIPTED_RATES))
     return params
 
 

@@ -213,36 +213,3 @@ def test_a_failed_or_empty_extraction_is_named(
     graph = build_graph(chat, SETTINGS, model, _scripted("resolution", tmp_path))
     assert graph.empty_chunks == ["conv5:s1:c0"] and graph.failed_chunks == ["conv5:s2:c1"]
     assert graph.counts()["empty_extractions"] == 1
-
-
-def test_resolution_calls_grow_linearly_with_sessions(tmp_path: Path) -> None:
-    """Resolution calls per chunk stay flat as the conversation grows from one session to five."""
-    import random
-
-    rng = random.Random(3)
-    first = ["Anna", "Boris", "Carla", "Dmitri", "Elena", "Farid", "Greta", "Hugo"]
-    last = ["Stone", "River", "Field", "Brook", "Hill"]
-
-    def session(n: int) -> Session:
-        msgs = []
-        for i in range(12):
-            a, b = rng.choice(first), rng.choice(last)
-            msgs.append(
-                ChatMessage(
-                    id=n * 100 + i,
-                    role="user",
-                    content=f"Yesterday I met {a} {b} and {a} near the Old Harbor gallery.",
-                )
-            )
-        return Session(number=n, date="d", date_iso=f"2024-01-0{n}", messages=msgs)
-
-    per_chunk = []
-    for sessions in (1, 5):
-        chat = ChatSlice(conversation_id="7", sessions=[session(n) for n in range(1, sessions + 1)])
-        settings = IngestSettings(200, 10_000, 3, 0.3, 5, 3)
-        graph = build_graph(
-            chat, settings, _scripted("extraction", tmp_path), _scripted("resolution", tmp_path)
-        )
-        per_chunk.append(graph.resolution.calls / len(graph.chunks))
-    assert per_chunk[0] > 0, "the synthetic names must produce look-alike pairs"
-    assert per_chunk[1] <= 1.5 * per_chunk[0], per_chunk

@@ -1,0 +1,341 @@
+"""The agent without a server: tool definitions, tool dispatch and errors, and the loop's trace.
+
+A fake store records every query it is asked (and applies the same read-only guard as the real
+store's `read`); fake chat models record every request, so the tests assert on what the agent
+sent as well as on what it returned. The real-server versions are in
+tests/integration/test_agent_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from clients import cypher
+from clients.cypher import check_read_only
+from clients.graph import QueryFailed, Rows, WriteReceipt
+from clients.llm import ChatRequest, Completion, ToolCall
+from memory.agent import (
+    FINAL_NUDGE,
+    SYSTEM_PROMPT,
+    TEXT_CHARS,
+    TOOLS,
+    GraphTools,
+    ReadOnlyCypher,
+    SearchMemory,
+    Trace,
+    answer_question,
+    messages_in,
+)
+from schemas.memory import GraphBatch
+from schemas.records import Question
+
+
+class FakeStore:
+    """Answers each known query with canned rows and records (query, params)."""
+
+    def __init__(
+        self, rows: Mapping[str, list[dict[str, Any]]] | None = None, row_limit: int = 50
+    ) -> None:
+        self.rows = dict(rows or {})
+        self.row_limit = row_limit
+        self.asked: list[tuple[str, dict[str, object]]] = []
+        self.fail_with: Exception | None = None
+
+    def write(self, batch: GraphBatch) -> WriteReceipt:
+        raise AssertionError("the agent must never write")
+
+    def read(self, query: str, params: Mapping[str, object] | None = None) -> Rows:
+        check_read_only(query)  # as Neo4jGraphStore.read does before the server sees it
+        self.asked.append((query, dict(params or {})))
+        if self.fail_with is not None:
+            raise self.fail_with
+        found = self.rows.get(query, [])
+        rows = Rows(found[: self.row_limit])
+        rows.truncated = len(found) > self.row_limit
+        return rows
+
+
+def statement(n: int, *, text: str = "", messages: Sequence[int] = ()) -> dict[str, Any]:
+    return {
+        "id": f"conv1:fact:{n}",
+        "label": "Fact",
+        "text": text or f"fact number {n}",
+        "message_ids": list(messages) or [n],
+        "date": "2024-01-05",
+        "session": 1,
+        "superseded_by": [],
+        "score": 1.5,
+    }
+
+
+def call(name: str, arguments: dict[str, Any] | None, *, error: str | None = None) -> ToolCall:
+    raw = json.dumps(arguments) if arguments is not None else "{oops"
+    return ToolCall(id="c1", name=name, raw_arguments=raw, arguments=arguments, error=error)
+
+
+QUESTION = Question(
+    id="conv1:information_extraction:0",
+    conversation_id="1",
+    ability="information_extraction",
+    index=0,
+    question="What bakery did I work at?",
+)
+
+
+# -- tool definitions --------------------------------------------------------------------------
+
+
+def test_every_tool_has_a_name_a_description_and_a_closed_schema() -> None:
+    assert [t.name for t in TOOLS] == [
+        "search_memory",
+        "entity_neighbourhood",
+        "statements_about",
+        "timeline",
+        "standing_instructions",
+        "read_source",
+        "read_only_cypher",
+    ]
+    for tool in TOOLS:
+        assert len(tool.description) > 40, tool.name
+        assert tool.parameters["type"] == "object"
+        assert tool.parameters.get("additionalProperties") is False, tool.name
+    required = {t.name: t.parameters.get("required", []) for t in TOOLS}
+    assert required["search_memory"] == ["query"] and required["timeline"] == []
+    assert required["read_only_cypher"] == ["query"]
+
+
+def test_messages_in_splits_a_chunk_at_message_headers() -> None:
+    text = (
+        "[message 4 · user]\nFirst line.\nSecond line.\n\n"
+        "[message 5 · assistant, part 2/3]\nReply part.\n\n"
+        "[message 6 · user]\nLast."
+    )
+    assert [m for m, _ in messages_in(text, None)] == [4, 5, 6]
+    [(five, body)] = messages_in(text, {5})
+    assert five == 5 and body == "[message 5 · assistant, part 2/3]\nReply part."
+    assert messages_in("no headers here", None) == []
+
+
+# -- tools over a fake store -------------------------------------------------------------------
+
+
+def test_search_memory_asks_all_three_indexes_with_escaped_text() -> None:
+    store = FakeStore(
+        {
+            cypher.AGENT_SEARCH_STATEMENTS: [statement(1, messages=[3, 1])],
+            cypher.AGENT_SEARCH_ENTITIES: [{"id": "conv1:place:x", "label": "Place", "name": "X"}],
+            cypher.AGENT_SEARCH_CHUNKS: [
+                {"id": "conv1:s1:c0", "label": "Chunk", "text": "w " * 400, "message_ids": [7]}
+            ],
+        }
+    )
+    outcome = GraphTools(store, limit=5).search_memory(SearchMemory(query="C++ (draft) AND tea"))
+    asked = {q: p for q, p in store.asked}
+    assert list(asked) == [
+        cypher.AGENT_SEARCH_STATEMENTS,
+        cypher.AGENT_SEARCH_ENTITIES,
+        cypher.AGENT_SEARCH_CHUNKS,
+    ]
+    assert asked[cypher.AGENT_SEARCH_STATEMENTS] == {"text": r"C\+\+ \(draft\) and tea", "limit": 5}
+    assert asked[cypher.AGENT_SEARCH_CHUNKS]["limit"] == 3  # fewer raw chunks in an `all` search
+    assert outcome.ids == ["conv1:fact:1", "conv1:place:x", "conv1:s1:c0"]
+    assert outcome.message_ids == [1, 3, 7]
+    results = json.loads(outcome.content)["results"]
+    assert "score" not in results[0] and "superseded_by" not in results[0]  # empty lists dropped
+    assert len(results[2]["text"]) == TEXT_CHARS and results[2]["text"].endswith("…")
+
+
+def test_search_memory_with_no_searchable_words_asks_nothing() -> None:
+    store = FakeStore()
+    outcome = GraphTools(store).search_memory(SearchMemory(query="   "))
+    assert store.asked == [] and outcome.ids == []
+    assert "nothing found" in json.loads(outcome.content)["note"]
+
+
+def test_read_only_cypher_refusal_is_an_error_result_and_never_reaches_the_store() -> None:
+    store = FakeStore()
+    tools = GraphTools(store)
+    for query in (
+        "CREATE (n:Memory {id: 'x'})",
+        "MATCH (n) SET n.x = 1",
+        "MATCH (n) CALL { WITH n DELETE n } IN TRANSACTIONS",
+        "CALL apoc.periodic.iterate('a', 'b', {})",
+    ):
+        outcome = tools.run(call("read_only_cypher", {"query": query, "params": {}}))
+        assert outcome.error is not None and outcome.error.startswith("read_only_cypher failed")
+        assert json.loads(outcome.content) == {"error": outcome.error}
+    assert store.asked == []
+
+
+def test_read_only_cypher_passes_params_and_marks_a_cut_result() -> None:
+    query = "MATCH (n:Fact) WHERE n.session_number = $s RETURN n.id AS id"
+    store = FakeStore({query: [statement(i) for i in range(40)]}, row_limit=30)
+    outcome = GraphTools(store, limit=4).read_only_cypher(
+        ReadOnlyCypher(query=query, params={"s": 2})
+    )
+    assert store.asked == [(query, {"s": 2})]
+    payload = json.loads(outcome.content)
+    assert len(payload["results"]) == 12 and payload["truncated"] is True
+    assert outcome.ids == [f"conv1:fact:{i}" for i in range(12)]
+
+
+def test_run_turns_every_problem_into_an_error_the_model_reads() -> None:
+    store = FakeStore()
+    tools = GraphTools(store)
+    unknown = tools.run(call("format_disk", {}))
+    assert unknown.error is not None and "unknown tool 'format_disk'" in unknown.error
+    assert "search_memory" in unknown.error  # it lists the tools there are
+    unparsed = tools.run(call("timeline", None, error="invalid arguments: not JSON"))
+    assert unparsed.error == "invalid arguments for timeline: invalid arguments: not JSON"
+    invalid = tools.run(call("statements_about", {"id": 3, "extra": True}))
+    assert invalid.error is not None and invalid.error.startswith("statements_about failed")
+    bad_kind = tools.run(call("search_memory", {"query": "x", "kind": "vectors"}))
+    assert bad_kind.error is not None and "kind must be one of" in bad_kind.error
+    store.fail_with = QueryFailed("the query ran longer than 30 s and was stopped")
+    timed_out = tools.run(call("timeline", {"query": "bakery"}))
+    assert timed_out.error is not None and "longer than 30 s" in timed_out.error
+    for outcome in (unknown, unparsed, invalid, bad_kind, timed_out):
+        assert outcome.ids == [] and outcome.message_ids == []
+        assert json.loads(outcome.content) == {"error": outcome.error}
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+class ScriptedTurns:
+    """A ChatModel answering each request with the next completion of a list (and recording)."""
+
+    role = "agent"
+    test_model = True
+
+    def __init__(self, completions: Sequence[Completion]) -> None:
+        self.completions = list(completions)
+        self.requests: list[ChatRequest] = []
+
+    def complete(self, request: ChatRequest) -> Completion:
+        self.requests.append(request)
+        return self.completions[len(self.requests) - 1]
+
+
+def tool_turn(*calls: ToolCall, tokens: int = 100) -> Completion:
+    return Completion(model="fake", tool_calls=calls, prompt_tokens=tokens, completion_tokens=5)
+
+
+def text_turn(text: str, tokens: int = 100) -> Completion:
+    return Completion(model="fake", text=text, prompt_tokens=tokens, completion_tokens=7)
+
+
+def bakery_store() -> FakeStore:
+    return FakeStore(
+        {
+            cypher.AGENT_SEARCH_STATEMENTS: [
+                statement(1, text="The user works at Elm Street Bakery.", messages=[0, 2])
+            ],
+            cypher.AGENT_STANDING: [
+                {
+                    "id": "conv1:instruction:1",
+                    "label": "Instruction",
+                    "text": "Be brief.",
+                    "message_ids": [9],
+                    "topics": [],
+                }
+            ],
+        }
+    )
+
+
+def test_a_run_records_each_call_with_its_ids_and_the_tokens() -> None:
+    model = ScriptedTurns(
+        [
+            tool_turn(
+                call("search_memory", {"query": "bakery", "kind": "statements"}),
+                call("standing_instructions", {"topic": ""}),
+                tokens=120,
+            ),
+            tool_turn(call("no_such_tool", {}), tokens=400),
+            text_turn("  Elm Street Bakery.  ", tokens=350),
+        ]
+    )
+    trace = answer_question(QUESTION, model, GraphTools(bakery_store()), max_steps=5)  # type: ignore[arg-type]
+    assert trace.answer == "Elm Street Bakery." and trace.error is None
+    assert [r.name for r in trace.tool_calls] == [
+        "search_memory",
+        "standing_instructions",
+        "no_such_tool",
+    ]
+    assert trace.tool_calls[0].ids == ["conv1:fact:1"] and trace.tool_calls[0].message_ids == [0, 2]
+    assert trace.tool_calls[0].arguments == {"query": "bakery", "kind": "statements"}
+    assert trace.tool_calls[2].error is not None and "unknown tool" in trace.tool_calls[2].error
+    assert trace.reached_ids == ["conv1:fact:1", "conv1:instruction:1"]
+    assert trace.reached_message_ids == [0, 2, 9]
+    assert trace.steps == 3 and trace.calls == 3  # steps count tool calls, calls count turns
+    assert trace.prompt_tokens == 870 and trace.completion_tokens == 17
+    assert trace.max_context_tokens == 400 and trace.test_model is False
+    # what the model was sent: system + question, then each turn's calls and their results
+    first, _, last = model.requests
+    assert [m.role for m in first.messages] == ["system", "user"]
+    assert first.messages[0].content == SYSTEM_PROMPT and first.task == "agent"
+    assert [m.role for m in last.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    error_result = json.loads(last.messages[-1].content or "")
+    assert "unknown tool 'no_such_tool'" in error_result["error"]
+    assert all(r.tools == TOOLS for r in model.requests)
+    assert Trace.model_validate_json(trace.model_dump_json()) == trace
+
+
+def test_the_step_limit_forces_a_final_turn_without_tools() -> None:
+    endless = [tool_turn(call("timeline", {"query": "bakery"})) for _ in range(3)]
+    model = ScriptedTurns([*endless, text_turn("Probably Elm Street Bakery.")])
+    trace = answer_question(QUESTION, model, GraphTools(FakeStore()), max_steps=3)  # type: ignore[arg-type]
+    assert trace.calls == 4 and trace.steps == 3
+    assert [len(r.tools) for r in model.requests] == [len(TOOLS)] * 3 + [0]
+    assert model.requests[-1].messages[-1].role == "user"
+    assert model.requests[-1].messages[-1].content == FINAL_NUDGE
+    assert trace.answer == "Probably Elm Street Bakery." and trace.error is None
+
+
+def test_tool_calls_in_the_final_turn_are_not_run() -> None:
+    model = ScriptedTurns(
+        [
+            tool_turn(call("timeline", {"query": "a"})),
+            Completion(
+                model="fake",
+                text="Elm Street.",
+                tool_calls=(call("timeline", {"query": "b"}),),
+                prompt_tokens=5,
+            ),
+        ]
+    )
+    store = FakeStore()
+    trace = answer_question(QUESTION, model, GraphTools(store), max_steps=1)  # type: ignore[arg-type]
+    assert trace.answer == "Elm Street." and trace.steps == 1 and trace.calls == 2
+    assert len(store.asked) == 1
+
+
+@pytest.mark.parametrize("failing_turn", [0, 1])
+def test_a_model_failure_ends_the_run_with_error_set(failing_turn: int) -> None:
+    failure = Completion(model="fake", error="ServiceError: connection refused after 4 attempts")
+    turns = [tool_turn(call("timeline", {"query": "bakery"})), text_turn("unused")]
+    turns[failing_turn] = failure
+    model = ScriptedTurns(turns)
+    trace = answer_question(QUESTION, model, GraphTools(FakeStore()), max_steps=4)  # type: ignore[arg-type]
+    assert trace.error == "ServiceError: connection refused after 4 attempts"
+    assert trace.answer == "" and trace.calls == failing_turn + 1
+    assert len(trace.tool_calls) == failing_turn  # what was done before the failure is kept
+
+
+def test_an_empty_final_answer_is_an_error() -> None:
+    model = ScriptedTurns([text_turn("   ")])
+    trace = answer_question(QUESTION, model, GraphTools(FakeStore()), max_steps=2)  # type: ignore[arg-type]
+    assert trace.answer == "" and trace.error == "the model gave an empty answer"

@@ -1,0 +1,302 @@
+"""The judge stage's shell: evidence recall, and `python -m stages.judge` in a temporary folder.
+
+The process tests are marked slow (each start imports scipy and the stage: about 5 s here).
+
+The folder holds the scorer stand-in files (tests/support/scorer_standin.py) with params pinned to
+their hashes, a hand-made slice (questions and rubrics, made-up text) and hand-made traces, and
+uses the scripted test model as the judge, so the process runs offline in a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from memory.agent import Trace
+from schemas.judging import Judgement
+from schemas.records import ABILITIES, Question, Rubric
+from stages.judge import evidence_recall
+from tests.conftest import REPO_ROOT
+from tests.support.scorer_standin import (
+    COMMIT,
+    COMPUTE_METRICS_PATH,
+    PROMPTS_PATH,
+    REPO,
+    sha256_of,
+    standin_files,
+    write_standin,
+)
+
+# -- evidence recall on hand cases --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sources", "reached", "expected"),
+    [
+        ([1, 2, 3, 4], [2, 4, 9], 0.5),  # half the sources, an extra message does not count
+        ([5], [], 0.0),  # nothing reached
+        ([5, 7], [7, 5, 5], 1.0),  # order and repeats do not matter
+        ([1, 1, 2], [1], 0.5),  # a repeated source counts once
+        ([], [1, 2], None),  # no source messages (abstention): not a number
+    ],
+)
+def test_evidence_recall_on_hand_cases(
+    sources: list[int], reached: list[int], expected: float | None
+) -> None:
+    assert evidence_recall(sources, reached) == expected
+
+
+# -- the stage as a process ---------------------------------------------------------------------
+
+QUESTIONS = [
+    Question(
+        id="conv3:information_extraction:0",
+        conversation_id="3",
+        ability="information_extraction",
+        index=0,
+        question="What is my monthly grocery budget?",
+    ),
+    Question(
+        id="conv3:abstention:0",
+        conversation_id="3",
+        ability="abstention",
+        index=0,
+        question="What is the name of my landlord?",
+    ),
+    Question(
+        id="conv3:event_ordering:0",
+        conversation_id="3",
+        ability="event_ordering",
+        index=0,
+        question="In what order did the apartment events happen?",
+    ),
+    Question(
+        id="conv3:temporal_reasoning:0",
+        conversation_id="3",
+        ability="temporal_reasoning",
+        index=0,
+        question="How long after moving in did I sign the lease?",
+    ),
+]
+RUBRICS = [
+    Rubric(
+        question_id="conv3:information_extraction:0",
+        ability="information_extraction",
+        rubric=["monthly grocery budget 550 dollars", "Riverside apartment"],
+        source_chat_ids=[0, 4],
+    ),
+    Rubric(
+        question_id="conv3:abstention:0",
+        ability="abstention",
+        rubric=["landlord name unknown memory"],
+        source_chat_ids=[],
+        known_bad_rubric=True,
+        known_bad_reason="made-up reason for the test",
+    ),
+    Rubric(
+        question_id="conv3:event_ordering:0",
+        ability="event_ordering",
+        rubric=["moved into the Riverside apartment", "signed the apartment lease"],
+        source_chat_ids=[5, 7],
+    ),
+    Rubric(
+        question_id="conv3:temporal_reasoning:0",
+        ability="temporal_reasoning",
+        rubric=["three weeks after moving"],
+        source_chat_ids=[5, 7],
+    ),
+]
+ANSWERS = {  # question id -> (answer, reached message ids, error)
+    "conv3:information_extraction:0": ("The monthly grocery budget is 550 dollars.", [4, 9], None),
+    "conv3:abstention:0": ("The landlord name is unknown: the memory has nothing.", [], None),
+    "conv3:event_ordering:0": (
+        "1. moved into the Riverside apartment\n2. signed the apartment lease",
+        [5, 7],
+        None,
+    ),
+    "conv3:temporal_reasoning:0": ("", [5], "ServiceError: the agent's model is unreachable"),
+}
+
+
+def trace_for(question_id: str) -> Trace:
+    answer, reached, error = ANSWERS[question_id]
+    return Trace(
+        question_id=question_id,
+        answer=answer,
+        tool_calls=[],
+        reached_ids=[],
+        reached_message_ids=reached,
+        steps=0,
+        calls=1,
+        prompt_tokens=10,
+        completion_tokens=5,
+        max_context_tokens=10,
+        seconds=0.1,
+        test_model=True,
+        error=error,
+    )
+
+
+def write_lines(path: Path, rows: list[Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(row.model_dump_json() + "\n" for row in rows), encoding="utf-8")
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path) -> Path:
+    """A folder laid out as the judge stage expects to find its inputs."""
+    work = tmp_path / "repo"
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    files = standin_files()
+    params["mode"] = "lite"
+    params["judge"] |= {
+        "scorer_repo": REPO,
+        "scorer_commit": COMMIT,
+        "scorer_dir": "data/scorer",
+        "prompts": {"path": PROMPTS_PATH, "sha256": sha256_of(files[PROMPTS_PATH])},
+        "compute_metrics": {
+            "path": COMPUTE_METRICS_PATH,
+            "sha256": sha256_of(files[COMPUTE_METRICS_PATH]),
+        },
+    }
+    for role in ("extraction", "resolution", "agent"):
+        params["models"][role] = {"model": "scripted/rules", "api_base": None}
+    params["models"]["judge"] = {"model": None, "api_base": None}
+    params["llm"] |= {"cache_dir": str(tmp_path / "llm-cache")}
+    work.mkdir()
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    write_standin(work / "data" / "scorer")
+    write_lines(work / "data" / "slice" / "questions.jsonl", QUESTIONS)
+    write_lines(work / "data" / "slice" / "rubrics.jsonl", RUBRICS)
+    write_lines(work / "data" / "answer" / "traces.jsonl", [trace_for(q.id) for q in QUESTIONS])
+    return work
+
+
+def run_judge(work: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "PYTHONPATH"))}
+    env |= {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "BEAM_SCRIPTED_RECORD": str(work.parent / "calls.jsonl"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "stages.judge"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
+    done = run_judge(workdir)
+    assert done.returncode == 0, done.stderr
+    out = workdir / "data" / "judge"
+
+    judgements = [
+        Judgement.model_validate_json(line)
+        for line in (out / "judgements.jsonl").read_text().splitlines()
+    ]
+    assert [j.question_id for j in judgements] == [q.id for q in QUESTIONS]
+    by_id = {j.question_id: j for j in judgements}
+    extraction = by_id["conv3:information_extraction:0"]
+    assert [i.score for i in extraction.items] == [1.0, 0.0]  # budget named, apartment not
+    assert extraction.score == 0.5 and extraction.calls == 2
+    assert by_id["conv3:event_ordering:0"].event is not None
+    assert by_id["conv3:event_ordering:0"].calls >= 2
+    assert "known_bad_rubric" in by_id["conv3:abstention:0"].flags
+
+    rows = {
+        r["question_id"]: r
+        for r in (json.loads(line) for line in (out / "questions.jsonl").read_text().splitlines())
+    }
+    assert list(rows) == [q.id for q in QUESTIONS]
+    assert rows["conv3:information_extraction:0"]["evidence_recall"] == 0.5
+    assert rows["conv3:abstention:0"]["evidence_recall"] is None
+    assert rows["conv3:event_ordering:0"]["evidence_recall"] == 1.0
+    assert rows["conv3:temporal_reasoning:0"]["evidence_recall"] == 0.5
+    assert rows["conv3:abstention:0"]["score"] == 1.0  # every rubric word is in the answer
+    assert rows["conv3:abstention:0"]["score_excluding_known_bad"] is None
+    assert rows["conv3:temporal_reasoning:0"]["flags"] == ["error"]  # the agent's failure
+    assert sum(r["judge_calls"] for r in rows.values()) == sum(j.calls for j in judgements)
+
+    metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
+    assert set(metrics) == {*ABILITIES, "overall", "llm_judge"}
+    for ability in ABILITIES:
+        assert {"score", "questions", "evidence_recall", "error_questions"} <= set(metrics[ability])
+    assert metrics["preference_following"]["questions"] == 0
+    assert metrics["preference_following"]["score"] is None
+    overall = metrics["overall"]
+    scores = [r["score"] for r in rows.values()]
+    kept = [r["score"] for r in rows.values() if r["score_excluding_known_bad"] is not None]
+    assert overall["score"] == pytest.approx(sum(scores) / 4)
+    assert overall["score_excluding_known_bad"] == pytest.approx(sum(kept) / 3)
+    assert overall["score_excluding_known_bad"] != pytest.approx(overall["score"])
+    assert metrics["abstention"]["score"] == 1.0
+    assert metrics["abstention"]["score_excluding_known_bad"] is None
+    assert overall["evidence_recall"] == pytest.approx((0.5 + 1.0 + 0.5) / 3)
+    assert metrics["abstention"]["evidence_recall"] is None
+    assert overall["error_questions"] == 1 and metrics["temporal_reasoning"]["error_questions"] == 1
+    assert overall["judge_calls"] == sum(j.calls for j in judgements)
+    assert metrics["llm_judge"]["calls"] == overall["judge_calls"]
+    run = json.loads((out / "run.json").read_text())
+    assert run["test_model"] is True and run["models"][0]["judge_is_agent"] is True
+
+    # the scripted judge saw the question, the rubric item and the answer in each item prompt
+    calls = [json.loads(line) for line in (workdir.parent / "calls.jsonl").read_text().splitlines()]
+    item_prompts = [c["messages"][-1]["content"] for c in calls if c["task"] == "judge"]
+    assert len(item_prompts) == 4  # 2 + 1 + 1 rubric items outside event ordering
+    assert any(
+        "What is my monthly grocery budget?" in p and "Riverside apartment" in p
+        for p in item_prompts
+    )
+
+
+@pytest.mark.slow
+def test_a_second_run_makes_no_model_call_and_identical_outputs(workdir: Path) -> None:
+    assert run_judge(workdir).returncode == 0
+    names = ("data/judge/judgements.jsonl", "data/judge/questions.jsonl", "data/judge/run.json")
+    first = {n: (workdir / n).read_bytes() for n in names}
+    first_metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
+    assert run_judge(workdir).returncode == 0
+    assert {n: (workdir / n).read_bytes() for n in names} == first
+    metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
+    # llm_judge is the run's own accounting: the second run is served from the call cache
+    assert metrics.pop("llm_judge") == {
+        **first_metrics.pop("llm_judge"),
+        "calls": 0,
+        "cache_hits": first_metrics["overall"]["judge_calls"],
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "seconds": 0.0,
+    }
+    assert metrics == first_metrics
+
+
+@pytest.mark.slow
+def test_a_tampered_scorer_file_stops_the_stage_with_exit_2(workdir: Path) -> None:
+    target = workdir / "data" / "scorer" / PROMPTS_PATH
+    target.write_text(target.read_text() + "\n# edited\n")
+    done = run_judge(workdir)
+    assert done.returncode == 2
+    assert "differs from the pin" in done.stderr and "dvc repro fetch" in done.stderr
+    assert PROMPTS_PATH in done.stderr
+    assert not (workdir / "data" / "judge").exists()
+    assert not (workdir / "metrics" / "judge.json").exists()
+
+
+@pytest.mark.slow
+def test_a_question_without_a_trace_stops_the_stage_with_exit_2(workdir: Path) -> None:
+    traces = workdir / "data" / "answer" / "traces.jsonl"
+    traces.write_text("".join(traces.read_text().splitlines(keepends=True)[:-1]))
+    done = run_judge(workdir)
+    assert done.returncode == 2
+    assert "conv3:temporal_reasoning:0" in done.stderr and "dvc repro answer" in done.stderr
