@@ -23,7 +23,7 @@ from clients import cypher
 from clients.cypher import escape_fulltext
 from clients.graph import GraphStore, QueryFailed
 from clients.llm import ChatModel, ChatRequest, Message, Tool, ToolCall, tool_from_model
-from schemas.errors import BeamError
+from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
 
 PROMPT_VERSION = "agent-v1"
@@ -127,6 +127,11 @@ class ToolOutcome:
 def _short(text: Any, limit: int = TEXT_CHARS) -> Any:
     if isinstance(text, str) and len(text) > limit:
         return text[: limit - 1] + "…"
+    # read_only_cypher may return whole nodes (`RETURN c`): shorten the texts inside them too
+    if isinstance(text, dict):
+        return {k: _short(v, limit) for k, v in text.items()}
+    if isinstance(text, list):
+        return [_short(v, limit) for v in text]
     return text
 
 
@@ -141,8 +146,19 @@ def _compact(
 
 
 def _ids_of(rows: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
-    ids = [str(r["id"]) for r in rows if r.get("id")]
-    messages = sorted({int(m) for r in rows for m in (r.get("message_ids") or [])})
+    """Node ids and message ids of rows, also of whole nodes in a column (`RETURN n`). Values
+    of another shape (a free Cypher query may return anything) are ignored, never an error."""
+    found = [r for row in rows for r in (row, *row.values()) if isinstance(r, dict)]
+    ids = [r["id"] for r in found if isinstance(r.get("id"), str) and r["id"]]
+    messages = sorted(
+        {
+            m
+            for r in found
+            if isinstance(r.get("message_ids"), list)
+            for m in r["message_ids"]
+            if isinstance(m, int) and not isinstance(m, bool)
+        }
+    )
     return ids, messages
 
 
@@ -185,7 +201,8 @@ class GraphTools:
         payload: dict[str, Any] = {"results": _compact(rows), **extra}
         if not rows:
             payload["note"] = "nothing found; try other keywords or another tool"
-        return ToolOutcome(json.dumps(payload, ensure_ascii=False), ids, messages)
+        # default=str: a free query may return values JSON has no type for (a spatial point)
+        return ToolOutcome(json.dumps(payload, ensure_ascii=False, default=str), ids, messages)
 
     def search_memory(self, args: SearchMemory) -> ToolOutcome:
         text = escape_fulltext(args.query)
@@ -256,7 +273,9 @@ class GraphTools:
         return self._outcome(listed, **extra)
 
     def run(self, call: ToolCall) -> ToolOutcome:
-        """Run one tool call; any problem becomes an error the model reads, never an exception."""
+        """Run one tool call; any problem with the call becomes an error the model reads, never an
+        exception. A dead or unreachable graph server (ServiceError) is not the model's to fix:
+        it propagates and stops the stage, instead of every later question seeing tool errors."""
         handler = self._handlers.get(call.name)
         if handler is None:
             error = f"unknown tool {call.name!r}; use one of {', '.join(self._handlers)}"
@@ -266,6 +285,8 @@ class GraphTools:
             return ToolOutcome(json.dumps({"error": error}), [], [], error)
         try:
             return handler(self._models[call.name].model_validate(call.arguments))
+        except ServiceError:
+            raise
         except (QueryFailed, BeamError, ValueError) as exc:
             error = f"{call.name} failed: {exc}"
             return ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), [], [], error)

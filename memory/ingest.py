@@ -199,14 +199,20 @@ def source_layer(
     return nodes, rels
 
 
-def extraction_request(chunk: Chunk) -> ChatRequest:
-    system, user = extraction_messages(chunk)
+def _request(
+    messages: list[dict[str, str]], task: str, version: str, schema: type[Any]
+) -> ChatRequest:
+    system, user = messages
     return ChatRequest(
         messages=(Message.system(system["content"]), Message.user(user["content"])),
-        task=TASK,
-        prompt_version=PROMPT_VERSION,
-        schema=ExtractionReply,
+        task=task,
+        prompt_version=version,
+        schema=schema,
     )
+
+
+def extraction_request(chunk: Chunk) -> ChatRequest:
+    return _request(extraction_messages(chunk), TASK, PROMPT_VERSION, ExtractionReply)
 
 
 def _parsed(completion: Completion, model: type[Any]) -> Any | None:
@@ -244,6 +250,131 @@ def _decide_pairs(
     return list(zip(batches, completions, strict=True))
 
 
+@dataclass
+class _Memory:
+    """What extraction accumulates before resolution and linking rewrite it."""
+
+    known: dict[str, str]
+    entities: dict[str, EntityNode] = field(default_factory=dict)
+    statements: dict[str, StatementNode] = field(default_factory=dict)
+    first_position: dict[str, int] = field(default_factory=dict)
+    rels: dict[tuple[str, str, str], Relationship] = field(default_factory=dict)
+
+    def add(self, batch: GraphBatch, position: int) -> None:
+        for node in batch.nodes:
+            self.known[node.id] = node.label
+            if isinstance(node, EntityNode):
+                old = self.entities.get(node.id)
+                self.entities[node.id] = _merge_entity(old, node) if old else node
+                self.first_position.setdefault(node.id, position)
+            elif isinstance(node, StatementNode):
+                self.statements[node.id] = node
+                self.first_position[node.id] = position
+        for rel in batch.relationships:
+            self.rels.setdefault(rel.key, rel)
+
+
+def _extract(
+    chat: ChatSlice, graph: ConversationGraph, memory: _Memory, extraction: ChatModel
+) -> None:
+    """One extraction call per chunk; each reply validated and added (failures counted)."""
+    completions = extraction.run_batch([extraction_request(c) for c in graph.chunks])
+    for chunk, completion in zip(graph.chunks, completions, strict=True):
+        reply = _parsed(completion, ExtractionReply)
+        if reply is None:
+            graph.failed_chunks.append(chunk.id)
+            continue
+        if not reply.entities and not reply.statements:
+            graph.empty_chunks.append(chunk.id)
+            continue
+        raw_nodes, raw_rels, defaulted = reply_to_graph(
+            reply, chunk, session_id(chat.conversation_id, chunk.session)
+        )
+        graph.defaulted_message_ids += defaulted
+        batch, report = validate_batch(raw_nodes, raw_rels, existing=memory.known)
+        graph.dropped.update({k: v for k, v in report.dropped.items() if v})
+        memory.add(batch, chunk.position)
+
+
+def _resolve(
+    graph: ConversationGraph, memory: _Memory, settings: IngestSettings, model: ChatModel
+) -> dict[tuple[str, str, str], Relationship]:
+    """Merge look-alike entities the model judged the same; the relationships, re-pointed."""
+    entities = memory.entities
+    mentions = [
+        Mention(e.id, e.label, e.name, memory.first_position[e.id]) for e in entities.values()
+    ]
+    pairs = candidate_pairs(
+        mentions,
+        per_mention=settings.candidates_per_entity,
+        min_similarity=settings.min_similarity,
+    )
+    names = {e.id: e.name for e in entities.values()}
+    summaries = {e.id: e.summary for e in entities.values()}
+
+    def request(batch: list[CandidatePair]) -> ChatRequest:
+        messages = resolve_messages(batch, names, summaries)
+        return _request(messages, RESOLVE_TASK, RESOLVE_PROMPT_VERSION, ResolveReply)
+
+    same: list[CandidatePair] = []
+    for batch_pairs, completion in _decide_pairs(pairs, settings, model, request, graph.resolution):
+        same += same_pairs(batch_pairs, _parsed(completion, ResolveReply))
+    mapping = merge_map(memory.first_position, [(p.newer, p.older) for p in same])
+    graph.resolution.decided = len(mapping)
+    for old, new in sorted(mapping.items()):
+        merged = entities.pop(old)
+        entities[new] = _merge_entity(
+            entities[new], merged.model_copy(update={"aliases": [*merged.aliases, merged.name]})
+        )
+    remapped: dict[tuple[str, str, str], Relationship] = {}
+    for rel in memory.rels.values():
+        start, end = mapping.get(rel.start, rel.start), mapping.get(rel.end, rel.end)
+        if start == end:
+            continue
+        new_rel = rel.model_copy(update={"start": start, "end": end})
+        remapped.setdefault(new_rel.key, new_rel)
+    return remapped
+
+
+def _link(
+    chat: ChatSlice,
+    graph: ConversationGraph,
+    memory: _Memory,
+    rels: dict[tuple[str, str, str], Relationship],
+    settings: IngestSettings,
+    model: ChatModel,
+) -> None:
+    """Add SUPERSEDES / CONTRADICTS between statements that share an entity (newer → older)."""
+    statements = memory.statements
+    about: dict[str, set[str]] = defaultdict(set)
+    for rel in rels.values():
+        if rel.type == "ABOUT":
+            about[rel.start].add(rel.end)
+    refs = [
+        StatementRef(s.id, s.label, frozenset(about[s.id]), memory.first_position[s.id])
+        for s in statements.values()
+    ]
+    candidates = statement_pairs(
+        refs, labels=LINKED_LABELS, per_statement=settings.candidates_per_statement
+    )
+    session_dates = {x.number: x.date_iso for x in chat.sessions}
+    dates = {s.id: session_dates[s.session_number] for s in statements.values()}
+    texts = {s.id: s.text for s in statements.values()}
+
+    def request(batch: list[CandidatePair]) -> ChatRequest:
+        messages = link_messages(batch, texts, dates)
+        return _request(messages, LINK_TASK, LINK_PROMPT_VERSION, LinkReply)
+
+    for batch_pairs, completion in _decide_pairs(
+        candidates, settings, model, request, graph.linking
+    ):
+        for pair, relation in linked_pairs(batch_pairs, _parsed(completion, LinkReply)):
+            rel_type: RelType = "SUPERSEDES" if relation == "supersedes" else "CONTRADICTS"
+            link = Relationship(type=rel_type, start=pair.newer, end=pair.older)
+            rels.setdefault(link.key, link)
+            graph.linking.decided += 1
+
+
 def build_graph(
     chat: ChatSlice,
     settings: IngestSettings,
@@ -257,117 +388,12 @@ def build_graph(
     if sum(src_report.dropped.values()):
         raise AssertionError(f"provenance layer failed validation: {src_report.problems}")
     graph = ConversationGraph(chat.conversation_id, chunks, src_batch)
-    known: dict[str, str] = {n.id: n.label for n in src_batch.nodes}
-    entities: dict[str, EntityNode] = {}
-    statements: dict[str, StatementNode] = {}
-    first_position: dict[str, int] = {}
-    rels: dict[tuple[str, str, str], Relationship] = {}
-
-    completions = extraction.run_batch([extraction_request(c) for c in chunks])
-    for chunk, completion in zip(chunks, completions, strict=True):
-        reply = _parsed(completion, ExtractionReply)
-        if reply is None:
-            graph.failed_chunks.append(chunk.id)
-            continue
-        if not reply.entities and not reply.statements:
-            graph.empty_chunks.append(chunk.id)
-            continue
-        raw_nodes, raw_rels, defaulted = reply_to_graph(
-            reply, chunk, session_id(chat.conversation_id, chunk.session)
-        )
-        graph.defaulted_message_ids += defaulted
-        batch, report = validate_batch(raw_nodes, raw_rels, existing=known)
-        graph.dropped.update({k: v for k, v in report.dropped.items() if v})
-        for node in batch.nodes:
-            known[node.id] = node.label
-            if isinstance(node, EntityNode):
-                entities[node.id] = (
-                    _merge_entity(entities[node.id], node) if node.id in entities else node
-                )
-                first_position.setdefault(node.id, chunk.position)
-            elif isinstance(node, StatementNode):
-                statements[node.id] = node
-                first_position[node.id] = chunk.position
-        for rel in batch.relationships:
-            rels.setdefault(rel.key, rel)
-
-    # Resolution: bounded candidate pairs, batched decisions, one merge map.
-    mentions = [Mention(e.id, e.label, e.name, first_position[e.id]) for e in entities.values()]
-    pairs = candidate_pairs(
-        mentions,
-        per_mention=settings.candidates_per_entity,
-        min_similarity=settings.min_similarity,
-    )
-    names = {e.id: e.name for e in entities.values()}
-    summaries = {e.id: e.summary for e in entities.values()}
-
-    def resolve_request(batch: list[CandidatePair]) -> ChatRequest:
-        system, user = resolve_messages(batch, names, summaries)
-        return ChatRequest(
-            messages=(Message.system(system["content"]), Message.user(user["content"])),
-            task=RESOLVE_TASK,
-            prompt_version=RESOLVE_PROMPT_VERSION,
-            schema=ResolveReply,
-        )
-
-    same: list[CandidatePair] = []
-    for batch_pairs, completion in _decide_pairs(
-        pairs, settings, resolution, resolve_request, graph.resolution
-    ):
-        same += same_pairs(batch_pairs, _parsed(completion, ResolveReply))
-    mapping = merge_map(first_position, [(p.newer, p.older) for p in same])
-    graph.resolution.decided = len(mapping)
-    for old, new in sorted(mapping.items()):
-        merged = entities.pop(old)
-        entities[new] = _merge_entity(
-            entities[new], merged.model_copy(update={"aliases": [*merged.aliases, merged.name]})
-        )
-    remapped: dict[tuple[str, str, str], Relationship] = {}
-    for rel in rels.values():
-        start, end = mapping.get(rel.start, rel.start), mapping.get(rel.end, rel.end)
-        if start == end:
-            continue
-        new_rel = rel.model_copy(update={"start": start, "end": end})
-        remapped.setdefault(new_rel.key, new_rel)
-
-    # Updates and contradictions among facts that share an entity.
-    about: dict[str, set[str]] = defaultdict(set)
-    for rel in remapped.values():
-        if rel.type == "ABOUT":
-            about[rel.start].add(rel.end)
-    refs = [
-        StatementRef(s.id, s.label, frozenset(about[s.id]), first_position[s.id])
-        for s in statements.values()
-    ]
-    link_candidates = statement_pairs(
-        refs, labels=LINKED_LABELS, per_statement=settings.candidates_per_statement
-    )
-    dates = {
-        s.id: next(x.date_iso for x in chat.sessions if x.number == s.session_number)
-        for s in statements.values()
-    }
-    texts = {s.id: s.text for s in statements.values()}
-
-    def link_request(batch: list[CandidatePair]) -> ChatRequest:
-        system, user = link_messages(batch, texts, dates)
-        return ChatRequest(
-            messages=(Message.system(system["content"]), Message.user(user["content"])),
-            task=LINK_TASK,
-            prompt_version=LINK_PROMPT_VERSION,
-            schema=LinkReply,
-        )
-
-    for batch_pairs, completion in _decide_pairs(
-        link_candidates, settings, resolution, link_request, graph.linking
-    ):
-        for pair, relation in linked_pairs(batch_pairs, _parsed(completion, LinkReply)):
-            rel_type: RelType = "SUPERSEDES" if relation == "supersedes" else "CONTRADICTS"
-            link = Relationship(type=rel_type, start=pair.newer, end=pair.older)
-            remapped.setdefault(link.key, link)
-            graph.linking.decided += 1
-
-    memory_nodes: list[GraphNode] = [*entities.values(), *statements.values()]
+    memory = _Memory(known={n.id: n.label for n in src_batch.nodes})
+    _extract(chat, graph, memory, extraction)
+    rels = _resolve(graph, memory, settings, resolution)
+    _link(chat, graph, memory, rels, settings, resolution)
+    memory_nodes: list[GraphNode] = [*memory.entities.values(), *memory.statements.values()]
     all_nodes = [*src_batch.nodes, *sorted(memory_nodes, key=lambda n: n.id)]
-    all_rels = [*src_batch.relationships, *sorted(remapped.values(), key=lambda r: r.key)]
+    all_rels = [*src_batch.relationships, *sorted(rels.values(), key=lambda r: r.key)]
     graph.batch = GraphBatch(nodes=all_nodes, relationships=all_rels)
     return graph

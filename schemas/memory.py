@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -161,17 +161,7 @@ DropReason = Literal[
     "wrong_endpoint_label",
     "self_loop",
 ]
-DROP_REASONS: tuple[DropReason, ...] = (
-    "unknown_label",
-    "invalid_node",
-    "duplicate_node",
-    "label_conflict",
-    "unknown_type",
-    "invalid_relationship",
-    "dangling_endpoint",
-    "wrong_endpoint_label",
-    "self_loop",
-)
+DROP_REASONS: tuple[DropReason, ...] = get_args(DropReason)
 
 NodeId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s]+$")]
 MessageId = Annotated[int, Field(ge=0)]

@@ -30,6 +30,7 @@ from memory.agent import (
     answer_question,
     messages_in,
 )
+from schemas.errors import ServiceError
 from schemas.memory import GraphBatch
 from schemas.records import Question
 
@@ -183,6 +184,27 @@ def test_read_only_cypher_passes_params_and_marks_a_cut_result() -> None:
     assert outcome.ids == [f"conv1:fact:{i}" for i in range(12)]
 
 
+def test_read_only_cypher_shortens_and_counts_whole_nodes_and_ignores_odd_values() -> None:
+    nodes = "MATCH (f:Fact) RETURN f"
+    odd = "MATCH (c:Chunk) RETURN c.position AS id, size(c.message_ids) AS message_ids"
+    store = FakeStore(
+        {
+            nodes: [{"f": {**statement(1, messages=[2, 5]), "text": "long " * 200}}],
+            odd: [{"id": 3, "message_ids": 2}, {"id": "conv1:s1:c0", "message_ids": ["7", True]}],
+        }
+    )
+    tools = GraphTools(store)
+    whole = tools.run(call("read_only_cypher", {"query": nodes, "params": {}}))
+    assert whole.error is None
+    assert whole.ids == ["conv1:fact:1"] and whole.message_ids == [2, 5]
+    [row] = json.loads(whole.content)["results"]
+    assert len(row["f"]["text"]) == TEXT_CHARS  # a node's text is cut like a column's
+    # whatever shape a free query returns, the tool answers (no TypeError escapes the loop)
+    shaped = tools.run(call("read_only_cypher", {"query": odd, "params": {}}))
+    assert shaped.error is None
+    assert shaped.ids == ["conv1:s1:c0"] and shaped.message_ids == []
+
+
 def test_run_turns_every_problem_into_an_error_the_model_reads() -> None:
     store = FakeStore()
     tools = GraphTools(store)
@@ -201,6 +223,22 @@ def test_run_turns_every_problem_into_an_error_the_model_reads() -> None:
     for outcome in (unknown, unparsed, invalid, bad_kind, timed_out):
         assert outcome.ids == [] and outcome.message_ids == []
         assert json.loads(outcome.content) == {"error": outcome.error}
+
+
+def test_a_dead_graph_server_is_not_a_tool_error_and_stops_the_run() -> None:
+    store = FakeStore()
+    store.fail_with = ServiceError("Neo4j (local, port 7688) exited with code 137")
+    model = ScriptedTurns([tool_turn(call("timeline", {"query": "bakery"})), text_turn("x")])
+    with pytest.raises(ServiceError, match="exited with code 137"):
+        answer_question(QUESTION, model, GraphTools(store), max_steps=3)  # type: ignore[arg-type]
+
+
+def test_values_json_has_no_type_for_are_shown_as_text() -> None:
+    query = "RETURN point({x: 1, y: 2}) AS where"
+    store = FakeStore({query: [{"where": complex(1, 2)}]})  # stands in for a driver Point
+    outcome = GraphTools(store).run(call("read_only_cypher", {"query": query, "params": {}}))
+    assert outcome.error is None
+    assert json.loads(outcome.content)["results"] == [{"where": "(1+2j)"}]
 
 
 # -- the loop -----------------------------------------------------------------------------------
