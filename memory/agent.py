@@ -15,9 +15,9 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clients import cypher
 from clients.cypher import escape_fulltext
@@ -44,7 +44,7 @@ class SearchMemory(_Args):
     instructions), entities and raw chat chunks. Start here. Returns ids, short texts, dates."""
 
     query: str = Field(description="keywords to look for")
-    kind: str = Field(default="all", description="all | statements | entities | chunks")
+    kind: Literal["all", "statements", "entities", "chunks"] = "all"
 
 
 class EntityNeighbourhood(_Args):
@@ -214,15 +214,10 @@ class GraphTools:
             "chunks": cypher.AGENT_SEARCH_CHUNKS,
         }
         kinds = list(queries) if args.kind == "all" else [args.kind]
-        unknown = [k for k in kinds if k not in queries]
-        if unknown:
-            raise ValueError(f"kind must be one of all, {', '.join(queries)}; got {args.kind!r}")
         rows: list[dict[str, Any]] = []
         for kind in kinds:
             limit = 3 if kind == "chunks" and args.kind == "all" else self.limit
             found = self._rows(queries[kind], {"text": text, "limit": limit})
-            if kind == "chunks":
-                found = [{**r, "text": _short(r.get("text"), 400)} for r in found]
             rows += found
         return self._outcome(rows)
 
@@ -284,7 +279,16 @@ class GraphTools:
             error = f"invalid arguments for {call.name}: {call.error}"
             return ToolOutcome(json.dumps({"error": error}), [], [], error)
         try:
-            return handler(self._models[call.name].model_validate(call.arguments))
+            args = self._models[call.name].model_validate(call.arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            error = f"invalid arguments for {call.name}: {problems}"
+            return ToolOutcome(json.dumps({"error": error}), [], [], error)
+        try:
+            return handler(args)
         except ServiceError:
             raise
         except (QueryFailed, BeamError, ValueError) as exc:
@@ -316,6 +320,7 @@ class Trace(BaseModel):
     reached_message_ids: list[int]
     """The chat message ids those nodes trace back to."""
     steps: int
+    """Tool calls made (a model turn may make several; `max_steps` limits turns)."""
     calls: int
     prompt_tokens: int
     completion_tokens: int

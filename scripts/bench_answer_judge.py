@@ -15,7 +15,8 @@ calls per question (<= 12 on average).
     uv run --frozen python scripts/bench_answer_judge.py [--workdir DIR] [--out FILE]
 
 With --workdir an existing graph (data/ingest) is reused, so a second run times only answer and
-judge. Needs ../shared/beam and `make neo4j`.
+judge (the model call cache is emptied first, so their calls are never served from it).
+Needs ../shared/beam and `make neo4j`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -135,7 +137,7 @@ def figures(work: Path, seconds: dict[str, float]) -> dict[str, Any]:
     overall = judge["overall"]
     return {
         "questions": len(traces),
-        "ingest_seconds": round(seconds.get("ingest", 0.0), 1),
+        "ingest_seconds": round(seconds["ingest"], 1) if "ingest" in seconds else None,
         "answer_seconds": round(seconds["answer"], 1),
         "judge_seconds": round(seconds["judge"], 1),
         "wall_seconds": round(seconds["answer"] + seconds["judge"], 1),
@@ -179,6 +181,9 @@ def main() -> None:
         if not all(g.is_file() for g in graphs):
             seconds["ingest"] = run_stage(work, "stages.ingest")
             print(f"ingest (5 full conversations, scripted): {seconds['ingest']:.1f} s")
+        # Cold model calls every time: a reused folder's call cache would serve the agent and
+        # the judge from disk (the budget ledger lives there too and starts afresh).
+        shutil.rmtree(work / ".cache" / "llm", ignore_errors=True)
         for stage in ("answer", "judge"):
             seconds[stage] = run_stage(work, f"stages.{stage}")
             print(f"{stage}: {seconds[stage]:.1f} s")
@@ -186,9 +191,10 @@ def main() -> None:
 
     for key, value in result.items():
         target = TARGETS.get(key)
-        verdict = (
-            "" if target is None else (" ok" if value <= target else f" MISSED (≤ {target:g})")
-        )
+        if target is None or value is None:
+            verdict = ""
+        else:
+            verdict = " ok" if value <= target else f" MISSED (≤ {target:g})"
         print(f"{key:<36}{value!s:>12}{verdict}")
     if args.out:
         write_json(args.out, result)

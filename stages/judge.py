@@ -781,7 +781,7 @@ def load_prompts(params: JudgeParams) -> JudgePrompts:
 
 def _request(messages: list[Message], task: str) -> ChatRequest:
     return ChatRequest(
-        messages=tuple(LlmMessage(role=m["role"], content=m["content"]) for m in messages),  # type: ignore[arg-type]
+        messages=tuple(LlmMessage.model_validate(m) for m in messages),
         task=task,
         prompt_version=JUDGE_PROMPT_VERSION,
     )
@@ -792,7 +792,6 @@ def _key(messages: list[Message]) -> str:
 
 
 def main() -> None:
-
     mode = load_mode()
     params = load_params("judge", JudgeParams)
     questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)

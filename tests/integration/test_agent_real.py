@@ -378,6 +378,10 @@ def test_read_only_cypher_returns_rows_cut_at_the_row_limit(
     assert exact.ids == [cid("session:1"), cid("session:2"), cid("session:3")]
     assert "truncated" not in payload(exact.content)
 
+    whole = tools.read_only_cypher(ReadOnlyCypher(query="MATCH (f:Fact) RETURN f ORDER BY f.id"))
+    assert whole.ids == [cid("dinners"), cid("lease")] and whole.message_ids == [2, 7]
+    assert payload(whole.content)["results"][0]["f"]["labels"] == ["Fact"]
+
 
 WRITE_ATTEMPTS = (
     "CREATE (n:Memory:Fact {id: 'evil', text: 'x'}) RETURN n",
@@ -418,7 +422,8 @@ def test_unknown_tools_bad_arguments_and_failing_queries_are_error_results(
     )
     assert parse_failed.error is not None and "invalid arguments for timeline" in parse_failed.error
     wrong_field = tools.run(call("statements_about", {"entity": cid("maya")}))
-    assert wrong_field.error is not None and "statements_about failed" in wrong_field.error
+    assert wrong_field.error is not None
+    assert "invalid arguments for statements_about: id: Field required" in wrong_field.error
     bad_kind = tools.run(call("search_memory", {"query": "budget", "kind": "everything"}))
     assert bad_kind.error is not None and "kind must be one of" in bad_kind.error
     syntax = tools.run(call("read_only_cypher", {"query": "MATCH (n RETURN n", "params": {}}))

@@ -214,9 +214,12 @@ def test_run_turns_every_problem_into_an_error_the_model_reads() -> None:
     unparsed = tools.run(call("timeline", None, error="invalid arguments: not JSON"))
     assert unparsed.error == "invalid arguments for timeline: invalid arguments: not JSON"
     invalid = tools.run(call("statements_about", {"id": 3, "extra": True}))
-    assert invalid.error is not None and invalid.error.startswith("statements_about failed")
+    assert invalid.error is not None
+    assert invalid.error.startswith("invalid arguments for statements_about: id: Input should be")
     bad_kind = tools.run(call("search_memory", {"query": "x", "kind": "vectors"}))
-    assert bad_kind.error is not None and "kind must be one of" in bad_kind.error
+    assert bad_kind.error is not None and bad_kind.error.startswith(
+        "invalid arguments for search_memory: kind: Input should be 'all'"
+    )
     store.fail_with = QueryFailed("the query ran longer than 30 s and was stopped")
     timed_out = tools.run(call("timeline", {"query": "bakery"}))
     assert timed_out.error is not None and "longer than 30 s" in timed_out.error
