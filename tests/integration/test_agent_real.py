@@ -425,7 +425,8 @@ def test_unknown_tools_bad_arguments_and_failing_queries_are_error_results(
     assert wrong_field.error is not None
     assert "invalid arguments for statements_about: id: Field required" in wrong_field.error
     bad_kind = tools.run(call("search_memory", {"query": "budget", "kind": "everything"}))
-    assert bad_kind.error is not None and "kind must be one of" in bad_kind.error
+    assert bad_kind.error is not None
+    assert "invalid arguments for search_memory: kind: Input should be 'all'" in bad_kind.error
     syntax = tools.run(call("read_only_cypher", {"query": "MATCH (n RETURN n", "params": {}}))
     assert syntax.error is not None and "the query failed" in syntax.error
     for outcome in (unknown, parse_failed, wrong_field, bad_kind, syntax):
