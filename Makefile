@@ -55,6 +55,8 @@ bench: setup
 	$(PY) python scripts/bench_graph.py
 	$(PY) python scripts/bench_llm.py
 	$(PY) python scripts/bench_judge.py
+	$(PY) python scripts/bench_ingest.py
+	$(PY) python scripts/bench_answer_judge.py
 	$(PY) python scripts/bench_pipeline.py
 
 clean:
