@@ -26,6 +26,7 @@ from schemas.records import Question
 from stages.common import (
     load_mode,
     load_params,
+    progress,
     read_jsonl,
     remove_outputs,
     run_stage,
@@ -94,15 +95,17 @@ def main() -> None:
             with start_graph(graph_params, Path(workdir), name=f"conv{conversation}") as store:
                 store.import_jsonl(GRAPHS / f"conv{conversation}.jsonl")
                 tools = GraphTools(store, limit=params.result_limit)
-                for question in by_conversation[conversation]:
+                asked = by_conversation[conversation]
+                for question in progress(asked, total=len(asked), desc=f"conv{conversation}"):
                     trace = answer_question(question, agent, tools, max_steps=params.max_steps)
                     traces[question.id] = trace
-                    print(
-                        f"answer [{len(traces)}/{len(questions)}] {question.id}: "
-                        f"{trace.steps} steps, {trace.calls} calls"
-                        + (f", error: {trace.error}" if trace.error else ""),
-                        file=sys.stderr,
-                    )
+            done = [traces[q.id] for q in by_conversation[conversation]]
+            print(
+                f"answer conv{conversation}: {len(done)} questions, "
+                f"{sum(t.calls for t in done)} model calls, "
+                f"{sum(1 for t in done if t.error)} errors",
+                file=sys.stderr,
+            )
     ordered = [traces[q.id] for q in questions]
     write_jsonl(OUT_DIR / "traces.jsonl", ordered)
     (OUT_DIR / "NOTICE").write_text(NOTICE, encoding="utf-8")

@@ -24,6 +24,7 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def read_params_file(path: Path | None = None) -> dict[str, Any]:
@@ -135,6 +136,13 @@ def remove_outputs(*paths: Path) -> None:
             path.rmdir()
         else:
             path.unlink(missing_ok=True)
+
+
+def progress(items: Iterable[T], *, total: int, desc: str) -> Iterable[T]:
+    """A progress bar on a terminal; nothing in a log (CI), where stages print summaries."""
+    from tqdm import tqdm
+
+    return tqdm(items, total=total, desc=desc, disable=None, mininterval=1.0, leave=False)
 
 
 def run_stage(main: Callable[[], None]) -> None:

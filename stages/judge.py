@@ -47,6 +47,7 @@ from schemas.records import ABILITIES, Question, Rubric
 from stages.common import (
     load_mode,
     load_params,
+    progress,
     read_jsonl,
     remove_outputs,
     run_stage,
@@ -839,7 +840,7 @@ def main() -> None:
 
     judgements: list[Judgement] = []
     rows: list[dict[str, Any]] = []
-    for number, q in enumerate(questions, start=1):
+    for q in progress(questions, total=len(questions), desc="judge"):
         trace, rubric = traces[q.id], rubrics[q.id]
         judgement = judge_question(
             q,
@@ -863,8 +864,12 @@ def main() -> None:
                 "judge_calls": judgement.calls,
             }
         )
-        print(f"judge [{number}/{len(questions)}] {q.id}: {judgement.score:.3f}", file=sys.stderr)
 
+    print(
+        f"judge: {len(judgements)} questions, {sum(j.calls for j in judgements)} judge calls, "
+        f"mean score {sum(j.score for j in judgements) / max(len(judgements), 1):.3f}",
+        file=sys.stderr,
+    )
     write_jsonl(out_dir / "judgements.jsonl", judgements)
     write_jsonl(out_dir / "questions.jsonl", rows)
     write_json(
