@@ -83,7 +83,9 @@ def read_verified(receipt: Receipt) -> bytes:
 def load_table(data: bytes, source: str, required: tuple[str, ...] = REQUIRED_COLUMNS) -> pa.Table:
     """Parse parquet bytes and check that the columns a stage needs are there."""
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        # No Arrow thread pool: its teardown at interpreter exit can abort a process that is
+        # leaving with an error (seen as "terminate called without an active exception").
+        table = pq.read_table(pa.BufferReader(data), use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise DataError(
             f"{source} is not a readable parquet file ({exc}); it may be truncated: fetch it again"
