@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,18 +18,7 @@ Ability = Literal[
     "summarization",
     "temporal_reasoning",
 ]
-ABILITIES: tuple[Ability, ...] = (
-    "abstention",
-    "contradiction_resolution",
-    "event_ordering",
-    "information_extraction",
-    "instruction_following",
-    "knowledge_update",
-    "multi_session_reasoning",
-    "preference_following",
-    "summarization",
-    "temporal_reasoning",
-)
+ABILITIES: tuple[Ability, ...] = get_args(Ability)
 
 
 class _Record(BaseModel):

@@ -46,8 +46,6 @@ from schemas.errors import DataError  # noqa: E402
 from schemas.params import (  # noqa: E402
     EstimateParams,
     IngestParams,
-    LlmParams,
-    ModelRef,
     RepairParams,
     SliceParams,
 )
@@ -63,6 +61,7 @@ from stages.slice import (  # noqa: E402
     check_pins,
     load_fixture,
 )
+from tests.support.models import scripted_client  # noqa: E402
 
 PARAMS = ROOT / "params.yaml"
 MIRROR = (
@@ -123,15 +122,7 @@ def estimate(chats: list[ChatSlice], settings: IngestSettings) -> dict[str, Any]
 
 
 def scripted(role: str, cache_dir: Path) -> LlmClient:
-    params = LlmParams(
-        timeout_seconds=60,
-        max_attempts=1,
-        concurrency=2,
-        seed=0,
-        cache=False,
-        cache_dir=str(cache_dir),
-    )
-    return LlmClient(role, ModelRef(model="scripted/rules"), params)  # type: ignore[arg-type]
+    return scripted_client(role, cache_dir)  # type: ignore[arg-type]
 
 
 def scaling(chat: ChatSlice, settings: IngestSettings, cache_dir: Path) -> list[dict[str, Any]]:

@@ -35,10 +35,11 @@ from memory.agent import (
     answer_question,
 )
 from schemas.memory import GraphBatch, validate_batch
-from schemas.params import GraphParams, LlmParams, ModelRef
+from schemas.params import GraphParams
 from schemas.records import Question
 from stages.judge import evidence_recall
 from tests.conftest import REPO_ROOT
+from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 
 # Fixtures shared through tests/support (pytest finds them in this module's namespace).
@@ -437,15 +438,7 @@ def test_unknown_tools_bad_arguments_and_failing_queries_are_error_results(
 
 
 def scripted_agent(tmp_path: Path) -> LlmClient:
-    params = LlmParams(
-        timeout_seconds=5,
-        max_attempts=1,
-        concurrency=1,
-        seed=0,
-        cache=False,
-        cache_dir=str(tmp_path / "cache"),
-    )
-    return LlmClient("agent", ModelRef(model="scripted/rules"), params)
+    return scripted_client("agent", tmp_path / "cache")
 
 
 QUESTION = Question(

@@ -37,13 +37,14 @@ from clients.llm import LlmClient
 from clients.scripted import ScriptedBackend, read_record
 from memory.ingest import ConversationGraph, IngestSettings, build_graph
 from schemas.memory import ENTITY_LABELS, REL_TYPES, STATEMENT_LABELS
-from schemas.params import GraphParams, IngestParams, LlmParams, ModelRef, RepairParams
+from schemas.params import GraphParams, IngestParams, RepairParams
 from schemas.records import ChatSlice
 from stages.common import load_params, stable_json
 from stages.ingest import settings_for
 from stages.repair import cut_filler
 from stages.slice import Mode, build_slice, from_ranges, load_fixture
 from tests.conftest import REPO_ROOT
+from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 
 # Fixtures shared through tests/support (pytest finds them in this module's namespace).
@@ -103,15 +104,7 @@ def real_slice(shared_beam: Path, mode: Mode, conversation_id: str) -> ChatSlice
 
 def scripted(role: str, tmp_path: Path) -> LlmClient:
     """The test model without a cache, so that every request reaches (and is kept by) it."""
-    params = LlmParams(
-        timeout_seconds=30,
-        max_attempts=1,
-        concurrency=2,
-        seed=0,
-        cache=False,
-        cache_dir=str(tmp_path / "llm-cache"),
-    )
-    return LlmClient(role, ModelRef(model="scripted/rules"), params)  # type: ignore[arg-type]
+    return scripted_client(role, tmp_path / "llm-cache")  # type: ignore[arg-type]
 
 
 def history(model: LlmClient) -> list[dict[str, Any]]:

@@ -11,8 +11,8 @@ from clients.llm import ChatRequest, Completion, LlmClient
 from memory.extract import ExtractedEntity, ExtractedStatement, ExtractionReply, reply_to_graph
 from memory.ingest import IngestSettings, build_graph, session_id
 from schemas.memory import validate_batch
-from schemas.params import LlmParams, ModelRef
 from schemas.records import ChatMessage, ChatSlice, Chunk, Session
+from tests.support.models import scripted_client
 
 SETTINGS = IngestSettings(
     chunk_tokens=200,
@@ -25,15 +25,7 @@ SETTINGS = IngestSettings(
 
 
 def _scripted(role: str, tmp_path: Path) -> LlmClient:
-    params = LlmParams(
-        timeout_seconds=5,
-        max_attempts=1,
-        concurrency=2,
-        seed=0,
-        cache=False,
-        cache_dir=str(tmp_path / "cache"),
-    )
-    return LlmClient(role, ModelRef(model="scripted/rules"), params)  # type: ignore[arg-type]
+    return scripted_client(role, tmp_path / "cache")  # type: ignore[arg-type]
 
 
 def _story() -> ChatSlice:

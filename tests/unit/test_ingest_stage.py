@@ -25,11 +25,12 @@ from clients.llm import LlmClient
 from memory.ingest import ConversationGraph, IngestSettings, build_graph
 from schemas.errors import DataError
 from schemas.memory import ENTITY_LABELS, GraphBatch
-from schemas.params import IngestParams, LlmParams, ModelRef
+from schemas.params import IngestParams
 from schemas.records import ChatMessage, ChatSlice, Session
 from stages.common import load_params, stable_json
 from stages.ingest import load_chats, settings_for, summarize
 from tests.conftest import REPO_ROOT
+from tests.support.models import scripted_client
 
 PARAMS = REPO_ROOT / "params.yaml"
 
@@ -155,15 +156,7 @@ def _growing_session(number: int) -> Session:
 
 
 def _scripted(role: str, tmp_path: Path) -> LlmClient:
-    params = LlmParams(
-        timeout_seconds=10,
-        max_attempts=1,
-        concurrency=2,
-        seed=0,
-        cache=False,
-        cache_dir=str(tmp_path / "cache"),
-    )
-    return LlmClient(role, ModelRef(model="scripted/rules"), params)  # type: ignore[arg-type]
+    return scripted_client(role, tmp_path / "cache")  # type: ignore[arg-type]
 
 
 def test_resolution_and_linking_calls_per_chunk_stay_flat_as_entities_grow(

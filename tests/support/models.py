@@ -1,0 +1,23 @@
+"""The scripted test model as a client, for tests and benchmarks that call the memory system
+directly (stage processes pick it by name in params.yaml instead)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clients.llm import LlmClient, Role
+from schemas.params import LlmParams, ModelRef
+
+
+def scripted_client(role: Role, cache_dir: Path, *, cache: bool = False) -> LlmClient:
+    """`scripted/rules` for one role; without a cache by default, so every request reaches the
+    model and is kept in its history."""
+    params = LlmParams(
+        timeout_seconds=60,
+        max_attempts=1,
+        concurrency=2,
+        seed=0,
+        cache=cache,
+        cache_dir=str(cache_dir),
+    )
+    return LlmClient(role, ModelRef(model="scripted/rules"), params)
