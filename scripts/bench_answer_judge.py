@@ -45,13 +45,9 @@ from stages.common import load_params, read_jsonl, write_atomic, write_json  # n
 from stages.repair import encode_table, load_table, repair_table  # noqa: E402
 from stages.slice import make_slices  # noqa: E402
 from tests.conftest import MIRROR_PARQUET  # noqa: E402
+from tests.support.models import scripted_models  # noqa: E402
 from tests.support.scorer_standin import (  # noqa: E402
-    COMMIT,
-    COMPUTE_METRICS_PATH,
-    PROMPTS_PATH,
-    REPO,
-    sha256_of,
-    standin_files,
+    standin_judge_pins,
     write_standin,
 )
 
@@ -63,21 +59,9 @@ CONVERSATIONS = ("1", "4", "6", "13", "17")
 def bench_params() -> dict[str, Any]:
     """params.yaml of the work folder: full mode, scripted models, the scorer stand-in's pins."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    files = standin_files()
     params["mode"] = "full"
-    for role in ("extraction", "resolution", "agent"):
-        params["models"][role] = {"model": "scripted/rules", "api_base": None}
-    params["models"]["judge"] = {"model": None, "api_base": None}
-    params["judge"] |= {
-        "scorer_repo": REPO,
-        "scorer_commit": COMMIT,
-        "scorer_dir": "data/scorer",
-        "prompts": {"path": PROMPTS_PATH, "sha256": sha256_of(files[PROMPTS_PATH])},
-        "compute_metrics": {
-            "path": COMPUTE_METRICS_PATH,
-            "sha256": sha256_of(files[COMPUTE_METRICS_PATH]),
-        },
-    }
+    params["models"] = scripted_models()
+    params["judge"] |= standin_judge_pins() | {"scorer_dir": "data/scorer"}
     params["llm"] |= {"cache_dir": ".cache/llm"}  # inside the work folder
     return params
 

@@ -140,23 +140,11 @@ def bench_overhead(n: int) -> dict[str, float]:
         layer = time.perf_counter() - started
         layer_server = sum(r.seconds for r in server.log)
 
-        litellm = _import_litellm()
         server.clear()
 
         async def raw() -> None:
             for req in requests(n, "raw"):
-                await litellm.acompletion(
-                    model="openai/test-model",
-                    api_base=server.api_base,
-                    messages=[m.to_openai() for m in req.messages],
-                    temperature=0,
-                    seed=0,
-                    timeout=30,
-                    num_retries=0,
-                    max_retries=0,
-                    input_cost_per_token=0.0,
-                    output_cost_per_token=0.0,
-                )
+                await raw_litellm_call(server.api_base, req)
 
         started = time.perf_counter()
         asyncio.run(raw())
@@ -168,6 +156,22 @@ def bench_overhead(n: int) -> dict[str, float]:
         out["loopback_layer_ms_per_call"] - out["loopback_raw_litellm_ms_per_call"], 3
     )
     return out
+
+
+async def raw_litellm_call(api_base: str, req: ChatRequest) -> None:
+    """One request through bare litellm, with the settings the layer uses (no layer around it)."""
+    await _import_litellm().acompletion(
+        model="openai/test-model",
+        api_base=api_base,
+        messages=[m.to_openai() for m in req.messages],
+        temperature=0,
+        seed=0,
+        timeout=30,
+        num_retries=0,
+        max_retries=0,
+        input_cost_per_token=0.0,
+        output_cost_per_token=0.0,
+    )
 
 
 def bench_throughput(n: int, concurrency: int, latency: float) -> dict[str, float]:
@@ -201,25 +205,13 @@ def bench_throughput(n: int, concurrency: int, latency: float) -> dict[str, floa
 
 def raw_litellm_load(api_base: str, reqs: list[ChatRequest], concurrency: int) -> float:
     """The same load sent with bare litellm.acompletion and a semaphore: the floor to compare."""
-    litellm = _import_litellm()
 
     async def run() -> None:
         gate = asyncio.Semaphore(concurrency)
 
         async def one(req: ChatRequest) -> None:
             async with gate:
-                await litellm.acompletion(
-                    model="openai/test-model",
-                    api_base=api_base,
-                    messages=[m.to_openai() for m in req.messages],
-                    temperature=0,
-                    seed=0,
-                    timeout=30,
-                    num_retries=0,
-                    max_retries=0,
-                    input_cost_per_token=0.0,
-                    output_cost_per_token=0.0,
-                )
+                await raw_litellm_call(api_base, req)
 
         await asyncio.gather(*(one(r) for r in reqs))
 

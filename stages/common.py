@@ -20,8 +20,9 @@ PARAMS_FILE = "params.yaml"
 FETCHED_DATASET = Path("data/fetch/dataset.parquet")
 """The fetch stage's out: the pinned release file, read by verify-hash and repair."""
 FLOAT_DIGITS = 6
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+UMASK = os.umask(0)
+"""The process's umask (read once: os.umask can only be read by setting it)."""
+os.umask(UMASK)
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -89,7 +90,7 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual mode
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600; give the usual mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()

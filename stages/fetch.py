@@ -13,20 +13,15 @@ The scorer files are read from the benchmark's public repository at a pinned com
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from clients import github
 from clients.hub import PinnedFile, download_pinned, resolve_endpoint
 from schemas.params import FetchParams, JudgeParams
-from stages.common import FETCHED_DATASET, load_params, remove_outputs, run_stage
+from stages.common import FETCHED_DATASET, load_params, remove_outputs, run_stage, write_atomic
 
 FETCH_OUT = FETCHED_DATASET
 SCORER_CACHE = Path(".cache/scorer")
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 def pinned_file(params: FetchParams) -> PinnedFile:
@@ -39,21 +34,8 @@ def pinned_file(params: FetchParams) -> PinnedFile:
 
 
 def copy_atomic(source: Path, target: Path) -> None:
-    """Copy `source` to `target` through a temp file beside it: never a half-written out."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False
-    ) as handle:
-        tmp = Path(handle.name)
-    try:
-        shutil.copyfile(source, tmp)  # follows the cache's symlink to the blob
-        tmp.chmod(0o666 & ~_UMASK)  # NamedTemporaryFile makes 0600; give the usual mode
-        with tmp.open("rb") as check:
-            os.fsync(check.fileno())
-        tmp.replace(target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Copy `source` (the cache's symlink is followed) to `target`: never a half-written out."""
+    write_atomic(target, source.read_bytes())
 
 
 def fetch(

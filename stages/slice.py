@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
-import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +38,7 @@ from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.params import SliceParams
 from schemas.records import ABILITIES, Ability, ChatMessage, ChatSlice, Question, Rubric, Session
 from stages.common import (
+    UMASK,
     load_mode,
     load_params,
     remove_outputs,
@@ -61,8 +61,6 @@ PIN_PROVENANCE = (
 )
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 Mode = Literal["lite", "full"]
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 class _Strict(BaseModel):
@@ -401,7 +399,7 @@ def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
     """Write into a temp folder beside `out`, then swap it in: never a half-written slice."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes it private; the out is an ordinary folder
+    tmp.chmod(0o777 & ~UMASK)  # mkdtemp makes it private; the out is an ordinary folder
     try:
         for item in built.slices:
             write_atomic(tmp / "chats" / f"conv{item.chat.conversation_id}.json", item.text)

@@ -23,16 +23,15 @@ import yaml
 
 from tests.conftest import REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import HubMirror
+from tests.support.models import scripted_models
 from tests.support.scorer_standin import (
     COMMIT,
-    COMPUTE_METRICS_PATH,
-    PROMPTS_PATH,
     REPO,
     RawHost,
     raw_layout,
     serve_files,
-    sha256_of,
     standin_files,
+    standin_judge_pins,
 )
 
 COMMAND_TIMEOUT_SECONDS = 900
@@ -103,26 +102,14 @@ def git(repo: Path, *args: str) -> None:
 def params_for_tests(params: dict[str, Any], scorer_base_url: str, mode: str) -> dict[str, Any]:
     """params.yaml of a test copy: mirror pins, stand-in scorer, the scripted test model."""
     manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
-    files = standin_files()
     params = json.loads(json.dumps(params))
     params["mode"] = mode
     params["verify_hash"] = {
         "size_bytes": (SHARED_BEAM / MIRROR_REL).stat().st_size,
         "sha256": manifest["sha256"][MIRROR_REL],
     }
-    params["judge"] |= {
-        "scorer_repo": REPO,
-        "scorer_commit": COMMIT,
-        "base_url": scorer_base_url,
-        "prompts": {"path": PROMPTS_PATH, "sha256": sha256_of(files[PROMPTS_PATH])},
-        "compute_metrics": {
-            "path": COMPUTE_METRICS_PATH,
-            "sha256": sha256_of(files[COMPUTE_METRICS_PATH]),
-        },
-    }
-    for role in ("extraction", "resolution", "agent"):
-        params["models"][role] = {"model": "scripted/rules", "api_base": None}
-    params["models"]["judge"] = {"model": None, "api_base": None}
+    params["judge"] |= standin_judge_pins() | {"base_url": scorer_base_url}
+    params["models"] = scripted_models()
     params["estimate"] = json.loads(json.dumps(SCRIPTED_RATES))
     return params
 

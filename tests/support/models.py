@@ -21,3 +21,13 @@ def scripted_client(role: Role, cache_dir: Path, *, cache: bool = False) -> LlmC
         cache_dir=str(cache_dir),
     )
     return LlmClient(role, ModelRef(model="scripted/rules"), params)
+
+
+def scripted_models() -> dict[str, dict[str, str | None]]:
+    """The `models` params of a test run: `scripted/rules` everywhere, the judge falling back to
+    the agent's model."""
+    roles = ("extraction", "resolution", "agent")
+    return {
+        **{role: {"model": "scripted/rules", "api_base": None} for role in roles},
+        "judge": {"model": None, "api_base": None},
+    }

@@ -190,3 +190,17 @@ def serve_files(
 def raw_layout(repo: str, commit: str, files: Mapping[str, bytes]) -> dict[str, bytes]:
     """Repository files as raw.githubusercontent.com lays them out: `/<repo>/<commit>/<path>`."""
     return {f"/{repo}/{commit}/{path}": data for path, data in files.items()}
+
+
+def standin_judge_pins() -> dict[str, object]:
+    """The `judge` params that pin the stand-in files (merge into a copy of params.yaml)."""
+    files = standin_files()
+    return {
+        "scorer_repo": REPO,
+        "scorer_commit": COMMIT,
+        "prompts": {"path": PROMPTS_PATH, "sha256": sha256_of(files[PROMPTS_PATH])},
+        "compute_metrics": {
+            "path": COMPUTE_METRICS_PATH,
+            "sha256": sha256_of(files[COMPUTE_METRICS_PATH]),
+        },
+    }

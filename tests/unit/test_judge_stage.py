@@ -24,13 +24,10 @@ from schemas.judging import Judgement
 from schemas.records import ABILITIES, Question, Rubric
 from stages.judge import evidence_recall
 from tests.conftest import REPO_ROOT
+from tests.support.models import scripted_models
 from tests.support.scorer_standin import (
-    COMMIT,
-    COMPUTE_METRICS_PATH,
     PROMPTS_PATH,
-    REPO,
-    sha256_of,
-    standin_files,
+    standin_judge_pins,
     write_standin,
 )
 
@@ -154,21 +151,9 @@ def workdir(tmp_path: Path) -> Path:
     """A folder laid out as the judge stage expects to find its inputs."""
     work = tmp_path / "repo"
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
-    files = standin_files()
     params["mode"] = "lite"
-    params["judge"] |= {
-        "scorer_repo": REPO,
-        "scorer_commit": COMMIT,
-        "scorer_dir": "data/scorer",
-        "prompts": {"path": PROMPTS_PATH, "sha256": sha256_of(files[PROMPTS_PATH])},
-        "compute_metrics": {
-            "path": COMPUTE_METRICS_PATH,
-            "sha256": sha256_of(files[COMPUTE_METRICS_PATH]),
-        },
-    }
-    for role in ("extraction", "resolution", "agent"):
-        params["models"][role] = {"model": "scripted/rules", "api_base": None}
-    params["models"]["judge"] = {"model": None, "api_base": None}
+    params["judge"] |= standin_judge_pins() | {"scorer_dir": "data/scorer"}
+    params["models"] = scripted_models()
     params["llm"] |= {"cache_dir": str(tmp_path / "llm-cache")}
     work.mkdir()
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
