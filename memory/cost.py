@@ -37,18 +37,29 @@ class PhaseEstimate:
 ZERO = PhaseEstimate(0, 0, 0)
 
 
+def tool_result_rows(graph_items: float, rates: AgentRates) -> float:
+    """Rows of a typical tool result: a share of a small graph, capped once the graph is large."""
+    return min(rates.result_rows_per_step, graph_items * rates.result_match_share)
+
+
 def estimate_answer(
-    questions: Sequence[Question], max_steps: int, rates: AgentRates, system_prompt: str
+    questions: Sequence[Question],
+    max_steps: int,
+    rates: AgentRates,
+    system_prompt: str,
+    graph_items: Mapping[str, float],
 ) -> PhaseEstimate:
     """The agent's calls and tokens: call k of a question re-sends the system prompt, the
-    question and the k tool steps before it (each a tool call and its compact result)."""
+    question and the k tool steps before it, each a tool result of `tool_result_rows` rows from
+    the graph of the question's conversation (`graph_items`: its chunks, entities and statements,
+    by conversation id)."""
     calls = min(rates.calls_per_question, max_steps + 1)
     steps_before = calls * (calls - 1) / 2  # 0 + 1 + … + (calls - 1)
     system = count_tokens(system_prompt)
-    prompt = sum(
-        calls * (system + count_tokens(q.question)) + steps_before * rates.tool_tokens_per_step
-        for q in questions
-    )
+    prompt = 0.0
+    for q in questions:
+        step = tool_result_rows(graph_items[q.conversation_id], rates) * rates.tokens_per_result_row
+        prompt += calls * (system + count_tokens(q.question)) + steps_before * step
     total_calls = len(questions) * calls
     return PhaseEstimate(
         round(total_calls), round(prompt), round(total_calls * rates.completion_tokens_per_call)

@@ -158,15 +158,26 @@ class ReportParams(_Section):
 
 
 class IngestRates(_Section):
-    """What the extraction model is assumed to produce per chunk, and how often pairs turn up."""
+    """What the extraction model is assumed to produce per chunk, and how often pairs turn up.
+
+    Pairs form within a label, between a new item and earlier ones, so their number grows with
+    the square of a small graph and only linearly once every item fills its candidate slots; the
+    estimator computes that shape, these rates set its scale.
+    """
 
     entities_per_chunk: float = Field(ge=0)
     statements_per_chunk: float = Field(ge=0)
     updatable_share: float = Field(ge=0, le=1)
     """Share of statements of a label a newer one may supersede (Fact, Measure, Preference, …)."""
-    entity_pair_rate: float = Field(ge=0, le=1)
-    """Share of an entity's candidate slots filled by a look-alike above min_similarity."""
-    statement_pair_rate: float = Field(ge=0, le=1)
+    entity_labels_in_use: float = Field(ge=1, le=5)  # the entity labels of schemas/memory.py
+    """How evenly entities spread over the labels, as a number of equally used labels
+    (1 / Σ share²): 5 when even, near 1 when one label holds most of them."""
+    statement_labels_in_use: float = Field(ge=1, le=4)  # its updatable statement labels
+    """The same for the updatable statements (4 when even)."""
+    entity_lookalike_rate: float = Field(ge=0, le=1)
+    """Chance that an earlier entity of the same label has a name similar enough to pair with."""
+    statement_overlap_rate: float = Field(ge=0, le=1)
+    """Chance that a statement of an earlier chunk, same label, shares one of its entities."""
     extraction_completion_tokens: float = Field(ge=0)
     tokens_per_entity_pair: float = Field(ge=0)
     tokens_per_statement_pair: float = Field(ge=0)
@@ -174,10 +185,16 @@ class IngestRates(_Section):
 
 
 class AgentRates(_Section):
+    """What the agent is assumed to do per question; its tool results are rows of the graph."""
+
     calls_per_question: float = Field(ge=1)
     """Tool-calling turns plus the final answer (the step limit caps it)."""
-    tool_tokens_per_step: float = Field(ge=0)
-    """A tool call and its compact result, as later calls re-send them."""
+    result_rows_per_step: float = Field(ge=0)
+    """Rows a tool result holds when the graph is large (the result limits cap it)."""
+    result_match_share: float = Field(ge=0, le=1)
+    """Share of a small graph's items (chunks, entities, statements) one tool result returns."""
+    tokens_per_result_row: float = Field(ge=0)
+    """A row of a tool result (with the tool call's share), as later calls re-send them."""
     completion_tokens_per_call: float = Field(ge=0)
 
 

@@ -6,7 +6,9 @@
 2. throughput: N calls at concurrency C against the loopback server with L seconds of latency
    (ideal: N / C * L), cache and budget on.
 3. replay: the same N calls again, all from the cache.
-Beside 2, the same load with bare litellm (`raw_litellm_load_seconds`): litellm's own floor.
+Beside 2, the same load with bare litellm (`raw_litellm_load_seconds`, and the client process's
+CPU per call, `raw_litellm_cpu_ms_per_call`): litellm's own floor; and with bare httpx
+(`raw_httpx_load_seconds`): the floor of this machine and the loopback server, no model client.
 
 The loopback server runs in its own process (tests/support/openai_server.py) so its threads do
 not compete with the client for the GIL. Usage:
@@ -25,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -186,7 +190,8 @@ def bench_throughput(n: int, concurrency: int, latency: float) -> dict[str, floa
         started = time.perf_counter()
         again = replay_client.run_batch(reqs)
         replay = time.perf_counter() - started
-        raw = raw_litellm_load(server.api_base, requests(n, "raw"), concurrency)
+        raw, raw_cpu = raw_litellm_load(server.api_base, requests(n, "raw"), concurrency)
+        raw_httpx = raw_httpx_load(server.api_base, requests(n, "httpx"), concurrency)
     if not all(c.ok for c in first) or not all(c.cached for c in again):
         raise RuntimeError("benchmark calls failed or did not replay from the cache")
     ideal = n / concurrency * latency
@@ -198,13 +203,18 @@ def bench_throughput(n: int, concurrency: int, latency: float) -> dict[str, floa
         "load_seconds": round(load, 3),
         "load_over_ideal": round(load / ideal, 3),
         "raw_litellm_load_seconds": round(raw, 3),
+        "raw_litellm_cpu_ms_per_call": per_call_ms(raw_cpu, n),
+        "raw_httpx_load_seconds": round(raw_httpx, 3),
         "replay_seconds": round(replay, 3),
         "replay_ms_per_call": per_call_ms(replay, n),
     }
 
 
-def raw_litellm_load(api_base: str, reqs: list[ChatRequest], concurrency: int) -> float:
-    """The same load sent with bare litellm.acompletion and a semaphore: the floor to compare."""
+def raw_litellm_load(
+    api_base: str, reqs: list[ChatRequest], concurrency: int
+) -> tuple[float, float]:
+    """The same load sent with bare litellm.acompletion and a semaphore: the floor to compare.
+    (wall seconds, this process's CPU seconds)."""
 
     async def run() -> None:
         gate = asyncio.Semaphore(concurrency)
@@ -214,6 +224,27 @@ def raw_litellm_load(api_base: str, reqs: list[ChatRequest], concurrency: int) -
                 await raw_litellm_call(api_base, req)
 
         await asyncio.gather(*(one(r) for r in reqs))
+
+    started, cpu = time.perf_counter(), time.process_time()
+    asyncio.run(run())
+    return time.perf_counter() - started, time.process_time() - cpu
+
+
+def raw_httpx_load(api_base: str, reqs: list[ChatRequest], concurrency: int) -> float:
+    """The same load as plain HTTP posts (httpx, one pooled client): no model client at all."""
+
+    async def run() -> None:
+        gate = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def one(req: ChatRequest) -> None:
+                body = {"model": "test-model", "messages": [m.to_openai() for m in req.messages]}
+                async with gate:
+                    reply = await http.post(f"{api_base}/chat/completions", json=body)
+                    reply.raise_for_status()
+                    reply.json()
+
+            await asyncio.gather(*(one(r) for r in reqs))
 
     started = time.perf_counter()
     asyncio.run(run())

@@ -8,6 +8,7 @@ conversation's questions with the tool-using agent (memory/agent.py), stop the s
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from clients.llm import open_model
 from memory.agent import SYSTEM_PROMPT, GraphTools, Trace, answer_question
 from memory.cost import estimate_answer
 from schemas.errors import DataError
+from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
 from schemas.params import AnswerParams, EstimateParams, GraphParams
 from schemas.records import Question
 from stages.common import (
@@ -43,6 +45,19 @@ Hugging Face dataset Mohammadta/BEAM), licensed CC BY-SA 4.0
 (https://creativecommons.org/licenses/by-sa/4.0/). They are adapted material under the same
 licence: share them only under CC BY-SA 4.0, with this attribution.
 """
+
+
+SEARCHABLE = frozenset({"Chunk", *ENTITY_LABELS, *STATEMENT_LABELS})
+
+
+def searchable_items(graph_file: Path) -> int:
+    """Chunks, entities and statements in an ingest graph file: what the agent's tools search."""
+    count = 0
+    with graph_file.open(encoding="utf-8") as lines:
+        for line in lines:
+            node = json.loads(line).get("node") if line.strip() else None
+            count += node is not None and node.get("label") in SEARCHABLE
+    return count
 
 
 def summarize(traces: list[Trace]) -> dict[str, Any]:
@@ -85,7 +100,8 @@ def main() -> None:
     agent = open_model("agent", accounting=accounting)
     agent.check_endpoint()
     rates = load_params("estimate", EstimateParams).agent
-    estimate = estimate_answer(questions, params.max_steps, rates, SYSTEM_PROMPT)
+    graph_items = {c: searchable_items(GRAPHS / f"conv{c}.jsonl") for c in by_conversation}
+    estimate = estimate_answer(questions, params.max_steps, rates, SYSTEM_PROMPT, graph_items)
     if agent.budget is not None:
         agent.budget.check_estimate(estimate.calls, estimate.tokens, what=f"answer ({mode})")
 

@@ -18,12 +18,27 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.support.e2e_repo import repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.beam, pytest.mark.neo4j, pytest.mark.slow]
 STAGES = ("fetch", "verify-hash", "repair", "slice", "ingest", "answer", "judge", "report")
 METRICS = ("repair", "slice", "ingest", "answer", "judge", "report")
+
+
+README_KEEP = r"Experiment|^score(_ci_low|_ci_high)?\.overall$|^cost_tokens\.total$"
+ESTIMATE_TOLERANCE = 0.15  # issue 7: the dry run within 15% of the run, phase by phase
+
+
+def assert_estimate_close(report: dict[str, dict[str, float]]) -> None:
+    """The dry-run estimate (test model's rates, tests/support/e2e_repo.py) against the run."""
+    for kind in ("calls", "tokens"):
+        actual, estimate = report[f"cost_{kind}"], report[f"estimate_{kind}"]
+        for phase in ("ingest_extraction", "ingest_resolution", "agent", "judge", "total"):
+            assert actual[phase] > 0, (kind, phase)
+            off = abs(estimate[phase] - actual[phase]) / actual[phase]
+            assert off <= ESTIMATE_TOLERANCE, (kind, phase, actual[phase], estimate[phase])
 
 
 def _request_key(call: dict[str, object]) -> str:
@@ -69,6 +84,18 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
 
         shown = repo.dvc("metrics", "show", "--json")
         assert "metrics/report.json" in shown
+        # the README's narrow view of experiments: just the columns it names
+        assert f"--keep '{README_KEEP}'" in (REPO_ROOT / "README.md").read_text()
+        narrow = repo.dvc("exp", "show", "--csv", "--drop", ".*", "--keep", README_KEEP)
+        header = narrow.splitlines()[0].split(",")
+        assert header == [
+            "Experiment",
+            "cost_tokens.total",
+            "score.overall",
+            "score_ci_high.overall",
+            "score_ci_low.overall",
+        ], narrow
+        assert_estimate_close(report)
 
 
 def _wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
@@ -138,3 +165,4 @@ def test_full_mode_experiment_completes(tmp_path: Path, hub_mirror: HubMirror) -
         assert report["questions"]["overall"] == 100
         assert all(report["questions"][a] == 10 for a in report["questions"] if a != "overall")
         assert report["graph"]["chunks"] > 500
+        assert_estimate_close(report)

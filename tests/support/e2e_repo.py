@@ -36,25 +36,33 @@ from tests.support.scorer_standin import (
 
 COMMAND_TIMEOUT_SECONDS = 900
 SCRIPTED_RATES = {
-    # What the scripted test model produces, for the estimator (params `estimate`). Measured once
-    # on a full-set run of `scripted/rules` (2026-12-02: 757 chunks, 796 entities, 1,667
-    # statements, 2,813 pairs sent; agent 2 calls per question; judge 432 calls); the pipeline
-    # benchmark then compares estimate and actual on fresh lite and full runs.
+    # What the scripted test model produces, for the estimator (params `estimate`), measured on
+    # its runs of 2026-12-02. Full set (757 chunks; 832 entity mentions, 1,667 statements of
+    # which 1,532 updatable; 124 entity pairs and 2,689 statement pairs sent; 2 agent calls per
+    # question, tool results of 13.15 rows at 80 tokens; judge 432 calls): the per-chunk rates,
+    # label spreads (1 / Σ share²), token sizes, and the two pair rates fitted so the estimator
+    # gives those pair counts. Lite set (the only run whose searches are not capped: 5 rows of a
+    # 19-item graph): result_match_share. The pipeline benchmark compares estimate and actual on
+    # fresh lite and full runs.
     "ingest": {
-        "entities_per_chunk": 1.05,
+        "entities_per_chunk": 1.1,
         "statements_per_chunk": 2.2,
-        "updatable_share": 0.9,
-        "entity_pair_rate": 0.053,
-        "statement_pair_rate": 0.6,
+        "updatable_share": 0.92,
+        "entity_labels_in_use": 1.92,
+        "statement_labels_in_use": 1.79,
+        "entity_lookalike_rate": 0.00346,
+        "statement_overlap_rate": 0.0269,
         "extraction_completion_tokens": 233,
-        "tokens_per_entity_pair": 25,
-        "tokens_per_statement_pair": 87,
-        "completion_tokens_per_pair": 13,
+        "tokens_per_entity_pair": 19,
+        "tokens_per_statement_pair": 88,
+        "completion_tokens_per_pair": 12.3,
     },
     "agent": {
         "calls_per_question": 2,
-        "tool_tokens_per_step": 1060,
-        "completion_tokens_per_call": 60,
+        "result_rows_per_step": 13.15,
+        "result_match_share": 0.26,
+        "tokens_per_result_row": 80,
+        "completion_tokens_per_call": 63.5,
     },
     "judge": {
         "answer_tokens": 100,
