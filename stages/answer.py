@@ -52,12 +52,9 @@ SEARCHABLE = frozenset({"Chunk", *ENTITY_LABELS, *STATEMENT_LABELS})
 
 def searchable_items(graph_file: Path) -> int:
     """Chunks, entities and statements in an ingest graph file: what the agent's tools search."""
-    count = 0
     with graph_file.open(encoding="utf-8") as lines:
-        for line in lines:
-            node = json.loads(line).get("node") if line.strip() else None
-            count += node is not None and node.get("label") in SEARCHABLE
-    return count
+        nodes = (json.loads(line).get("node") for line in lines if line.strip())
+        return sum(1 for node in nodes if node is not None and node.get("label") in SEARCHABLE)
 
 
 def summarize(traces: list[Trace]) -> dict[str, Any]:

@@ -36,14 +36,15 @@ from tests.support.scorer_standin import (
 
 COMMAND_TIMEOUT_SECONDS = 900
 SCRIPTED_RATES = {
-    # What the scripted test model produces, for the estimator (params `estimate`), measured on
-    # its runs of 2026-12-02. Full set (757 chunks; 832 entity mentions, 1,667 statements of
-    # which 1,532 updatable; 124 entity pairs and 2,689 statement pairs sent; 2 agent calls per
-    # question, tool results of 13.15 rows at 80 tokens; judge 432 calls): the per-chunk rates,
-    # label spreads (1 / Σ share²), token sizes, and the two pair rates fitted so the estimator
-    # gives those pair counts. Lite set (the only run whose searches are not capped: 5 rows of a
-    # 19-item graph): result_match_share. The pipeline benchmark compares estimate and actual on
-    # fresh lite and full runs.
+    # What the scripted test model produces, for the estimator (params `estimate`), measured by
+    # scripts/calibrate_scripted_rates.py on its runs of 2026-12-02 (the judge's rates by hand).
+    # Full set (757 chunks; 832 entity mentions, 1,667 statements of which 1,532 updatable; 124
+    # entity pairs and 2,689 statement pairs sent; 2 agent calls per question, tool results of
+    # 13.15 rows at 80 tokens; judge 432 calls): the per-chunk rates, label spreads
+    # (1 / Σ share²), token sizes, and the two pair rates fitted so the estimator gives those
+    # pair counts. Lite set (the only run whose searches are not capped: 5 rows of a 19-item
+    # graph): result_match_share. The pipeline benchmark compares estimate and actual on fresh
+    # lite and full runs.
     "ingest": {
         "entities_per_chunk": 1.1,
         "statements_per_chunk": 2.2,
