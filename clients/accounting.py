@@ -26,6 +26,18 @@ Two checks: `check_estimate(calls, tokens)` before a stage's first call (raises 
 the estimate and the remaining cap), and `reserve()`/`settle()` around every call: a call that
 would cross the cap is not made (BudgetError); the stage catches it, keeps its finished work, and
 the next run resumes from the cache.
+
+A reservation is charged at once (so concurrent callers never overrun the cap) and also recorded
+in the ledger's `open` table under its owner, `<pid>:<start time>` (the start time tells a reused
+pid from the original process), until `settle()` closes it. Whoever holds the lock next drops the
+open reservations of owners that are gone (killed in flight: SIGKILL, the OOM killer) and
+takes them off the spend: a killed call is NOT charged. No reply reached the process, so nothing
+was cached and the resumed run sends the same request again and is charged for it then; keeping
+the lost reservation too would charge one request twice (issue 11: 4 calls charged for 3 done).
+The provider may still have billed the lost prompt, so the released amounts are kept in the
+ledger (`released_calls`, `released_tokens`) and shown by `python -m clients.accounting show`.
+(An attempt that failed in a live process, e.g. a timeout before a retry, stays charged as a call:
+the request was sent and the process went on.)
 """
 
 from __future__ import annotations
@@ -35,9 +47,9 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -46,7 +58,10 @@ from schemas.errors import BudgetError, ParamsError
 Phase = Literal["extraction", "resolution", "agent", "judge"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 RUN_ID_ENV = "BEAM_RUN_ID"
-LEDGER_BYTES = 256
+LEDGER_BYTES = 4096
+"""The ledger's fixed record size: one page, written by one pwrite at offset 0, which Linux's usual
+file systems store whole or not at all even when the writer is killed (the kernel copies a page at
+a time and stops for a fatal signal only between pages)."""
 
 
 @dataclass
@@ -118,6 +133,90 @@ class Spend:
     tokens: int
 
 
+@dataclass(frozen=True)
+class LedgerStatus:
+    spent: Spend
+    """Everything charged, the calls in flight included."""
+    in_flight: Spend
+    """Reservations of live processes, not settled yet."""
+    released: Spend
+    """Reservations of processes that died in flight, taken off the spend (not charged)."""
+
+
+@dataclass
+class Ledger:
+    """The ledger's record."""
+
+    calls: int = 0
+    tokens: int = 0
+    open: dict[str, list[int]] = field(default_factory=dict)
+    """Owner `<pid>:<start time>` -> [calls, tokens] reserved and not settled yet."""
+    released_calls: int = 0
+    released_tokens: int = 0
+
+
+# -- owners of reservations ------------------------------------------------------------------
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks after boot, /proc/<pid>/stat field 22), or
+    None when no such process runs: gone, or a zombie that only waits to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    state, *fields = stat.rsplit(")", 1)[1].split()  # the name in (...) may hold spaces
+    if state in ("Z", "X", "x"):
+        return None
+    return int(fields[18])  # fields[0] is field 4
+
+
+def process_alive(pid: int, start: int) -> bool:
+    """True while the process that started at `start` still runs under `pid` (pids are reused)."""
+    if pid <= 0:
+        return False
+    if Path("/proc/self/stat").exists():
+        return process_start(pid) == start
+    try:  # no /proc: the pid alone (a reused pid looks alive: kept, never wrongly dropped)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_OWNERS: dict[int, str] = {}
+
+
+def current_owner() -> str:
+    """`<pid>:<start time>` of this process (looked up again after a fork)."""
+    pid = os.getpid()
+    if pid not in _OWNERS:
+        _OWNERS[pid] = f"{pid}:{process_start(pid) or 0}"
+    return _OWNERS[pid]
+
+
+def owner_alive(owner: str) -> bool:
+    pid, _, start = owner.partition(":")
+    try:
+        return process_alive(int(pid), int(start))
+    except ValueError:
+        return False  # not an owner this module wrote: nobody will ever settle it
+
+
+def release_dead(ledger: Ledger, alive: Callable[[str], bool]) -> bool:
+    """Take the open reservations of owners that are gone off the spend; True if any were."""
+    dead = [owner for owner in ledger.open if not alive(owner)]
+    for owner in dead:
+        calls, tokens = ledger.open.pop(owner)
+        ledger.calls = max(0, ledger.calls - calls)
+        ledger.tokens = max(0, ledger.tokens - tokens)
+        ledger.released_calls += calls
+        ledger.released_tokens += tokens
+    return bool(dead)
+
+
 class Budget:
     """The mode's cap on calls and tokens, with spend shared across processes through a ledger."""
 
@@ -142,47 +241,86 @@ class Budget:
             finally:
                 os.close(fd)  # closing releases the lock
 
-    def _read(self, fd: int) -> Spend:
-        raw = os.pread(fd, LEDGER_BYTES, 0).decode("utf-8").strip()
-        if not raw:
-            return Spend(0, 0)
+    @contextmanager
+    def _ledger(self) -> Iterator[Ledger]:
+        """The ledger under the lock, reservations of dead owners released; written back (one
+        fixed-size record in place) if the block changed it and ended without an error."""
+        with self._locked() as fd:
+            raw = os.pread(fd, LEDGER_BYTES, 0)
+            ledger = self._parse(raw)
+            release_dead(ledger, owner_alive)
+            yield ledger
+            record = self._render(ledger)
+            if record != raw:
+                # No temp file or rename: those cost ~1 ms per call on a busy disk, and the lock
+                # already keeps readers from seeing a half-written record.
+                os.pwrite(fd, record, 0)
+
+    def _parse(self, raw: bytes) -> Ledger:
         try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            text = raw.decode("utf-8").strip()
+            if not text:
+                return Ledger()
+            data = json.loads(text)
+            run_id = os.environ.get(RUN_ID_ENV)
+            if run_id is not None and data.get("run_id") != run_id:
+                return Ledger()  # a new run: its own cap
+            return Ledger(
+                calls=int(data.get("calls", 0)),
+                tokens=int(data.get("tokens", 0)),
+                open={str(k): [int(v[0]), int(v[1])] for k, v in data.get("open", {}).items()},
+                released_calls=int(data.get("released_calls", 0)),
+                released_tokens=int(data.get("released_tokens", 0)),
+            )
+        except (ValueError, TypeError, AttributeError, IndexError) as exc:
             raise BudgetError(
-                f"budget ledger {self.path} is not valid JSON ({exc}); delete it or run "
+                f"budget ledger {self.path} is not a valid ledger ({exc}); delete it or run "
                 f"`python -m clients.accounting reset --mode {self.mode}`"
             ) from exc
-        run_id = os.environ.get(RUN_ID_ENV)
-        if run_id is not None and data.get("run_id") != run_id:
-            return Spend(0, 0)  # a new run: its own cap
-        return Spend(int(data.get("calls", 0)), int(data.get("tokens", 0)))
 
-    def _write(self, fd: int, spend: Spend) -> None:
+    def _render(self, ledger: Ledger) -> bytes:
         payload = {
-            "calls": spend.calls,
+            "calls": ledger.calls,
             "mode": self.mode,
+            "open": ledger.open,
+            "released_calls": ledger.released_calls,
+            "released_tokens": ledger.released_tokens,
             "run_id": os.environ.get(RUN_ID_ENV),
-            "tokens": spend.tokens,
+            "tokens": ledger.tokens,
         }
         text = json.dumps(payload, sort_keys=True)
         if len(text) >= LEDGER_BYTES:
-            raise BudgetError(f"{RUN_ID_ENV} is too long for the budget ledger: shorten it")
-        # One fixed-size write in place, under the lock: readers never see a partial record, and
-        # no temp file or rename is needed (those cost ~1 ms per call on a busy disk).
-        os.pwrite(fd, text.ljust(LEDGER_BYTES - 1).encode("utf-8") + b"\n", 0)
+            raise BudgetError(
+                f"the budget ledger {self.path} has no room for this record ({len(text)} bytes, "
+                f"at most {LEDGER_BYTES - 1}, with {len(ledger.open)} processes holding calls in "
+                f"flight): shorten {RUN_ID_ENV} or run fewer stage processes at once"
+            )
+        return text.ljust(LEDGER_BYTES - 1).encode("ascii") + b"\n"
+
+    def status(self) -> LedgerStatus:
+        with self._ledger() as ledger:
+            return LedgerStatus(
+                spent=Spend(ledger.calls, ledger.tokens),
+                in_flight=Spend(
+                    sum(c for c, _ in ledger.open.values()), sum(t for _, t in ledger.open.values())
+                ),
+                released=Spend(ledger.released_calls, ledger.released_tokens),
+            )
 
     def spent(self) -> Spend:
-        with self._locked() as fd:
-            return self._read(fd)
+        """Everything charged so far, calls in flight included."""
+        return self.status().spent
 
     def remaining(self) -> Spend:
         spent = self.spent()
         return Spend(self.cap.calls - spent.calls, self.cap.tokens - spent.tokens)
 
     def reset(self) -> None:
-        with self._locked() as fd:
-            self._write(fd, Spend(0, 0))
+        """Start the budget from zero (a person's decision, made while no stage runs: calls in
+        flight are forgotten, and their settle() finds nothing to close)."""
+        with self._ledger() as ledger:
+            ledger.open.clear()
+            ledger.calls = ledger.tokens = ledger.released_calls = ledger.released_tokens = 0
 
     # -- checks -----------------------------------------------------------------------------
     def _advice(self) -> str:
@@ -205,26 +343,54 @@ class Budget:
             )
 
     def reserve(self, prompt_tokens: int) -> None:
-        """Charge one call and its estimated prompt tokens, or refuse (the call is not made)."""
-        with self._locked() as fd:
-            spent = self._read(fd)
-            if spent.calls + 1 > self.cap.calls or spent.tokens + prompt_tokens > self.cap.tokens:
-                raise BudgetError(
-                    f"the {self.mode} budget cap ({self.cap.calls} calls / {self.cap.tokens} "
-                    f"tokens) would be crossed by the next call (spent {spent.calls} calls / "
-                    f"{spent.tokens} tokens, this call ~{prompt_tokens} prompt tokens); the call "
-                    f"was not made and finished work is kept: {self._advice()}"
-                )
-            self._write(fd, Spend(spent.calls + 1, spent.tokens + prompt_tokens))
+        """Charge one call and its estimated prompt tokens, or refuse (the call is not made). The
+        reservation stays open under this process until `settle()`: released if it dies first."""
+        with self._ledger() as ledger:
+            spent = Spend(ledger.calls, ledger.tokens)
+            refused = (
+                spent.calls + 1 > self.cap.calls or spent.tokens + prompt_tokens > self.cap.tokens
+            )
+            if not refused:
+                ledger.calls += 1
+                ledger.tokens += prompt_tokens
+                held = ledger.open.setdefault(current_owner(), [0, 0])
+                held[0] += 1
+                held[1] += prompt_tokens
+        if refused:
+            raise BudgetError(
+                f"the {self.mode} budget cap ({self.cap.calls} calls / {self.cap.tokens} "
+                f"tokens) would be crossed by the next call (spent {spent.calls} calls / "
+                f"{spent.tokens} tokens, this call ~{prompt_tokens} prompt tokens); the call "
+                f"was not made and finished work is kept: {self._advice()}"
+            )
 
     def settle(self, estimated_prompt_tokens: int, actual_tokens: int) -> None:
-        """Replace a reservation's estimate by the tokens the call really used."""
-        delta = actual_tokens - estimated_prompt_tokens
-        if delta == 0:
-            return
-        with self._locked() as fd:
-            spent = self._read(fd)
-            self._write(fd, Spend(spent.calls, max(0, spent.tokens + delta)))
+        """Close one of this process's reservations, its estimate replaced by the tokens the call
+        really used. Nothing to close (reset() or a new BEAM_RUN_ID started the ledger afresh
+        meanwhile): the call belongs to the old budget, and nothing changes."""
+        with self._ledger() as ledger:
+            owner = current_owner()
+            held = ledger.open.get(owner)
+            if held is None:
+                return
+            held[0] -= 1
+            held[1] = max(0, held[1] - estimated_prompt_tokens)
+            if held[0] <= 0:
+                del ledger.open[owner]
+            delta = actual_tokens - estimated_prompt_tokens
+            ledger.tokens = max(0, ledger.tokens + delta)
+
+
+def describe(budget: Budget) -> str:
+    """The `show` line: spend against the cap, calls in flight, and what killed calls released."""
+    status = budget.status()
+    spent, flight, released = status.spent, status.in_flight, status.released
+    return (
+        f"{budget.mode}: spent {spent.calls} calls / {spent.tokens} tokens of "
+        f"{budget.cap.calls} / {budget.cap.tokens} ({budget.path}); in flight "
+        f"{flight.calls} calls / {flight.tokens} tokens; released {released.calls} calls / "
+        f"{released.tokens} tokens reserved by processes killed mid-call (not charged)"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -242,11 +408,7 @@ def main(argv: list[str] | None = None) -> None:
     budget = Budget(args.mode, cap.calls, cap.tokens, Path(llm_params.cache_dir))
     if args.action == "reset":
         budget.reset()
-    spent = budget.spent()
-    print(
-        f"{args.mode}: spent {spent.calls} calls / {spent.tokens} tokens of "
-        f"{cap.calls} / {cap.tokens} ({budget.path})"
-    )
+    print(describe(budget))
 
 
 if __name__ == "__main__":

@@ -26,25 +26,31 @@ Using it from a stage
   and a `prompt_version` that is part of the cache key (bump it when a prompt template changes).
 - Structured output: with `schema`, a provider that supports it (litellm's
   `supports_response_schema`, or `models.<role>.structured_output: json_schema`) gets
-  `response_format: json_schema`; otherwise the schema goes in the prompt. The reply is parsed
-  robustly (code fences, leading text, trailing commas, unclosed brackets) and validated; if that
-  fails the model gets one repair turn; a reply that still does not parse comes back as a
-  `Completion` with `error` set, never raised. `Completion.value` is the validated JSON and
-  `Completion.as_model(M)` the instance.
-- Tools: `Completion.tool_calls`; arguments are parsed and validated against the tool's model;
-  a call whose arguments are invalid has `error` set (send it back to the model as the tool
-  result) instead of raising.
-- Failures: per request, a failure is a `Completion` with `error` (counted in accounting):
-  retries exhausted on 429/5xx/timeouts/connection errors, other 4xx (bad request, context too
-  long), an empty reply, an unparseable reply. Raised instead: `ServiceError` for a problem that
-  affects every call (401/403/404: key or model name wrong; missing key variable) and
-  `BudgetError` when the next call would cross the cap (`BatchStopped`, a BudgetError, carries
-  the batch's finished completions). Both stop the stage cleanly; finished calls are cached.
+  `response_format: json_schema`; otherwise the schema goes in the prompt (unless the request's
+  `instruct_schema` is False: its prompt asks for that JSON already). The reply's first JSON value
+  is read with syntax slips repaired by json_repair (string-aware: text inside strings is never
+  rewritten), then validated. A reply cut off mid-JSON is never completed. `Completion.value` is
+  the validated JSON and `Completion.as_model(M)` the instance.
+- Tools: `Completion.tool_calls`; arguments are parsed (repaired like replies) and validated
+  against the tool's model; arguments of the wrong shape set the call's `error` (send it back to
+  the model as the tool result); arguments that are not JSON make the reply unusable (retried).
 - Retries: done here (litellm and the OpenAI SDK are told num_retries=0/max_retries=0) so every
   attempt is counted and tests can switch the waiting off (`set_testing(True)`, like
-  hynek/stamina): up to `llm.max_attempts` attempts, exponential backoff from 1 s (cap 30 s) or
-  the server's `Retry-After` (cap 120 s); no retry on other 4xx. Every attempt has the timeout
-  `llm.timeout_seconds`.
+  hynek/stamina, or BEAM_LLM_NO_BACKOFF=1 in a stage process): up to `llm.max_attempts` attempts
+  per request, exponential backoff from 1 s (cap 30 s) or the server's `Retry-After` (cap 120 s).
+  Retried alike: 429, 5xx, 408, timeouts, connection errors, and unusable replies (empty; not
+  JSON, cut off or of the wrong shape where a schema is due; tool arguments that are not JSON). A
+  schema reply that comes back unusable twice alike gets one repair turn (its reply and the
+  problem) in place of the same request. Every attempt has the timeout `llm.timeout_seconds`.
+- Failures: a request whose attempts are spent (or that got a 4xx other than 401/403/404/408/
+  429: bad request, context too long) comes back as a `Completion` with `error`, never raised;
+  the stage counts them and stops unless its `max_failed_share` tolerates them (see
+  schemas.errors.check_failed_share). Raised instead: `ServiceError` for a problem that affects
+  every call (401/403/404: key or model name wrong; missing key variable), `ModelFailures` once
+  `llm.stop_after_failures` requests in a row spent all their attempts on transport faults (the
+  endpoint is down: the stage stops at once), and `BudgetError` when the next call would cross
+  the cap (`BatchStopped`, a BudgetError, carries the batch's finished completions). All stop the
+  stage cleanly; finished calls are cached.
 - Concurrency: one asyncio semaphore of `llm.concurrency` per endpoint (api_base), shared by all
   roles that use it; `run_batch` runs a list of requests on it from sync code.
 - Cache (clients/llm_cache.py): `llm.cache_dir` (default .cache/llm, git-ignored), off with
@@ -74,12 +80,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
+import json_repair
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from clients.accounting import PHASES, Accounting, Budget, Phase
 from clients.llm_cache import LlmCache, cache_key, canonical_json
 from clients.tokens import count_tokens
-from schemas.errors import BudgetError, ParamsError, ServiceError
+from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
 from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams
 
 Role = Phase
@@ -202,6 +209,9 @@ class ChatRequest:
     """Part of the cache key: bump it when the prompt template changes."""
     tools: tuple[Tool, ...] = ()
     schema: type[BaseModel] | None = None
+    instruct_schema: bool = True
+    """False when the prompt itself asks for the schema's JSON (the benchmark's judge prompt):
+    the reply is still validated against `schema`, but no schema instruction is added."""
     max_tokens: int | None = None
 
 
@@ -458,14 +468,20 @@ def _classify(exc: Exception, model: str, api_base: str | None, role: str) -> Ex
 
 
 # --------------------------------------------------------------------------------------------
-# Robust JSON parsing
+# Robust JSON parsing: syntax is repaired (json_repair, string-aware), a cut-off reply never is
 # --------------------------------------------------------------------------------------------
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
-_TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
 
-def _close_brackets(text: str) -> str:
-    stack: list[str] = []
+class UnusableReply(ValueError):
+    """A reply that cannot be used as it is (retried like a transient fault)."""
+
+
+def json_is_cut_off(text: str) -> bool:
+    """True when the JSON value that starts `text` ends inside a string or with brackets open:
+    a reply cut at the token limit or mid-transfer. Repairing it would invent the missing end
+    (`{"score": [{"score": 1.0}, {"score": 0.` would become a complete list), so it is refused."""
+    depth = 0
     in_string = escaped = False
     for ch in text:
         if in_string:
@@ -478,38 +494,41 @@ def _close_brackets(text: str) -> str:
         elif ch == '"':
             in_string = True
         elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    return text + ('"' if in_string else "") + "".join(reversed(stack))
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth <= 0:
+                return False  # the first value closed: what follows is trailing prose
+    return in_string or depth > 0
+
+
+def _json_body(text: str) -> str | None:
+    """The reply from its first `{` or `[` on, inside a code fence if there is one."""
+    fenced = _FENCE.search(text)
+    candidate = fenced.group(1) if fenced else text
+    starts = [i for i in (candidate.find("{"), candidate.find("[")) if i >= 0]
+    return candidate[min(starts) :].strip() if starts else None
 
 
 def parse_json_reply(text: str) -> Any:
-    """JSON from a model's reply: code fences, leading/trailing prose, trailing commas, Python
-    literals and unclosed brackets are tolerated. Raises ValueError when nothing parses."""
-    candidates: list[str] = []
-    stripped = text.strip()
-    fenced = _FENCE.search(stripped)
-    if fenced:
-        candidates.append(fenced.group(1).strip())
-    candidates.append(stripped)
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        starts = [i for i in (candidate.find("{"), candidate.find("[")) if i >= 0]
-        if not starts:
-            continue
-        body = candidate[min(starts) :]
-        repaired = _TRAILING_COMMA.sub(r"\1", body)
-        repaired = re.sub(r"\bTrue\b", "true", repaired)
-        repaired = re.sub(r"\bFalse\b", "false", repaired)
-        repaired = re.sub(r"\bNone\b", "null", repaired)
-        for attempt in (body, repaired, _close_brackets(repaired)):
-            try:
-                value, _ = decoder.raw_decode(attempt)
-                return value
-            except json.JSONDecodeError:
-                continue
-    raise ValueError(f"no JSON object found in the reply: {text[:200]!r}")
+    """The first JSON value of a model's reply. Code fences, prose around it and syntax slips
+    (trailing commas, single quotes, Python's True/None, a missing comma) are repaired with
+    json_repair, which leaves string contents alone; a value that is cut off is not completed.
+    Raises UnusableReply."""
+    body = _json_body(text)
+    if body is None:
+        raise UnusableReply(f"no JSON object in the reply: {text[:200]!r}")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(body)
+        return value
+    except json.JSONDecodeError:
+        pass
+    if json_is_cut_off(body):
+        raise UnusableReply(f"the reply's JSON is cut off: ...{body[-120:]!r}")
+    value = json_repair.loads(body)
+    if value in ("", None):
+        raise UnusableReply(f"no JSON object in the reply: {text[:200]!r}")
+    return value
 
 
 def _validate_schema(text: str | None, schema: type[BaseModel]) -> tuple[Any, str | None]:
@@ -518,18 +537,37 @@ def _validate_schema(text: str | None, schema: type[BaseModel]) -> tuple[Any, st
     try:
         raw = parse_json_reply(text)
         return schema.model_validate(raw).model_dump(mode="json"), None
-    except ValueError as exc:  # ValidationError is a ValueError
+    except ValueError as exc:  # UnusableReply and ValidationError are ValueErrors
         return None, f"reply does not match {schema.__name__}: {str(exc)[:500]}"
 
 
+def parse_tool_arguments(raw: str) -> dict[str, Any]:
+    """A tool call's arguments: JSON text, syntax slips repaired, never completed when cut off.
+    Raises UnusableReply (the reply is asked for again) when they are not a JSON object."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        if json_is_cut_off(raw.strip()):
+            raise UnusableReply(f"tool arguments are cut off: {raw[:200]!r}") from None
+        value = json_repair.loads(raw)
+    if not isinstance(value, dict):
+        raise UnusableReply(f"tool arguments are not a JSON object: {raw[:200]!r}")
+    return value
+
+
 def _parse_tool_call(call_id: str, name: str, raw: str, tools: Sequence[Tool]) -> ToolCall:
+    """A tool call validated against its tool's model; an unknown tool or arguments of the wrong
+    shape set `error` (the agent sends it back to the model). Arguments that are not JSON at
+    all raise UnusableReply: the reply is broken, not the model's choice."""
+    arguments = parse_tool_arguments(raw)
     tool = next((t for t in tools if t.name == name), None)
     if tool is None:
         return ToolCall(id=call_id, name=name, raw_arguments=raw, error=f"unknown tool {name!r}")
     try:
-        value = json.loads(raw) if raw.strip() else {}
-        args = tool.model.model_validate(value).model_dump(mode="json")
-    except (json.JSONDecodeError, ValidationError) as exc:
+        args = tool.model.model_validate(arguments).model_dump(mode="json")
+    except ValidationError as exc:
         return ToolCall(
             id=call_id, name=name, raw_arguments=raw, error=f"invalid arguments: {str(exc)[:300]}"
         )
@@ -550,15 +588,39 @@ def schema_instruction(schema: type[BaseModel]) -> str:
     )
 
 
+def _interpret(request: ChatRequest, reply: RawReply) -> tuple[dict[str, Any], str | None]:
+    """A reply as Completion fields, or why it is unusable (then the fields are empty)."""
+    try:
+        calls = tuple(_parse_tool_call(i, n, a, request.tools) for i, n, a in reply.tool_calls)
+    except UnusableReply as exc:
+        return {}, str(exc)
+    text = reply.text
+    if not calls and not (text and text.strip()):
+        return {}, "empty reply"
+    fields: dict[str, Any] = {"text": text, "finish_reason": reply.finish_reason}
+    if request.schema is None or calls:
+        return {**fields, "tool_calls": calls}, None
+    value, problem = _validate_schema(text, request.schema)
+    if problem is not None:
+        return {}, problem
+    return {**fields, "value": value}, None
+
+
 # --------------------------------------------------------------------------------------------
 # Retry waiting, switchable for tests (like hynek/stamina's set_testing)
 # --------------------------------------------------------------------------------------------
 _TESTING = {"enabled": False}
+NO_BACKOFF_ENV = "BEAM_LLM_NO_BACKOFF"
+"""Set to 1 in a test's stage processes: backoff waits are recorded but not slept."""
 
 
 def set_testing(enabled: bool) -> None:
     """With testing on, backoff waits are recorded (LlmClient.waits) but not slept."""
     _TESTING["enabled"] = enabled
+
+
+def _testing() -> bool:
+    return _TESTING["enabled"] or os.environ.get(NO_BACKOFF_ENV) == "1"
 
 
 def backoff_seconds(attempt: int, retry_after: float | None) -> float:
@@ -655,6 +717,9 @@ class LlmClient:
             self.backend = LitellmBackend(ref, params, role)
         self.test_model = self.backend.test_model
         self._native_schema: bool | None = None
+        self._failures_in_a_row = 0
+        """Requests in a row that spent every attempt on transport faults (see
+        _check_endpoint_alive)."""
 
     # -- metadata and preflight -------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
@@ -707,7 +772,7 @@ class LlmClient:
     async def acomplete(self, request: ChatRequest) -> Completion:
         native = request.schema is not None and self._uses_native_schema()
         messages = [m.to_openai() for m in request.messages]
-        if request.schema is not None and not native:
+        if request.schema is not None and not native and request.instruct_schema:
             messages.append({"role": "system", "content": schema_instruction(request.schema)})
         key = self._key(request, messages, native) if self.cache is not None else ""
         if self.cache is not None:
@@ -733,101 +798,131 @@ class LlmClient:
     async def _complete_uncached(
         self, request: ChatRequest, messages: list[dict[str, Any]], native: bool
     ) -> Completion:
+        """Attempts until a usable reply, at most `llm.max_attempts`, with a backoff between them.
+        Retried: transport faults (429, 5xx, timeouts, connection errors) and unusable replies
+        (empty; not JSON, cut off or of the wrong shape where a schema is due; tool arguments
+        that are not JSON). A schema reply that comes back unusable twice alike gets one repair
+        turn (the model sees its reply and the problem) instead of the same request again.
+        A 4xx other than 401/403/404/408/429 is final at once."""
+        self._check_endpoint_alive()
         base: dict[str, Any] = {"model": self.ref.model or "", "test_model": self.test_model}
-        attempts = 0
         prompt_tokens = completion_tokens = 0
-        for turn in range(2):  # the reply, then at most one repair turn for unparseable JSON
-            reply, used = await self._send_with_retries(request, messages, native)
-            attempts += used
-            if isinstance(reply, str):
-                return Completion(**base, error=reply, attempts=attempts)
+        sent = messages
+        last_unusable: str | None = None
+        repaired = False
+        problem = ""
+        transport_failures = 0
+        for attempt in range(1, self.params.max_attempts + 1):
+            try:
+                reply = await self._send_once(request, sent, native, attempt)
+            except TransientError as exc:
+                transport_failures += 1
+                problem = f"{type(exc).__name__}: {exc}"
+                await self._backoff(attempt, exc.retry_after)
+                continue
+            except PermanentError as exc:
+                self._failures_in_a_row = 0
+                return Completion(**base, error=f"request refused: {exc}", attempts=attempt)
             prompt_tokens += reply.prompt_tokens or 0
             completion_tokens += reply.completion_tokens or 0
             usage: dict[str, Any] = {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
-                "attempts": attempts,
+                "attempts": attempt,
             }
-            calls = tuple(_parse_tool_call(i, n, a, request.tools) for i, n, a in reply.tool_calls)
-            text = reply.text
-            if not calls and not (text and text.strip()):
-                return Completion(**base, **usage, error="empty reply from the model")
-            if request.schema is None or calls:
-                return Completion(
-                    **base, **usage, text=text, tool_calls=calls, finish_reason=reply.finish_reason
-                )
-            value, problem = _validate_schema(text, request.schema)
-            if problem is None:
-                return Completion(
-                    **base, **usage, text=text, value=value, finish_reason=reply.finish_reason
-                )
-            if turn == 1:
-                return Completion(**base, **usage, text=text, error=f"unparseable: {problem}")
-            messages = [
-                *messages,
-                {"role": "assistant", "content": text},
-                {
-                    "role": "user",
-                    "content": f"That reply could not be used ({problem}). "
-                    + schema_instruction(request.schema),
-                },
-            ]
-        raise AssertionError("unreachable")
-
-    async def _send_with_retries(
-        self, request: ChatRequest, messages: list[dict[str, Any]], native: bool
-    ) -> tuple[RawReply | str, int]:
-        """The reply, or an error text once attempts are spent; and the attempts made."""
-        estimate = count_tokens(canonical_json(messages)) if self.budget is not None else 0
-        self.backend.prepare()
-        last = ""
-        for attempt in range(1, self.params.max_attempts + 1):
-            if self.budget is not None:
-                self.budget.reserve(estimate)  # raises BudgetError: the call is not made
-            self.accounting.add_attempt(self.role, retry=attempt > 1)
-            started = time.perf_counter()
-            try:
-                reply = await asyncio.wait_for(
-                    self.backend.send(request, messages, native_schema=native),
-                    timeout=self.params.timeout_seconds + 5.0,  # backstop over litellm's own
-                )
-            except (TimeoutError, TransientError) as exc:
-                self._after_attempt(started, estimate, 0)
-                last = f"{type(exc).__name__}: {exc}"
-                if attempt == self.params.max_attempts:
-                    break
-                wait = backoff_seconds(attempt, getattr(exc, "retry_after", None))
-                self.waits.append(wait)
-                if not _TESTING["enabled"]:
-                    await self._sleep(wait)
-                continue
-            except PermanentError as exc:
-                self._after_attempt(started, estimate, 0)
-                return f"request refused: {exc}", attempt
-            except BaseException:
-                self._after_attempt(started, estimate, 0)
-                raise
-            if reply.prompt_tokens is None:
-                reply.prompt_tokens = estimate or count_tokens(canonical_json(messages))
-            if reply.completion_tokens is None:
-                out = (reply.text or "") + "".join(a for _, _, a in reply.tool_calls)
-                reply.completion_tokens = count_tokens(out)
-            self.accounting.add_usage(self.role, reply.prompt_tokens, reply.completion_tokens)
-            self._after_attempt(
-                started, estimate, reply.prompt_tokens + reply.completion_tokens, settle=True
-            )
-            return reply, attempt
-        return (
-            f"gave up after {self.params.max_attempts} attempts on {self.ref.model} at "
-            f"{self.endpoint}: {last}",
-            self.params.max_attempts,
+            completion, unusable = _interpret(request, reply)
+            if unusable is None:
+                self._failures_in_a_row = 0
+                return Completion(**base, **usage, **completion)
+            problem = f"unusable reply: {unusable}"
+            if (
+                request.schema is not None
+                and not repaired
+                and reply.text
+                and reply.text == last_unusable
+            ):
+                # The same unusable reply twice: asking the same again will not help.
+                repaired = True
+                sent = [
+                    *messages,
+                    {"role": "assistant", "content": reply.text},
+                    {
+                        "role": "user",
+                        "content": f"That reply could not be used ({unusable}). "
+                        + schema_instruction(request.schema),
+                    },
+                ]
+            else:
+                sent = messages
+            last_unusable = reply.text
+            await self._backoff(attempt, None)
+        if transport_failures == self.params.max_attempts:
+            self._failures_in_a_row += 1
+        else:
+            self._failures_in_a_row = 0
+        return Completion(
+            **base,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            attempts=self.params.max_attempts,
+            error=f"gave up after {self.params.max_attempts} attempts on {self.ref.model} at "
+            f"{self.endpoint}: {problem}",
         )
 
-    def _after_attempt(
-        self, started: float, estimate: int, tokens: int, settle: bool = True
-    ) -> None:
+    def _check_endpoint_alive(self) -> None:
+        """Stop the stage once `llm.stop_after_failures` requests in a row have spent all their
+        attempts on transport faults: the endpoint is down, and every further request would
+        only wait through its own retries."""
+        if self._failures_in_a_row >= self.params.stop_after_failures:
+            raise ModelFailures(
+                f"{self.ref.model} at {self.endpoint} ({self.role}) failed "
+                f"{self._failures_in_a_row} requests in a row, each after "
+                f"{self.params.max_attempts} attempts: the endpoint looks down or overloaded. "
+                "Run `dvc repro` again when it answers: finished calls are cached and only the "
+                "failed ones are repeated."
+            )
+
+    async def _backoff(self, attempt: int, retry_after: float | None) -> None:
+        if attempt >= self.params.max_attempts:
+            return
+        wait = backoff_seconds(attempt, retry_after)
+        self.waits.append(wait)
+        if not _testing():
+            await self._sleep(wait)
+
+    async def _send_once(
+        self, request: ChatRequest, messages: list[dict[str, Any]], native: bool, attempt: int
+    ) -> RawReply:
+        """One attempt, counted and charged; raises TransientError or PermanentError."""
+        estimate = count_tokens(canonical_json(messages)) if self.budget is not None else 0
+        self.backend.prepare()
+        if self.budget is not None:
+            self.budget.reserve(estimate)  # raises BudgetError: the call is not made
+        self.accounting.add_attempt(self.role, retry=attempt > 1)
+        started = time.perf_counter()
+        try:
+            reply = await asyncio.wait_for(
+                self.backend.send(request, messages, native_schema=native),
+                timeout=self.params.timeout_seconds + 5.0,  # backstop over litellm's own
+            )
+        except TimeoutError as exc:
+            self._after_attempt(started, estimate, 0)
+            raise TransientError(f"no reply within {self.params.timeout_seconds:g} s") from exc
+        except BaseException:
+            self._after_attempt(started, estimate, 0)
+            raise
+        if reply.prompt_tokens is None:
+            reply.prompt_tokens = estimate or count_tokens(canonical_json(messages))
+        if reply.completion_tokens is None:
+            out = (reply.text or "") + "".join(a for _, _, a in reply.tool_calls)
+            reply.completion_tokens = count_tokens(out)
+        self.accounting.add_usage(self.role, reply.prompt_tokens, reply.completion_tokens)
+        self._after_attempt(started, estimate, reply.prompt_tokens + reply.completion_tokens)
+        return reply
+
+    def _after_attempt(self, started: float, estimate: int, tokens: int) -> None:
         self.accounting.add_seconds(self.role, time.perf_counter() - started)
-        if self.budget is not None and settle:
+        if self.budget is not None:
             self.budget.settle(estimate, tokens)
 
     # -- sync helpers -------------------------------------------------------------------------

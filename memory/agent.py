@@ -334,7 +334,8 @@ class Trace(BaseModel):
 def answer_question(
     question: Question, model: ChatModel, tools: GraphTools, *, max_steps: int
 ) -> Trace:
-    """Run the tool loop for one question (a model failure ends it with `error` set)."""
+    """Run the tool loop for one question (a model call that failed after its retries ends it
+    with `error` set)."""
     started = time.monotonic()
     messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
     records: list[ToolCallRecord] = []
@@ -360,9 +361,9 @@ def answer_question(
             error = completion.error
             break
         if not completion.tool_calls or final_turn:
+            # An empty final answer (only tool calls on the turn without tools) is the model's
+            # answer, scored as such; `error` is kept for calls that failed after retries.
             answer = (completion.text or "").strip()
-            if not answer:
-                error = "the model gave an empty answer"
             break
         messages.append(Message.assistant(completion.text, completion.tool_calls))
         for call in completion.tool_calls:

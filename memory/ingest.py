@@ -47,6 +47,7 @@ from memory.resolve import (
     merge_map,
     statement_pairs,
 )
+from schemas.errors import check_failed_share
 from schemas.memory import (
     DROP_REASONS,
     ENTITY_LABELS,
@@ -75,6 +76,8 @@ class IngestSettings:
     min_similarity: float
     pairs_per_call: int
     candidates_per_statement: int
+    max_failed_share: float = 0.0
+    """Share of a phase's model calls that may fail after retries before the ingest stops."""
 
 
 @dataclass
@@ -99,6 +102,16 @@ class ConversationGraph:
     defaulted_message_ids: int = 0
     resolution: PairStats = field(default_factory=PairStats)
     linking: PairStats = field(default_factory=PairStats)
+    last_error: str | None = None
+    """The last model failure (after retries) while building this graph."""
+
+    @property
+    def model_calls(self) -> int:
+        return len(self.chunks) + self.resolution.calls + self.linking.calls
+
+    @property
+    def failed_calls(self) -> int:
+        return len(self.failed_chunks) + self.resolution.failed_calls + self.linking.failed_calls
 
     def counts(self) -> dict[str, Any]:
         """Numbers for metrics/ingest.json (every label and type always present)."""
@@ -116,6 +129,8 @@ class ConversationGraph:
             "contradicts": types["CONTRADICTS"],
             "empty_extractions": len(self.empty_chunks),
             "failed_extractions": len(self.failed_chunks),
+            "failed_resolution_calls": self.resolution.failed_calls,
+            "failed_link_calls": self.linking.failed_calls,
             "statements_message_ids_defaulted": self.defaulted_message_ids,
             **{f"dropped_{reason}": self.dropped[reason] for reason in DROP_REASONS},
             "resolution_pairs_considered": self.resolution.considered,
@@ -250,6 +265,10 @@ def _decide_pairs(
     return list(zip(batches, completions, strict=True))
 
 
+def _last_error(completions: Sequence[Completion]) -> str | None:
+    return next((c.error for c in reversed(completions) if c.error is not None), None)
+
+
 @dataclass
 class _Memory:
     """What extraction accumulates before resolution and linking rewrite it."""
@@ -279,6 +298,7 @@ def _extract(
 ) -> None:
     """One extraction call per chunk; each reply validated and added (failures counted)."""
     completions = extraction.run_batch([extraction_request(c) for c in graph.chunks])
+    graph.last_error = _last_error(completions) or graph.last_error
     for chunk, completion in zip(graph.chunks, completions, strict=True):
         reply = _parsed(completion, ExtractionReply)
         if reply is None:
@@ -317,7 +337,9 @@ def _resolve(
         return _request(messages, RESOLVE_TASK, RESOLVE_PROMPT_VERSION, ResolveReply)
 
     same: list[CandidatePair] = []
-    for batch_pairs, completion in _decide_pairs(pairs, settings, model, request, graph.resolution):
+    decided = _decide_pairs(pairs, settings, model, request, graph.resolution)
+    graph.last_error = _last_error([c for _, c in decided]) or graph.last_error
+    for batch_pairs, completion in decided:
         same += same_pairs(batch_pairs, _parsed(completion, ResolveReply))
     mapping = merge_map(memory.first_position, [(p.newer, p.older) for p in same])
     graph.resolution.decided = len(mapping)
@@ -365,9 +387,9 @@ def _link(
         messages = link_messages(batch, texts, dates)
         return _request(messages, LINK_TASK, LINK_PROMPT_VERSION, LinkReply)
 
-    for batch_pairs, completion in _decide_pairs(
-        candidates, settings, model, request, graph.linking
-    ):
+    decided = _decide_pairs(candidates, settings, model, request, graph.linking)
+    graph.last_error = _last_error([c for _, c in decided]) or graph.last_error
+    for batch_pairs, completion in decided:
         for pair, relation in linked_pairs(batch_pairs, _parsed(completion, LinkReply)):
             rel_type: RelType = "SUPERSEDES" if relation == "supersedes" else "CONTRADICTS"
             link = Relationship(type=rel_type, start=pair.newer, end=pair.older)
@@ -389,9 +411,37 @@ def build_graph(
         raise AssertionError(f"provenance layer failed validation: {src_report.problems}")
     graph = ConversationGraph(chat.conversation_id, chunks, src_batch)
     memory = _Memory(known={n.id: n.label for n in src_batch.nodes})
+    # Each phase builds on the last: one whose calls failed (past the tolerated share) stops the
+    # ingest before the next phase spends calls on a partial graph that a healed run would not
+    # ask again.
+    conversation = f"conv{chat.conversation_id}"
     _extract(chat, graph, memory, extraction)
+    check_failed_share(
+        "ingest",
+        f"extraction calls of {conversation}",
+        len(graph.failed_chunks),
+        len(chunks),
+        settings.max_failed_share,
+        graph.last_error,
+    )
     rels = _resolve(graph, memory, settings, resolution)
+    check_failed_share(
+        "ingest",
+        f"resolution calls of {conversation}",
+        graph.resolution.failed_calls,
+        graph.resolution.calls,
+        settings.max_failed_share,
+        graph.last_error,
+    )
     _link(chat, graph, memory, rels, settings, resolution)
+    check_failed_share(
+        "ingest",
+        f"link calls of {conversation}",
+        graph.linking.failed_calls,
+        graph.linking.calls,
+        settings.max_failed_share,
+        graph.last_error,
+    )
     memory_nodes: list[GraphNode] = [*memory.entities.values(), *memory.statements.values()]
     all_nodes = [*src_batch.nodes, *sorted(memory_nodes, key=lambda n: n.id)]
     all_rels = [*src_batch.relationships, *sorted(rels.values(), key=lambda r: r.key)]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 class BeamError(Exception):
     """A failure a user can act on: the message says what was expected, what was found, and what
-    to do. Stage entry points turn it into a one-paragraph message and exit code 2."""
+    to do. Stage entry points turn it into a one-paragraph message and `exit_code`."""
+
+    exit_code = 2
 
 
 class ParamsError(BeamError):
@@ -30,3 +32,35 @@ class ServiceError(BeamError):
 
 class BudgetError(BeamError):
     """A stage would cross the mode's spend cap."""
+
+
+class ModelFailures(BeamError):
+    """More of a stage's model calls failed after their retries than its params tolerate. The
+    stage leaves no outputs (DVC must not lock a partial result); the calls that did finish are
+    cached, so running it again repeats only the failed ones. Exit code 3 tells a retrying
+    script that running again may help, where 2 needs a change first."""
+
+    exit_code = 3
+
+
+def check_failed_share(
+    stage: str,
+    what: str,
+    failed: int,
+    total: int,
+    tolerated_share: float,
+    last_error: str | None,
+) -> None:
+    """Raise ModelFailures when `failed` of `total` items is more than `tolerated_share` of them.
+
+    `what` names the items ("extraction calls", "questions"); the message carries the counts,
+    the last error and what to do."""
+    if failed == 0 or failed <= tolerated_share * total:
+        return
+    raise ModelFailures(
+        f"{stage}: {failed} of {total} {what} failed after retries "
+        f"(last error: {last_error or 'unknown'}). Run `dvc repro` again: finished calls are "
+        f"cached and only the failed ones are repeated. To accept partial results instead, set "
+        f"{stage}.max_failed_share in params.yaml (now {tolerated_share:g}); the failures are "
+        "then reported beside the score."
+    )

@@ -83,7 +83,9 @@ class LlmParams(_Section):
     timeout_seconds: float = Field(gt=0)
     """Per attempt."""
     max_attempts: int = Field(ge=1, le=10)
-    """Attempts per request on 429, 5xx, timeouts and connection errors (1 = no retry)."""
+    """Attempts per request (1 = no retry): on 429, 5xx, timeouts, connection errors, empty replies
+    and replies that stay unusable after repair (not JSON where JSON is due, cut off, tool
+    arguments that are not JSON)."""
     concurrency: int = Field(ge=1, le=64)
     """Requests in flight per endpoint (api_base)."""
     seed: int
@@ -91,6 +93,9 @@ class LlmParams(_Section):
     cache: bool
     cache_dir: str
     """The call cache and the budget ledger (git-ignored)."""
+    stop_after_failures: int = Field(default=5, ge=1)
+    """Requests in a row that exhausted their attempts on one endpoint (429/5xx/timeouts/
+    connection errors) before the stage stops at once: the endpoint is down, not one request."""
 
 
 class Cap(_Section):
@@ -126,6 +131,10 @@ class JudgeParams(_Section):
     max_attempts: int = Field(ge=1, le=10)
     max_equivalence_calls: int = Field(ge=1)
     """Cap on event-equivalence calls for one question; past it lines count as unmatched."""
+    max_failed_share: float = Field(default=0.0, ge=0, le=1)
+    """Share of the judge calls (rubric items, event equivalences) that may still fail after their
+    retries before the stage stops (exit 3). 0: any failure stops it; above 0, failures are
+    reported."""
 
 
 class PerMode(_Section):
@@ -142,6 +151,9 @@ class IngestParams(_Section):
     candidates_per_statement: int = Field(ge=1)
     min_similarity: float = Field(ge=0, le=1)
     pairs_per_call: int = Field(ge=1)
+    max_failed_share: float = Field(default=0.0, ge=0, le=1)
+    """Share of the extraction, resolution and link calls that may still fail after their retries
+    before the stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
 
 
 class AnswerParams(_Section):
@@ -149,6 +161,9 @@ class AnswerParams(_Section):
     """Tool-calling steps before the agent is asked for its final answer."""
     result_limit: int = Field(ge=1, le=50)
     """Rows a search tool returns (compact results keep the agent's context small)."""
+    max_failed_share: float = Field(default=0.0, ge=0, le=1)
+    """Share of the questions whose model calls may still fail after their retries before the
+    stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
 
 
 class ReportParams(_Section):

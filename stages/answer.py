@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from clients.graph import start_graph
 from clients.llm import open_model
 from memory.agent import SYSTEM_PROMPT, GraphTools, Trace, answer_question
 from memory.cost import estimate_answer
-from schemas.errors import DataError
+from schemas.errors import DataError, check_failed_share
 from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
 from schemas.params import AnswerParams, EstimateParams, GraphParams
 from schemas.records import Question
@@ -35,6 +34,7 @@ from stages.common import (
     write_json,
     write_jsonl,
 )
+from stages.workdir import stage_workdir
 
 QUESTIONS = Path("data/slice/questions.jsonl")
 GRAPHS = Path("data/ingest")
@@ -103,7 +103,7 @@ def main() -> None:
         agent.budget.check_estimate(estimate.calls, estimate.tokens, what=f"answer ({mode})")
 
     traces: dict[str, Trace] = {}
-    with tempfile.TemporaryDirectory(prefix="beam-answer-") as workdir:
+    with stage_workdir("beam-answer-") as workdir:
         for conversation in sorted(by_conversation, key=int):
             with start_graph(graph_params, Path(workdir), name=f"conv{conversation}") as store:
                 store.import_jsonl(GRAPHS / f"conv{conversation}.jsonl")
@@ -120,6 +120,15 @@ def main() -> None:
                 file=sys.stderr,
             )
     ordered = [traces[q.id] for q in questions]
+    failed = [t for t in ordered if t.error is not None]
+    check_failed_share(
+        "answer",
+        "questions",
+        len(failed),
+        len(ordered),
+        params.max_failed_share,
+        failed[-1].error if failed else None,
+    )
     write_jsonl(OUT_DIR / "traces.jsonl", ordered)
     (OUT_DIR / "NOTICE").write_text(NOTICE, encoding="utf-8")
     write_json(

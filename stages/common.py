@@ -147,12 +147,13 @@ def progress(items: Iterable[T], *, total: int, desc: str) -> Iterable[T]:
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Entry-point shell: a BeamError becomes a clear message on stderr and exit code 2."""
+    """Entry-point shell: a BeamError becomes a clear message on stderr and its exit code (2; 3
+    for model calls that failed after their retries, where running again may help)."""
     try:
         main()
     except BeamError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(exc.exit_code) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None

@@ -12,7 +12,6 @@ rebuilt from scratch in a fresh server (MERGE on stable ids: no duplicate nodes)
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from clients.graph import start_graph
 from clients.llm import LlmClient, open_model
 from memory.estimate import IngestEstimate, estimate_ingest
 from memory.ingest import ConversationGraph, IngestSettings, build_graph
+from schemas.errors import check_failed_share
 from schemas.params import EstimateParams, GraphParams, IngestParams
 from schemas.records import ChatSlice
 from stages.common import (
@@ -31,6 +31,7 @@ from stages.common import (
     run_stage,
     write_json,
 )
+from stages.workdir import stage_workdir
 
 SLICE_CHATS = Path("data/slice/chats")
 OUT_DIR = Path("data/ingest")
@@ -45,6 +46,7 @@ def settings_for(params: IngestParams, mode: str) -> IngestSettings:
         min_similarity=params.min_similarity,
         pairs_per_call=params.pairs_per_call,
         candidates_per_statement=params.candidates_per_statement,
+        max_failed_share=params.max_failed_share,
     )
 
 
@@ -92,6 +94,14 @@ def main() -> None:
 
     try:
         graphs, seconds = build_all(chats, settings, extraction, resolution, graph_params)
+        check_failed_share(
+            "ingest",
+            "model calls",
+            sum(g.failed_calls for g in graphs),
+            sum(g.model_calls for g in graphs),
+            params.max_failed_share,
+            next((g.last_error for g in reversed(graphs) if g.last_error), None),
+        )
     except BaseException:
         remove_outputs(OUT_DIR, METRICS)  # no half-made set of graphs (finished calls are cached)
         raise
@@ -108,7 +118,7 @@ def build_all(
     """Each conversation's graph, built, written to its own server and exported."""
     graphs: list[ConversationGraph] = []
     seconds: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="beam-ingest-") as workdir:
+    with stage_workdir("beam-ingest-") as workdir:
         for index, chat in enumerate(chats, start=1):
             started = time.monotonic()
             graph = build_graph(chat, settings, extraction, resolution)

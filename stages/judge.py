@@ -23,16 +23,17 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from scipy.stats import kendalltau
 
 from clients.accounting import Accounting
-from clients.llm import ChatRequest, open_model
+from clients.llm import ChatRequest, Completion, open_model, parse_json_reply
 from clients.llm import Message as LlmMessage
 from memory.agent import Trace
 from memory.cost import estimate_judge
-from schemas.errors import DataError, IntegrityError
+from schemas.errors import DataError, IntegrityError, check_failed_share
 from schemas.judging import (
     FLAGS,
     ITEM_VALUES,
@@ -388,30 +389,6 @@ def equivalence_messages(
 # Parsing replies
 # ---------------------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.DOTALL)
-
-
-def _json_objects(reply: str) -> list[dict[str, object]]:
-    """JSON objects in the reply: the whole text, a fenced block, or one embedded in prose."""
-    texts = [reply.strip(), *(m.group(1) for m in _FENCE.finditer(reply))]
-    found: list[dict[str, object]] = []
-    for text in texts:
-        try:
-            value = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-    decoder = json.JSONDecoder()
-    for start in (m.start() for m in re.finditer(r"\{", reply)):
-        try:
-            value, _ = decoder.raw_decode(reply, start)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-    return found
-
 
 def _item_value(raw: object) -> float | None:
     if isinstance(raw, bool):
@@ -429,32 +406,50 @@ def _item_value(raw: object) -> float | None:
     return None
 
 
+def _verdict_score(raw: object) -> float:
+    value = _item_value(raw)
+    if value is None:
+        raise ValueError(f"score {raw!r} is not one of 1, 0.5, 0")
+    return value
+
+
+class JudgeVerdict(BaseModel):
+    """The reply the benchmark's judge prompt asks for. Only the top-level object counts: a score
+    nested anywhere else (a list of verdicts, an object inside the reason) is no verdict."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    score: Annotated[
+        float,
+        BeforeValidator(_verdict_score),
+        Field(json_schema_extra={"enum": list(ITEM_VALUES)}),
+    ]
+    reason: str | None = None
+
+
 def score_item(rubric_item: str, reply: str | None) -> ItemScore:
-    """One rubric item's verdict from the judge's reply (JSON with `score` 1, 0.5 or 0 and a
-    `reason`). No reply, or one that does not parse, scores 0 with the cause recorded."""
+    """One rubric item's verdict from the judge's reply: the top-level JSON object with `score`
+    1, 0.5 or 0 and a `reason`, read by the model layer's one parser (syntax slips repaired, a
+    cut-off reply refused). No reply, or one without a valid verdict, scores 0 with the cause
+    recorded. (The model layer already asks again for a reply without one, so in a run this is
+    the record of what was scored, and a parse error is left only by a reply that passed.)"""
     if reply is None:
         return ItemScore(rubric_item=rubric_item, score=0.0, error="the judge call failed")
-    objects = [o for o in _json_objects(reply) if "score" in o]
-    if not objects:
+    try:
+        verdict = JudgeVerdict.model_validate(parse_json_reply(reply))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()
+        )
         return ItemScore(
             rubric_item=rubric_item,
             score=0.0,
             parse_error=True,
-            error=f"no JSON object with a 'score' in the reply: {reply[:200]!r}",
+            error=f"no valid top-level verdict ({problems}): {reply[:200]!r}",
         )
-    verdict = objects[0]
-    value = _item_value(verdict["score"])
-    if value is None:
-        return ItemScore(
-            rubric_item=rubric_item,
-            score=0.0,
-            parse_error=True,
-            error=f"score {verdict['score']!r} is not one of 1, 0.5, 0",
-        )
-    reason = verdict.get("reason")
-    return ItemScore(
-        rubric_item=rubric_item, score=value, reason=reason if isinstance(reason, str) else None
-    )
+    except ValueError as exc:  # UnusableReply: no JSON, or cut off
+        return ItemScore(rubric_item=rubric_item, score=0.0, parse_error=True, error=str(exc))
+    return ItemScore(rubric_item=rubric_item, score=verdict.score, reason=verdict.reason)
 
 
 _YES = re.compile(r"\byes\b")
@@ -781,10 +776,14 @@ def load_prompts(params: JudgeParams) -> JudgePrompts:
 
 
 def _request(messages: list[Message], task: str) -> ChatRequest:
+    """Item verdicts are validated as JudgeVerdict (a reply without one is asked for again); the
+    benchmark's prompt asks for that JSON itself, so no schema text is added to it."""
     return ChatRequest(
         messages=tuple(LlmMessage.model_validate(m) for m in messages),
         task=task,
         prompt_version=JUDGE_PROMPT_VERSION,
+        schema=JudgeVerdict if task == JUDGE_TASK else None,
+        instruct_schema=False,
     )
 
 
@@ -826,16 +825,22 @@ def main() -> None:
         for item in rubrics[q.id].rubric
     ]
     replies: dict[str, str | None] = {}
+    failures: list[str] = []
+
+    def keep(messages: list[Message], completion: Completion) -> None:
+        replies[_key(messages)] = completion.text if completion.ok else None
+        if completion.error is not None:
+            failures.append(completion.error)
+
     for messages, completion in zip(
         batch, judge.run_batch([_request(m, JUDGE_TASK) for m in batch]), strict=True
     ):
-        replies[_key(messages)] = completion.text if completion.ok else None
+        keep(messages, completion)
 
     def ask(messages: list[Message]) -> str | None:
         key = _key(messages)
         if key not in replies:  # event ordering: one call at a time, each depends on the last
-            completion = judge.complete(_request(messages, EQUIVALENCE_TASK))
-            replies[key] = completion.text if completion.ok else None
+            keep(messages, judge.complete(_request(messages, EQUIVALENCE_TASK)))
         return replies[key]
 
     judgements: list[Judgement] = []
@@ -865,8 +870,17 @@ def main() -> None:
             }
         )
 
+    calls = sum(j.calls for j in judgements)
+    check_failed_share(
+        "judge",
+        "judge calls",
+        len(failures),
+        calls,
+        params.max_failed_share,
+        failures[-1] if failures else None,
+    )
     print(
-        f"judge: {len(judgements)} questions, {sum(j.calls for j in judgements)} judge calls, "
+        f"judge: {len(judgements)} questions, {calls} judge calls ({len(failures)} failed), "
         f"mean score {sum(j.score for j in judgements) / max(len(judgements), 1):.3f}",
         file=sys.stderr,
     )
@@ -884,6 +898,7 @@ def main() -> None:
         recalls = [r["evidence_recall"] for r in members if r["evidence_recall"] is not None]
         metrics[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
         metrics[group]["error_questions"] = sum("error" in r["flags"] for r in members)
+    metrics["overall"]["failed_calls"] = len(failures)
     metrics["llm_judge"] = accounting.to_metrics().get("judge", {})
     write_json(metrics_path, metrics)
 

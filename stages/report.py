@@ -148,6 +148,45 @@ def cost_table(
     return table
 
 
+FAILURE_LABELS = {
+    "extraction_calls": "extraction calls",
+    "resolution_calls": "resolution and link calls",
+    "questions_in_error": "questions whose agent call failed",
+    "judge_calls": "judge calls",
+    "tool_errors": "tool calls that returned an error to the agent",
+}
+
+
+def failure_counts(
+    ingest: Mapping[str, Any], answer: Mapping[str, Any], judge: Mapping[str, Any]
+) -> dict[str, int]:
+    """What failed in the run, stage by stage: model calls that failed after their retries (a
+    run has them only where `max_failed_share` tolerated them) and tool errors the agent saw."""
+    total = ingest["total"]
+    agent = answer["agent"]
+    return {
+        "extraction_calls": int(total.get("failed_extractions", 0)),
+        "resolution_calls": int(
+            total.get("failed_resolution_calls", 0) + total.get("failed_link_calls", 0)
+        ),
+        "questions_in_error": int(agent.get("errors", 0)),
+        "judge_calls": int(judge["overall"].get("failed_calls", 0)),
+        "tool_errors": int(agent.get("tool_errors", 0)),
+    }
+
+
+def failure_line(failures: Mapping[str, int]) -> str:
+    """One line for the headline: every count, failed model calls first."""
+    failed = sum(v for k, v in failures.items() if k != "tool_errors")
+    parts = ", ".join(f"{failures[k]:,} {label}" for k, label in FAILURE_LABELS.items())
+    verdict = (
+        f"**{failed:,} model calls failed after retries; their items scored 0**"
+        if failed
+        else "No model call failed"
+    )
+    return f"{verdict} (failed: {parts})."
+
+
 def build_metrics(
     scores: Mapping[str, Mapping[str, Any]],
     judge: Mapping[str, Any],
@@ -156,12 +195,14 @@ def build_metrics(
     cost: Mapping[str, Mapping[str, float]],
     flags: Mapping[str, int],
     run: Mapping[str, Any],
+    failures: Mapping[str, int],
 ) -> dict[str, Any]:
     """metrics/report.json: numbers only, two levels, every ability always present."""
     groups = [*ABILITIES, "overall"]
     total = ingest["total"]
     return {
         "score": {g: scores[g]["score"] for g in groups},
+        "failures": dict(failures),
         "score_ci_low": {g: scores[g]["ci_low"] for g in groups},
         "score_ci_high": {g: scores[g]["ci_high"] for g in groups},
         "score_excluding_known_bad": {g: scores[g]["score_excluding_known_bad"] for g in groups},
@@ -218,6 +259,7 @@ def render_record(
     ingest: Mapping[str, Any],
     cost: Mapping[str, Mapping[str, float]],
     flags: Mapping[str, int],
+    failures: Mapping[str, int],
     confidence: float,
 ) -> str:
     """The Markdown record a reader needs to trust (or distrust) a run."""
@@ -230,6 +272,8 @@ def render_record(
         f"({confidence:.0%} CI {_fmt(overall['ci_low'])}–{_fmt(overall['ci_high'])}) over "
         f"{overall['n']} questions; excluding known-bad rubrics "
         f"{_fmt(overall['score_excluding_known_bad'])}.",
+        "",
+        failure_line(failures),
         "",
         "## Pins",
         "",
@@ -423,7 +467,8 @@ def main() -> None:
         flag: sum(flag in r["flags"] for r in rows)
         for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
     }
-    write_json(METRICS, build_metrics(scores, judge, ingest, answer, cost, flags, run))
+    failures = failure_counts(ingest, answer, judge)
+    write_json(METRICS, build_metrics(scores, judge, ingest, answer, cost, flags, run, failures))
     write_plots(scores, cost)
     pins = {
         "dataset": f"{fetch.repo_id}@{fetch.revision}:{fetch.filename}",
@@ -447,10 +492,17 @@ def main() -> None:
         ingest={k: v for k, v in ingest.items() if k != "total"},
         cost=cost,
         flags=flags,
+        failures=failures,
         confidence=params.confidence,
     )
     write_atomic(RECORD, record)
-    print(f"report: {RECORD} written; `python -m stages.report --print` shows it", file=sys.stderr)
+    overall = scores["overall"]
+    print(
+        f"report: overall score {_fmt(overall['score'])} over {overall['n']} questions. "
+        f"{failure_line(failures).replace('**', '')} {RECORD} written; "
+        "`python -m stages.report --print` shows it",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -231,7 +231,8 @@ def build_mode(
     known_bad: Mapping[str, str],
     tokenizer: str,
 ) -> Built:
-    """Slices, questions and rubrics of one mode; DataError when the data lacks something."""
+    """Slices, questions and rubrics of one mode; DataError when the data lacks something. Every
+    conversation of `pin` must be in `rows` (`check_fixture_ids`)."""
     wanted: dict[str, list[tuple[str, Ability, int]]] = {c: [] for c in pin.conversations}
     for question_id in pin.question_ids:
         conv, ability, index = split_question_id(question_id)
@@ -246,11 +247,8 @@ def build_mode(
     rubrics: dict[str, Rubric] = {}
     slices = []
     for conv in pin.conversations:
-        if conv not in rows:
-            raise DataError(
-                f"the repaired data has no conversation {conv!r} (found {sorted(rows)}), which "
-                f"the fixture's mode needs: {PIN_PROVENANCE}"
-            )
+        if conv not in rows:  # check_fixture_ids says it better, with the file and the mode
+            raise ParamsError(f"the fixture names conversation {conv!r}, not in the data")
         row = rows[conv]
         chat = row["chat"] or []
         present = set(message_ids(chat))
@@ -304,6 +302,46 @@ def build_mode(
         questions=[questions[q] for q in pin.question_ids],
         rubrics=[rubrics[q] for q in pin.question_ids],
     )
+
+
+def check_fixture_ids(
+    rows: Mapping[str, Mapping[str, Any]],
+    pin: ModePin,
+    mode: str,
+    fixture_path: Path,
+    *,
+    messages: bool = True,
+) -> None:
+    """ParamsError when the fixture names a conversation, or (with `messages`) a slice message id,
+    that the repaired data does not have. The release file passed verify-hash, so the fixture is
+    what is wrong; --repin rewrites message ids, never the conversations a person chose."""
+    where = f"slice fixture {fixture_path}, mode {mode}"
+    not_release = "The fixture is wrong, not the release file (which passed verify-hash)"
+    named = list(pin.conversations)
+    if messages:  # else the slices are about to be re-pinned, stale ones dropped
+        named += [c for c in pin.slices if c not in pin.conversations]
+    missing = [c for c in named if c not in rows]
+    if missing:
+        raise ParamsError(
+            f"{where}: conversation id(s) {missing} (in modes.{mode}.conversations or .slices) "
+            f"do not exist in the repaired data, which has conversations {sorted(rows)}. "
+            f"{not_release}: correct modes.{mode} (conversations, question_ids and slices) in "
+            f"the fixture; `{REPIN_COMMAND}` does not change which conversations a mode uses"
+        )
+    if not messages:
+        return
+    for conv, slice_pin in pin.slices.items():
+        present = set(message_ids(rows[conv]["chat"] or []))
+        unknown = [i for i in from_ranges(slice_pin.message_ids) if i not in present]
+        if unknown:
+            ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in to_ranges(present))
+            raise ParamsError(
+                f"{where}: modes.{mode}.slices[{conv!r}].message_ids names message id(s) "
+                f"{unknown[:20]}{' ...' if len(unknown) > 20 else ''} that conversation {conv} "
+                f"does not have (its {len(present)} messages have ids {ranges or 'none'}). "
+                f"{not_release}: correct those ids in the fixture, or, only if the release "
+                f"itself changed (a new pin in params verify_hash), re-pin with `{REPIN_COMMAND}`"
+            )
 
 
 def check_pins(built: Built, pin: ModePin, mode: str) -> None:
@@ -422,7 +460,9 @@ def make_slices(
     if mode not in fixture.modes:
         raise ParamsError(f"slice fixture {fixture_path} has no mode {mode!r}")
     pin = fixture.modes[mode]
-    built = build_mode(read_rows(source), pin, fixture.known_bad_rubric, tokenizer)
+    rows = read_rows(source)
+    check_fixture_ids(rows, pin, mode, fixture_path)
+    built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
     check_pins(built, pin, mode)
     write_outputs(built, out, metrics)
     return built
@@ -432,6 +472,8 @@ def repin(source: Path, fixture_path: Path, tokenizer: str) -> SliceFixture:
     """Rewrite the fixture's message ids and hashes for every mode from the repaired data."""
     fixture = load_fixture(fixture_path)
     rows = read_rows(source)
+    for mode, pin in fixture.modes.items():
+        check_fixture_ids(rows, pin, mode, fixture_path, messages=False)  # those are re-pinned
     built = {
         mode: build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
         for mode, pin in fixture.modes.items()

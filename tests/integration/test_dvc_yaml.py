@@ -12,7 +12,18 @@ from stages.common import read_params_file
 from tests.conftest import REPO_ROOT
 
 EXPECTED_PARAMS = {
-    "fetch": ["fetch", "judge"],
+    "fetch": [
+        "fetch",
+        # what it downloads, not how the judge scores: judge.max_* changes do not re-fetch
+        "judge.scorer_repo",
+        "judge.scorer_commit",
+        "judge.prompts",
+        "judge.compute_metrics",
+        "judge.scorer_dir",
+        "judge.base_url",
+        "judge.timeout_seconds",
+        "judge.max_attempts",
+    ],
     "verify-hash": ["verify_hash"],
     "repair": ["repair"],
     "slice": ["mode", "slice"],

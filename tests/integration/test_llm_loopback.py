@@ -21,7 +21,7 @@ from clients.llm import (
     tool_from_model,
 )
 from clients.llm_cache import LlmCache
-from schemas.errors import BudgetError, ServiceError
+from schemas.errors import BudgetError, ModelFailures, ServiceError
 from schemas.params import LlmParams, ModelRef
 from stages.common import write_json
 from tests.support.openai_server import Action, LoopbackServer
@@ -116,20 +116,30 @@ def test_tool_call_is_parsed_and_validated(server: LoopbackServer, tmp_path: Pat
     assert server.log[0].body["tools"][0]["function"]["name"] == "search_memory"
 
 
-def test_tool_call_with_invalid_arguments_comes_back_flagged(
+def test_tool_arguments_that_are_not_json_are_asked_for_again(
     server: LoopbackServer, tmp_path: Path
 ) -> None:
     tools = (tool_from_model(SearchMemory),)
-    server.push(Action.bad_tool_args("search_memory"), Action.tool_call("search_memory", {}))
+    server.push(
+        Action.bad_tool_args("search_memory"), Action.tool_call("search_memory", {"query": "x"})
+    )
     client = make(server, tmp_path)
-    broken = client.complete(ask("a", tools=tools))
-    assert broken.ok and broken.tool_calls[0].arguments is None
-    assert broken.tool_calls[0].error is not None
-    assert "invalid arguments" in broken.tool_calls[0].error
-    assert broken.tool_calls[0].raw_arguments == '{"query": "missing brace"'
-    empty_query = client.complete(ask("b", tools=tools))
-    assert empty_query.tool_calls[0].error is not None  # fails the model's min_length
-    assert len(server.log) == 2  # handed to the agent, not retried
+    reply = client.complete(ask("a", tools=tools))
+    assert reply.ok and reply.attempts == 2
+    assert reply.tool_calls[0].arguments == {"query": "x"}
+    assert len(server.log) == 2 and server.log[0].body == server.log[1].body  # the same request
+    assert client.waits == [1.0]  # retried like a transient fault, with its backoff
+
+
+def test_tool_arguments_of_the_wrong_shape_go_back_to_the_agent(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    tools = (tool_from_model(SearchMemory),)
+    server.push(Action.tool_call("search_memory", {}))
+    empty_query = make(server, tmp_path).complete(ask("b", tools=tools))
+    assert empty_query.ok and empty_query.tool_calls[0].arguments is None
+    assert "invalid arguments" in (empty_query.tool_calls[0].error or "")  # min_length
+    assert len(server.log) == 1  # the model's choice, handed to the agent, not retried
 
 
 def test_native_structured_output_uses_response_format(
@@ -157,26 +167,41 @@ def test_schema_goes_in_the_prompt_where_unsupported_and_fences_are_tolerated(
     assert "JSON schema" in body["messages"][-1]["content"]
 
 
-def test_malformed_json_gets_one_repair_turn_then_a_failure_value(
+def test_malformed_json_is_asked_for_again_then_repaired_then_a_failure_value(
     server: LoopbackServer, tmp_path: Path
 ) -> None:
-    client = make(server, tmp_path)
+    client = make(server, tmp_path, attempts=4)
     server.push(Action.malformed(), Action.json({"score": 1.0, "reason": "fixed"}))
-    repaired = client.complete(ask("first", schema=Verdict))
-    assert repaired.ok and repaired.as_model(Verdict).reason == "fixed"
-    assert "could not be used" in server.log[1].body["messages"][-1]["content"]
+    again = client.complete(ask("first", schema=Verdict))
+    assert again.ok and again.as_model(Verdict).reason == "fixed" and again.attempts == 2
+    assert server.log[0].body == server.log[1].body  # a transient glitch: the same request
 
-    server.push(Action.malformed(), Action.text("still not json"))
-    failed = client.complete(ask("second", schema=Verdict))
-    assert not failed.ok and failed.error is not None and failed.error.startswith("unparseable")
-    assert len(server.log) == 4
+    server.clear()
+    server.push(Action.malformed(), Action.malformed(), Action.json({"score": 0, "reason": "ok"}))
+    repaired = client.complete(ask("second", schema=Verdict))
+    assert repaired.ok and repaired.attempts == 3
+    # the same unusable reply twice: the third attempt shows the model its reply and the problem
+    assert "could not be used" in server.log[2].body["messages"][-1]["content"]
+    assert server.log[2].body["messages"][-2]["role"] == "assistant"
+
+    server.clear()
+    server.set_responder(lambda body: Action.text("still not json"))
+    failed = client.complete(ask("third", schema=Verdict))
+    assert failed.error is not None and "gave up after 4 attempts" in failed.error
+    assert "unusable reply" in failed.error and len(server.log) == 4
     stats = client.accounting.stats("judge")
-    assert (stats.calls, stats.errors) == (4, 1)
-    # usage as the server reported it: its word count of each request's messages, plus one
-    assert stats.prompt_tokens == sum(
-        sum(len(str(m.get("content") or "").split()) for m in r.body["messages"]) + 1
-        for r in server.log
-    )
+    assert (stats.calls, stats.errors) == (2 + 3 + 4, 1)
+    assert client.complete(ask("third", schema=Verdict)).error is not None  # never cached
+
+
+def test_a_reply_cut_off_mid_json_is_never_completed(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    client = make(server, tmp_path, attempts=2)
+    cut = '{"score": [{"score": 1.0, "reason": "a"}, {"score": 0.5, "reason": "b"}, {"sco'
+    server.set_responder(lambda body: Action.text(cut))
+    failed = client.complete(ask("cut", schema=Verdict))
+    assert failed.error is not None and "cut off" in failed.error and failed.value is None
 
 
 def test_rate_limit_is_retried_after_the_servers_retry_after(
@@ -212,15 +237,61 @@ def test_a_hang_past_the_timeout_is_retried(server: LoopbackServer, tmp_path: Pa
     assert client.accounting.stats("judge").retries == 1
 
 
-def test_empty_reply_is_a_failure_value_and_not_cached(
+def test_an_empty_reply_is_retried_and_a_lasting_one_is_a_failure_not_cached(
     server: LoopbackServer, tmp_path: Path
 ) -> None:
-    client = make(server, tmp_path)
+    client = make(server, tmp_path, attempts=3)
     server.push(Action.empty())
-    empty = client.complete(ask())
-    assert empty.error == "empty reply from the model"
-    assert client.complete(ask()).ok  # not cached: asked again
-    assert len(server.log) == 2
+    assert client.complete(ask("once")).attempts == 2
+    server.clear()
+    server.push(*[Action.empty()] * 3)
+    empty = client.complete(ask("always"))
+    assert empty.error is not None and "empty reply" in empty.error and len(server.log) == 3
+    assert client.complete(ask("always")).ok  # not cached: asked again
+    assert len(server.log) == 4
+
+
+def test_an_endpoint_that_keeps_failing_stops_the_stage(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    params = LlmParams(
+        timeout_seconds=5,
+        max_attempts=2,
+        concurrency=1,
+        seed=7,
+        cache=False,
+        cache_dir=str(tmp_path / "cache"),
+        stop_after_failures=2,
+    )
+    ref = ModelRef(model="openai/test-model", api_base=server.api_base)
+    client = LlmClient("judge", ref, params)
+    server.set_responder(lambda body: Action.server_error())
+    first = client.run_batch([ask("a"), ask("b")])
+    assert all(c.error is not None for c in first) and len(server.log) == 4
+    with pytest.raises(ModelFailures, match="2 requests in a row") as stopped:
+        client.run_batch([ask(f"q{i}") for i in range(10)])
+    assert stopped.value.exit_code == 3 and "dvc repro" in str(stopped.value)
+    assert len(server.log) == 4  # no further request was sent
+
+
+def test_a_content_failure_does_not_count_as_the_endpoint_being_down(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    params = LlmParams(
+        timeout_seconds=5,
+        max_attempts=1,
+        concurrency=1,
+        seed=7,
+        cache=False,
+        cache_dir=str(tmp_path / "cache"),
+        stop_after_failures=1,
+    )
+    client = LlmClient(
+        "judge", ModelRef(model="openai/test-model", api_base=server.api_base), params
+    )
+    server.set_responder(lambda body: Action.text("no json"))
+    replies = client.run_batch([ask(f"q{i}", schema=Verdict) for i in range(3)])
+    assert all(r.error is not None for r in replies) and len(server.log) == 3
 
 
 def test_bad_request_is_not_retried_and_auth_failure_stops(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from clients.llm import ChatRequest, Completion, LlmClient
 from memory.extract import ExtractedEntity, ExtractedStatement, ExtractionReply, reply_to_graph
 from memory.ingest import IngestSettings, build_graph, session_id
+from schemas.errors import ModelFailures
 from schemas.memory import validate_batch
 from schemas.records import ChatMessage, ChatSlice, Chunk, Session
 from tests.support.models import scripted_client
@@ -202,6 +204,20 @@ def test_a_failed_or_empty_extraction_is_named(
             ),
         ],
     )
-    graph = build_graph(chat, SETTINGS, model, _scripted("resolution", tmp_path))
+    resolution = _scripted("resolution", tmp_path)
+    with pytest.raises(ModelFailures, match=r"1 of 2 extraction calls of conv5 failed") as stop:
+        build_graph(chat, SETTINGS, model, resolution)
+    assert "last error: boom" in str(stop.value) and stop.value.exit_code == 3
+
+    calls = iter(
+        [
+            Completion(model="scripted/rules", value={"entities": [], "statements": []}),
+            Completion(model="scripted/rules", error="boom"),
+        ]
+    )
+    tolerant = replace(SETTINGS, max_failed_share=0.5)
+    graph = build_graph(chat, tolerant, model, resolution)
     assert graph.empty_chunks == ["conv5:s1:c0"] and graph.failed_chunks == ["conv5:s2:c1"]
-    assert graph.counts()["empty_extractions"] == 1
+    counts = graph.counts()
+    assert (counts["empty_extractions"], counts["failed_extractions"]) == (1, 1)
+    assert (graph.failed_calls, graph.model_calls, graph.last_error) == (1, 2, "boom")

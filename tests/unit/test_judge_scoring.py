@@ -84,12 +84,20 @@ def test_reply_scores_one_half_or_zero(reply: str, expected: float) -> None:
 @pytest.mark.parametrize(
     ("reply", "cause"),
     [
-        ("The answer is good, I'd give it full marks.", "no JSON object with a 'score'"),
-        ('{"reason": "forgot the score"}', "no JSON object with a 'score'"),
+        ("The answer is good, I'd give it full marks.", "no JSON object"),
+        ('{"reason": "forgot the score"}', "score: Field required"),
         ('{"score": 0.7, "reason": "between"}', "is not one of 1, 0.5, 0"),
         ('{"score": true}', "is not one of 1, 0.5, 0"),
         ('{"score": "high"}', "is not one of 1, 0.5, 0"),
-        ('{"score": 1.0, "reason": "cut off', "no JSON object with a 'score'"),
+        ('{"score": 1.0, "reason": "cut off', "cut off"),
+        # a reply cut at the token limit while listing contradictory verdicts: never scored
+        (
+            '{"score": [{"score": 1.0, "reason": "a"}, {"score": 0.5, "reason": "b"}, {"sc',
+            "cut off",
+        ),
+        # complete, but the verdicts are nested: no top-level score
+        ('{"score": [{"score": 1.0}, {"score": 0.0}]}', "is not one of 1, 0.5, 0"),
+        ('{"verdicts": {"score": 1.0, "reason": "nested"}}', "score: Field required"),
     ],
 )
 def test_unparseable_reply_scores_zero_with_parse_error(reply: str, cause: str) -> None:
@@ -97,6 +105,11 @@ def test_unparseable_reply_scores_zero_with_parse_error(reply: str, cause: str) 
     assert item.score == 0.0
     assert item.parse_error
     assert item.error is not None and cause in item.error
+
+
+def test_reason_text_is_kept_as_written_even_when_the_reply_needs_repair() -> None:
+    item = score_item("Names Lisbon", '{"score": 0, "reason": "None of the True facts",}')
+    assert (item.score, item.reason) == (0.0, "None of the True facts")
 
 
 def test_failed_call_scores_zero_as_model_error_not_parse_error() -> None:

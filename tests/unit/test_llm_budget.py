@@ -5,16 +5,34 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
+import time
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import pytest
+import yaml
 
-from clients.accounting import PHASES, RUN_ID_ENV, Accounting, Budget
+from clients.accounting import (
+    PHASES,
+    RUN_ID_ENV,
+    Accounting,
+    Budget,
+    Ledger,
+    Spend,
+    current_owner,
+    main,
+    owner_alive,
+    process_start,
+    release_dead,
+)
 from clients.llm import BatchStopped, ChatRequest, LlmClient, Message
 from clients.llm_cache import LlmCache
 from clients.scripted import RECORD_ENV, read_record
 from schemas.errors import BudgetError
 from schemas.params import LlmParams, ModelRef
+from tests.conftest import REPO_ROOT
 
 
 def test_metrics_have_every_phase_and_sum_what_was_recorded() -> None:
@@ -89,6 +107,7 @@ def _reserve_many(directory: str, count: int) -> None:
     budget = Budget("full", 10_000, 10_000_000, Path(directory))
     for _ in range(count):
         budget.reserve(3)
+        budget.settle(3, 3)  # a process that ends with a call unsettled died in flight
 
 
 def test_concurrent_processes_lose_no_ledger_update(tmp_path: Path) -> None:
@@ -101,6 +120,87 @@ def test_concurrent_processes_lose_no_ledger_update(tmp_path: Path) -> None:
         assert proc.exitcode == 0
     spent = Budget("full", 10_000, 10_000_000, tmp_path).spent()
     assert (spent.calls, spent.tokens) == (150, 450)
+
+
+def _reserve_and_hang(directory: str, ready: Event) -> None:
+    budget = Budget("lite", 10, 1_000, Path(directory))
+    budget.reserve(30)
+    budget.reserve(50)  # two calls in flight, e.g. two concurrent requests of one stage
+    ready.set()
+    time.sleep(120)  # killed here, before any reply (and so before settle)
+
+
+def test_a_call_killed_in_flight_is_released_and_show_reports_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    budget = Budget("lite", 10, 1_000, cache)
+    budget.reserve(100)
+    budget.settle(100, 150)  # one call done
+    budget.reserve(40)  # one call in flight in a live process: kept
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    child = ctx.Process(target=_reserve_and_hang, args=(str(cache), ready))
+    child.start()
+    try:
+        assert ready.wait(timeout=60) and child.pid is not None
+        assert budget.spent() == Spend(4, 150 + 40 + 80)  # reservations are charged at once
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
+
+    status = Budget("lite", 10, 1_000, cache).status()  # e.g. the resumed stage's process
+    assert status.spent == Spend(2, 190)  # as if the killed calls had never been made
+    assert status.in_flight == Spend(1, 40)
+    assert status.released == Spend(2, 80)
+    assert list(json.loads(budget.path.read_text())["open"]) == [current_owner()]
+
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["llm"]["cache_dir"] = str(cache)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    cap = params["budget"]["lite"]
+    main(["show", "--mode", "lite"])
+    shown = capsys.readouterr().out
+    assert f"spent 2 calls / 190 tokens of {cap['calls']} / {cap['tokens']}" in shown
+    assert "in flight 1 calls / 40 tokens" in shown
+    assert "released 2 calls / 80 tokens reserved by processes killed mid-call" in shown
+
+    budget.settle(40, 70)
+    assert budget.status().in_flight == Spend(0, 0) and budget.spent() == Spend(2, 220)
+    main(["reset", "--mode", "lite"])
+    assert "spent 0 calls / 0 tokens" in capsys.readouterr().out
+    assert budget.status().released == Spend(0, 0)
+
+
+def test_only_reservations_of_gone_owners_are_released() -> None:
+    ledger = Ledger(calls=5, tokens=500, open={"live": [1, 40], "dead": [2, 60]})
+    assert release_dead(ledger, lambda owner: owner == "live")
+    assert ledger == Ledger(
+        calls=3, tokens=440, open={"live": [1, 40]}, released_calls=2, released_tokens=60
+    )
+    assert not release_dead(ledger, lambda owner: True)
+
+
+def test_an_owner_is_its_pid_and_start_time() -> None:
+    me = current_owner()
+    start = process_start(os.getpid())
+    assert start is not None and me == f"{os.getpid()}:{start}"
+    assert owner_alive(me)
+    assert not owner_alive(f"{os.getpid()}:{start + 1}")  # the pid reused by another process
+    assert not owner_alive("0:0") and not owner_alive("not-an-owner")
+
+
+def test_a_ledger_written_before_reservations_were_recorded_is_read(tmp_path: Path) -> None:
+    budget = Budget("lite", 10, 1_000, tmp_path)
+    old = json.dumps({"calls": 3, "mode": "lite", "run_id": None, "tokens": 90})
+    budget.path.write_text(old.ljust(255) + "\n")
+    assert budget.spent() == Spend(3, 90)
+    budget.reserve(10)
+    budget.settle(10, 20)
+    assert budget.spent() == Spend(4, 110)
+    assert len(budget.path.read_bytes()) == 4096
 
 
 def scripted_client(tmp_path: Path, cap_calls: int, cap_tokens: int = 10**9) -> LlmClient:

@@ -14,6 +14,7 @@ from clients.llm import (
     ChatRequest,
     LlmClient,
     Message,
+    UnusableReply,
     _parse_retry_after,
     backoff_seconds,
     build_model,
@@ -21,6 +22,7 @@ from clients.llm import (
     judge_is_agent,
     open_model,
     parse_json_reply,
+    parse_tool_arguments,
     resolve_model,
     tool_from_model,
 )
@@ -37,20 +39,58 @@ REPO = Path(__file__).resolve().parents[2]
         ('```json\n{"a": 1}\n```', {"a": 1}),
         ('Sure! Here is the JSON:\n{"a": [1, 2]} hope that helps', {"a": [1, 2]}),
         ('{"a": 1, "b": [1, 2,],}', {"a": 1, "b": [1, 2]}),
-        ("{'a': True}".replace("'", '"'), {"a": True}),
-        ('{"a": {"b": "c"', {"a": {"b": "c"}}),
-        ('{"a": "unterminated', {"a": "unterminated"}),
+        ('{"a": True, "b": None}', {"a": True, "b": None}),
+        ("{'a': 'single quotes'}", {"a": "single quotes"}),
+        ('{"a": 1 "b": 2}', {"a": 1, "b": 2}),
         ("[1, 2]", [1, 2]),
+        ('{"a": 1} {"b": 2}', {"a": 1}),  # the first value, as the reader means it
     ],
 )
-def test_parse_json_reply_repairs_common_damage(reply: str, expected: object) -> None:
+def test_parse_json_reply_repairs_syntax_slips(reply: str, expected: object) -> None:
     assert parse_json_reply(reply) == expected
+
+
+def test_repair_never_rewrites_text_inside_strings() -> None:
+    # The hand repair this replaced turned this into "null of the true facts".
+    reply = '{"score": 0, "reason": "None of the True facts, False or not",}'
+    assert parse_json_reply(reply) == {
+        "score": 0,
+        "reason": "None of the True facts, False or not",
+    }
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"a": {"b": "c"',
+        '{"a": "unterminated',
+        '{"score": [{"score": 1.0, "reason": "a"}, {"score": 0.5',
+        '```json\n{"entities": [{"key": "e1", "label":\n```',
+    ],
+)
+def test_a_cut_off_reply_is_refused_not_completed(reply: str) -> None:
+    with pytest.raises(UnusableReply, match="cut off"):
+        parse_json_reply(reply)
 
 
 @pytest.mark.parametrize("reply", ["", "no json here", "I cannot comply."])
 def test_parse_json_reply_refuses_prose(reply: str) -> None:
-    with pytest.raises(ValueError, match="no JSON"):
+    with pytest.raises(UnusableReply, match="no JSON"):
         parse_json_reply(reply)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("", {}), ('{"query": "x"}', {"query": "x"}), ("{'query': 'x',}", {"query": "x"})],
+)
+def test_tool_arguments_are_repaired_like_replies(raw: str, expected: object) -> None:
+    assert parse_tool_arguments(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ['{"query": "missing brace"', '["a"]', "query"])
+def test_tool_arguments_that_are_not_an_object_make_the_reply_unusable(raw: str) -> None:
+    with pytest.raises(UnusableReply):
+        parse_tool_arguments(raw)
 
 
 class LookupFacts(BaseModel):

@@ -14,6 +14,8 @@ from stages.report import (
     bootstrap_interval,
     build_metrics,
     cost_table,
+    failure_counts,
+    failure_line,
     render_record,
     score_table,
 )
@@ -124,6 +126,13 @@ def _inputs() -> dict[str, object]:
     }
     judge = {"event_ordering": {"event_f1": None, "event_tau_norm": None}}
     flags = {"parse_error": 1, "known_bad_rubric": 1, "error": 0}
+    failures = {
+        "extraction_calls": 1,
+        "resolution_calls": 0,
+        "questions_in_error": 0,
+        "judge_calls": 2,
+        "tool_errors": 3,
+    }
     return {
         "scores": scores,
         "cost": cost,
@@ -131,7 +140,29 @@ def _inputs() -> dict[str, object]:
         "ingest": ingest,
         "judge": judge,
         "flags": flags,
+        "failures": failures,
     }
+
+
+def test_failures_are_counted_from_every_stage_and_lead_the_record() -> None:
+    ingest = {
+        "total": {"failed_extractions": 2, "failed_resolution_calls": 1, "failed_link_calls": 3}
+    }
+    answer = {"agent": {"errors": 1, "tool_errors": 4}}
+    judge = {"overall": {"failed_calls": 5}}
+    failures = failure_counts(ingest, answer, judge)
+    assert failures == {
+        "extraction_calls": 2,
+        "resolution_calls": 4,
+        "questions_in_error": 1,
+        "judge_calls": 5,
+        "tool_errors": 4,
+    }
+    line = failure_line(failures)
+    assert line.startswith("**12 model calls failed after retries")
+    assert "4 tool calls that returned an error" in line
+    clean = failure_line(dict.fromkeys(failures, 0))
+    assert clean.startswith("No model call failed")
 
 
 def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:
@@ -152,6 +183,7 @@ def test_metrics_are_numbers_two_levels_deep_with_every_ability() -> None:
         i["cost"],
         i["flags"],  # type: ignore[arg-type]
         i["run"],
+        i["failures"],
     )  # type: ignore[arg-type]
     for group, values in metrics.items():
         assert isinstance(values, dict), group
@@ -159,6 +191,7 @@ def test_metrics_are_numbers_two_levels_deep_with_every_ability() -> None:
             assert value is None or isinstance(value, int | float), (group, key)
     assert set(metrics["score"]) == {*ABILITIES, "overall"}
     assert metrics["run"] == {"test_model": 1, "judge_is_agent": 1}
+    assert metrics["failures"]["judge_calls"] == 2
 
 
 def test_record_matches_the_golden_file() -> None:
@@ -173,6 +206,7 @@ def test_record_matches_the_golden_file() -> None:
         ingest=i["ingest"],
         cost=i["cost"],
         flags=i["flags"],
+        failures=i["failures"],
         confidence=0.95,  # type: ignore[arg-type]
     )
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -180,6 +214,7 @@ def test_record_matches_the_golden_file() -> None:
     expected = GOLDEN.read_text()
     assert _numbers_close(record, expected), "record differs from tests/golden/report_record.md"
     assert record.index("measure nothing") < record.index("## Pins")
+    assert record.index("3 model calls failed after retries") < record.index("## Pins")
     assert "biases scores upward" in record
     assert "smoke test" in record
 

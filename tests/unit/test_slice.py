@@ -255,12 +255,56 @@ def test_repin_makes_a_changed_release_pass_again(tmp_path: Path, pinned: Path) 
     assert after["known_bad_rubric"] == fixture_dict()["known_bad_rubric"]
 
 
-def test_missing_conversation(tmp_path: Path, pinned: Path) -> None:
+def test_fixture_naming_a_missing_conversation_blames_the_fixture(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    raw = json.loads(pinned.read_text())
+    raw["modes"]["lite"]["conversations"] = ["17", "99"]
+    write_json(pinned, raw)
+    for action in (
+        lambda: run(data, pinned, "lite", tmp_path),
+        lambda: repin(data, pinned, "cl100k_base"),
+    ):
+        with pytest.raises(ParamsError) as info:
+            action()
+        text = str(info.value)
+        assert f"slice fixture {pinned}, mode lite: conversation id(s) ['99']" in text
+        assert "has conversations ['17', '4']" in text
+        assert "The fixture is wrong, not the release file" in text
+        assert "release file differs" not in text
+    assert not (tmp_path / "slice").exists()
+    assert json.loads(pinned.read_text()) == raw  # repin refused and changed nothing
+
+
+def test_data_without_a_fixture_conversation_blames_the_fixture(
+    tmp_path: Path, pinned: Path
+) -> None:
     source = tmp_path / "d.parquet"
     beam.write_parquet(source, [r for r in beam.rows() if r["conversation_id"] != "17"])
-    with pytest.raises(DataError, match="no conversation '17'"):
+    with pytest.raises(ParamsError, match=r"conversation id\(s\) \['17'\]"):
         run(source, pinned, "lite", tmp_path)
     assert not (tmp_path / "slice").exists()
+
+
+def test_fixture_naming_a_missing_message_blames_the_fixture(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    raw = json.loads(pinned.read_text())
+    raw["modes"]["lite"]["slices"]["17"]["message_ids"] = [[18, 18], [34, 35], [40, 41]]
+    write_json(pinned, raw)
+    with pytest.raises(ParamsError) as info:
+        run(data, pinned, "lite", tmp_path)
+    text = str(info.value)
+    assert f"slice fixture {pinned}, mode lite: modes.lite.slices['17'].message_ids" in text
+    assert "message id(s) [40, 41] that conversation 17 does not have" in text
+    assert "its 40 messages have ids 0-39" in text
+    assert "The fixture is wrong, not the release file" in text
+    assert "only if the release itself changed (a new pin in params verify_hash)" in text
+    assert f"re-pin with `{REPIN_COMMAND}`" in text
+    assert not (tmp_path / "slice").exists()
+
+    repin(data, pinned, "cl100k_base")  # message ids are what --repin rewrites
+    run(data, pinned, "lite", tmp_path)
 
 
 def test_missing_column(tmp_path: Path, pinned: Path) -> None:
