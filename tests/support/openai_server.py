@@ -34,13 +34,17 @@ class Action:
     """What the server does with one request."""
 
     kind: str
-    """text, tool_call, json, rate_limit, server_error, hang, malformed, bad_tool_args, empty,
-    status"""
+    """text, tool_call, tool_calls, json, rate_limit, server_error, hang, malformed, bad_tool_args,
+    empty, status"""
     content: str = ""
     tool_name: str = ""
     arguments: str = ""
     retry_after: float | None = None
     hang_seconds: float = 0.0
+    calls: tuple[tuple[str, str, str], ...] = ()
+    """tool_calls: (id, name, arguments JSON text) of each call, in order."""
+    message: str = ""
+    """status: the error message of the reply (default `status <code>`)."""
 
     @staticmethod
     def text(content: str) -> Action:
@@ -53,6 +57,11 @@ class Action:
     @staticmethod
     def tool_call(name: str, arguments: dict[str, Any]) -> Action:
         return Action("tool_call", tool_name=name, arguments=json.dumps(arguments))
+
+    @staticmethod
+    def tool_calls(*calls: tuple[str, str, str]) -> Action:
+        """Several tool calls with the given ids: (id, name, arguments JSON text)."""
+        return Action("tool_calls", calls=tuple(calls))
 
     @staticmethod
     def rate_limit(retry_after: float | None = 1.0) -> Action:
@@ -79,9 +88,9 @@ class Action:
         return Action("empty")
 
     @staticmethod
-    def status(code: int) -> Action:
+    def status(code: int, message: str = "") -> Action:
         """An error reply with this HTTP status (400, 401, 404, 503, ...)."""
-        return Action("status", content=str(code))
+        return Action("status", content=str(code), message=message)
 
 
 @dataclass
@@ -223,8 +232,16 @@ class _Handler(BaseHTTPRequestHandler):
             }
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
             self._send(200, _completion(body, message, "tool_calls"))
+        elif kind == "tool_calls":
+            calls = [
+                {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                for i, n, a in action.calls
+            ]
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+            self._send(200, _completion(body, message, "tool_calls"))
         elif kind == "status":
-            self._send(int(action.content), {"error": {"message": f"status {action.content}"}})
+            text = action.message or f"status {action.content}"
+            self._send(int(action.content), {"error": {"message": text}})
         elif kind == "empty":
             self._send(200, _completion(body, {"role": "assistant", "content": ""}, "stop"))
         else:  # text, json, malformed
@@ -237,16 +254,18 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, state: _State) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, state: _State, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.state = state
 
 
 class LoopbackServer:
     """The server on a background thread; a context manager that always stops it."""
 
-    def __init__(self, latency: float = 0.0) -> None:
+    def __init__(self, latency: float = 0.0, port: int = 0) -> None:
+        """`port` 0 picks a free one; a fixed port lets a restarted server take its place."""
         self._state = _State(latency=latency)
+        self._port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -296,7 +315,7 @@ class LoopbackServer:
             self._state.max_in_flight = 0
 
     def start(self) -> LoopbackServer:
-        self._server = _Server(self._state)
+        self._server = _Server(self._state, self._port)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self
