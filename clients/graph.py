@@ -23,10 +23,18 @@ answer (a fresh server per conversation)::
         rows = store.read(agent_query, agent_params)   # guarded, read mode, timeout, row limit
         rows.truncated                                 # True when the row limit cut the result
 
-`store.read` refuses writes before they reach the server (`clients.cypher.check_read_only`
-raises QueryRejected) and runs what passes in a READ-mode session, with the transaction timeout
-`graph.query_timeout_seconds`, returning at most `graph.row_limit` rows. Cypher errors become
-QueryFailed (a message the agent can read); a dead or unreachable server becomes ServiceError.
+`store.read` is the agent's free query path and is defended in depth (each layer holds alone):
+1. `clients.cypher.check_read_only`, a lexical guard that reads the query as Neo4j's lexer does;
+2. `EXPLAIN <query>` on the server and `clients.cypher.check_plan` on its summary: the query type
+   must be 'r' and the plan must hold no LoadCSV, no procedure outside the read allow-list, no
+   SHOW / TERMINATE / administration / IN TRANSACTIONS step;
+3. the server refuses by itself (HARDENING_CONF) and its JVM holds no secret: LOAD CSV from file
+   and web URLs, SHOW SETTINGS; the environment is `server_environment` (no API key).
+What passes runs in a READ-mode session, with the transaction timeout
+`graph.query_timeout_seconds`, returning at most `graph.row_limit` rows; a read that outlives the
+timeout by READ_GRACE_SECONDS is cut client-side (Neo4j does not check its timeout inside one
+expression). Refusals raise QueryRejected, Cypher errors QueryFailed (messages the agent can
+read); a dead or unreachable server becomes ServiceError.
 
 Backends (params `graph.backend`)
 ---------------------------------
@@ -63,6 +71,20 @@ What was verified for the local launch (Neo4j 5.26.30 jars, JDK 17.0.15)
   and internal.dbms.bolt.netty_server_shutdown_quiet_period=0 (an INT of seconds in
   GraphDatabaseInternalSettings): without it a SIGTERM stop waits twice 5 s in Bolt's Netty
   shutdown (measured 11.8 s), with it the server stops in about 1 s.
+- Hardening (HARDENING_CONF; keys read from GraphDatabaseSettings / GraphDatabaseInternalSettings
+  of the 5.26.30 jars, each answer below seen on a running server):
+  `dbms.security.allow_csv_import_from_file_urls=false` (LOAD CSV FROM 'file:///etc/passwd':
+  ExternalResourceFailed "configuration property ... is false"); `server.directories.import=
+  import`, an empty folder of the home; `internal.dbms.cypher_ip_blocklist=0.0.0.0/0,::/0` (the
+  5.x name of unsupported.dbms.cypher_ip_blocklist; http, https and ftp URLs to any address:
+  "access to /127.0.0.1 is blocked via ... cypher_ip_blocklist", no request is made; a host name
+  is still resolved by DNS first); `internal.dbms.show_setting=false` (SHOW SETTINGS: "not
+  available in this implementation of Cypher"); `dbms.security.procedures.allowlist` = the read
+  procedures + db.awaitIndexes: in Community it only filters plugin procedures, built-ins such as
+  dbms.listConfig, dbms.info or db.clearQueryCaches stay callable, even in READ mode, so the plan
+  check refuses them. Community has no roles: SHOW USERS / DATABASES / PROCEDURES / TRANSACTIONS
+  and TERMINATE TRANSACTIONS run for the one (admin) user in READ mode, so the guard and the plan
+  check refuse them. The JVM's environment is built, never inherited (`server_environment`).
 - Password: auth stays ON (other users of a shared machine can reach loopback ports). The
   password is generated per instance and never written in clear: the start writes
   `data/dbms/auth.ini` before the first start, exactly what `neo4j-admin dbms
@@ -163,6 +185,22 @@ JVM_FLAGS: tuple[str, ...] = (
 )
 ENTRY_POINT = "org.neo4j.server.CommunityEntryPoint"
 
+# What the agent's free query must never reach, refused by the server itself (each key checked
+# against the 5.26.30 jars and on a running server; see the module docstring).
+HARDENING_CONF: dict[str, str] = {
+    "dbms.security.allow_csv_import_from_file_urls": "false",
+    "server.directories.import": "import",  # an empty folder of the instance's home
+    "internal.dbms.cypher_ip_blocklist": "0.0.0.0/0,::/0",
+    "internal.dbms.show_setting": "false",
+    "dbms.security.procedures.allowlist": ",".join(cypher.SERVER_PROCEDURE_ALLOWLIST),
+}
+# The only variables of the harness's environment the JVM sees (no API keys, no tokens).
+SERVER_ENV_PASSTHROUGH = ("PATH", "JAVA_HOME", "LANG", "LC_ALL", "TZ")
+# How long after the query timeout a read may still take before the store stops waiting: Neo4j
+# checks its timeout between rows, not inside one expression (a `reduce` or list comprehension
+# over range(1, 10^12) ignores it).
+READ_GRACE_SECONDS = 5.0
+
 
 _UNREACHABLE = (
     neo4j_errors.ServiceUnavailable,
@@ -219,8 +257,15 @@ class GraphStore(Protocol):
 # --- pure helpers: configuration, command line, credentials ----------------------------------
 
 
-def render_conf(port: int, page_cache_mb: int, extra: Mapping[str, str] | None = None) -> str:
-    """neo4j.conf of one instance: Bolt on 127.0.0.1:<port>, no HTTP, small page cache, auth on."""
+def render_conf(
+    port: int,
+    page_cache_mb: int,
+    extra: Mapping[str, str] | None = None,
+    *,
+    hardened: bool = True,
+) -> str:
+    """neo4j.conf of one instance: Bolt on 127.0.0.1:<port>, no HTTP, small page cache, auth on,
+    and (unless `hardened` is False, for tests only) HARDENING_CONF."""
     settings: dict[str, str] = {
         "server.default_listen_address": "127.0.0.1",
         "server.default_advertised_address": "127.0.0.1",
@@ -235,8 +280,30 @@ def render_conf(port: int, page_cache_mb: int, extra: Mapping[str, str] | None =
         "dbms.usage_report.enabled": "false",
         "internal.dbms.bolt.netty_server_shutdown_quiet_period": "0",
     }
+    if hardened:
+        settings.update(HARDENING_CONF)
     settings.update(extra or {})
     return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def server_environment(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of a server's JVM: SERVER_ENV_PASSTHROUGH from `environ`, HOME and
+    TMPDIR inside the server's home, nothing else (a query that reads /proc/self/environ must
+    find no API key of the stage that started it)."""
+    env = {key: environ[key] for key in SERVER_ENV_PASSTHROUGH if environ.get(key)}
+    env.setdefault("PATH", os.defpath)
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(home / "tmp")
+    return env
+
+
+def docker_conf_env(settings: Mapping[str, str]) -> dict[str, str]:
+    """neo4j.conf settings as the variables of the official image (`_` -> `__`, `.` -> `_`)."""
+    return {
+        "NEO4J_" + key.replace("_", "__").replace(".", "_"): value
+        for key, value in settings.items()
+    }
 
 
 def build_java_command(java: str, lib: Path, home: Path, heap_mb: int) -> list[str]:
@@ -456,11 +523,14 @@ class LocalServer:
         *,
         port: int | None = None,
         extra_conf: Mapping[str, str] | None = None,
+        hardened: bool = True,
     ) -> None:
+        """`hardened=False` leaves HARDENING_CONF out: only for tests of the other defences."""
         self.params = params
         self.home = Path(home).resolve()
         self.requested_port = port
         self.extra_conf = dict(extra_conf or {})
+        self.hardened = hardened
         self.password = secrets.token_urlsafe(24)
         self.auth = ("neo4j", self.password)
         self.port = 0
@@ -490,9 +560,11 @@ class LocalServer:
             shutil.rmtree(self.home)
         (self.home / "conf").mkdir(parents=True)
         (self.home / "logs").mkdir()
+        (self.home / "import").mkdir()  # LOAD CSV's root: stays empty
+        (self.home / "tmp").mkdir()
         (self.home / "data" / "dbms").mkdir(parents=True)
         (self.home / HOME_MARKER).write_text("made by clients/graph.py; deleted on restart\n")
-        conf = render_conf(port, self.params.page_cache_mb, self.extra_conf)
+        conf = render_conf(port, self.params.page_cache_mb, self.extra_conf, hardened=self.hardened)
         (self.home / "conf" / "neo4j.conf").write_text(conf, encoding="utf-8")
         auth = self.home / "data" / "dbms" / "auth.ini"
         auth.write_text(auth_ini_line(self.password, os.urandom(32)), encoding="utf-8")
@@ -541,6 +613,7 @@ class LocalServer:
             self.process = subprocess.Popen(
                 command,
                 cwd=self.home,
+                env=server_environment(self.home, os.environ),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -625,6 +698,9 @@ class DockerServer:
             "NEO4J_server_memory_pagecache_size": f"{p.page_cache_mb}m",
             "NEO4J_db_tx__log_preallocate": "false",
             "NEO4J_dbms_usage__report_enabled": "false",
+            **docker_conf_env(
+                {k: v for k, v in HARDENING_CONF.items() if k != "server.directories.import"}
+            ),
         }
         args = ["run", "-d", "--rm", "--name", self.name, "-p", f"127.0.0.1:{self.port}:7687"]
         for key, value in env.items():
@@ -756,9 +832,27 @@ class Neo4jGraphStore:
         self.server = server
         self.params = params
         self.driver = _driver(server.uri, server.auth)
+        # The agent's reads have their own connections: a read that outlives its deadline is
+        # cut by closing them, which never touches the project's own queries.
+        self._reader: neo4j.Driver | None = None
+        self._reader_lock = threading.Lock()
 
     def close(self) -> None:
+        self._drop_reader()
         self.driver.close()
+
+    def _reader_driver(self) -> neo4j.Driver:
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = _driver(self.server.uri, self.server.auth)
+            return self._reader
+
+    def _drop_reader(self) -> None:
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                reader.close()
 
     # errors ---------------------------------------------------------------------------------------
 
@@ -945,21 +1039,64 @@ class Neo4jGraphStore:
     # the agent's read path ------------------------------------------------------------------------
 
     def read(self, query: str, params: Mapping[str, object] | None = None) -> Rows:
-        """A guarded read-only query: checked, run in READ mode, timed out, cut at the row limit."""
+        """A guarded read-only query: checked by our guard, then by Neo4j's own plan, run in READ
+        mode, timed out, cut at the row limit."""
         check_read_only(query)
-        return self._read_unguarded(query, params or {})
+        return self._read_checked(query, params or {})
+
+    def _read_checked(self, query: str, params: Mapping[str, object]) -> Rows:
+        """Without our guard: `EXPLAIN` first and refuse unless Neo4j's plan is a plain read
+        (cypher.check_plan), then run the query as `_read_unguarded` does."""
+        return self._read_with_deadline(query, params, explain=True)
 
     def _read_unguarded(self, query: str, params: Mapping[str, object]) -> Rows:
+        """Without our guard and without the plan check: only READ mode, timeout and row limit."""
+        return self._read_with_deadline(query, params, explain=False)
+
+    def _read_with_deadline(
+        self, query: str, params: Mapping[str, object], *, explain: bool
+    ) -> Rows:
+        """Run the read in a worker thread and stop waiting READ_GRACE_SECONDS after the query
+        timeout: the server's timeout does not interrupt a long expression, and the agent must
+        get its answer (an error) instead of waiting forever. The connection is then closed."""
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["rows"] = self._read_once(query, params, explain=explain)
+            except BaseException as exc:  # handed to the waiting thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name="beam-agent-read", daemon=True)
+        worker.start()
+        worker.join(self.params.query_timeout_seconds + READ_GRACE_SECONDS)
+        if worker.is_alive():
+            self._drop_reader()  # closes the socket the worker waits on
+            raise QueryFailed(
+                f"the query ran longer than {self.params.query_timeout_seconds:g} s and was "
+                "stopped (it did not stop at the server's timeout, so its connection was closed): "
+                "narrow it (LIMIT, a more selective MATCH, an index lookup, no huge range())"
+            )
+        if "error" in outcome:
+            raise outcome["error"]
+        rows: Rows = outcome["rows"]
+        return rows
+
+    def _read_once(self, query: str, params: Mapping[str, object], *, explain: bool) -> Rows:
         limit = self.params.row_limit
-        q = Query(query, timeout=self.params.query_timeout_seconds)
+        timeout = self.params.query_timeout_seconds
         rows = Rows()
         try:
-            with self.driver.session(
+            with self._reader_driver().session(
                 database=DATABASE,
                 default_access_mode=neo4j.READ_ACCESS,
                 fetch_size=limit + 1,
             ) as session:
-                result = session.run(q, dict(params))
+                if explain:
+                    planned = session.run(Query(f"EXPLAIN {query}", timeout=timeout), dict(params))
+                    summary = planned.consume()
+                    cypher.check_plan(summary.query_type, summary.plan)
+                result = session.run(Query(query, timeout=timeout), dict(params))
                 for record in result:
                     if len(rows) >= limit:
                         rows.truncated = True
@@ -972,7 +1109,7 @@ class Neo4jGraphStore:
             code = exc.code or "unknown"
             if "TimedOut" in code or "Terminated" in code:
                 raise QueryFailed(
-                    f"the query ran longer than {self.params.query_timeout_seconds:g} s and was "
+                    f"the query ran longer than {timeout:g} s and was "
                     "stopped: narrow it (LIMIT, a more selective MATCH, an index lookup)"
                 ) from exc
             raise QueryFailed(f"the query failed ({code}): {exc.message}") from exc

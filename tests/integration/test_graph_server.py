@@ -56,6 +56,13 @@ def test_start_answers_with_generated_password_and_stop_leaves_no_jvm(
         conf = (server.home / "conf" / "neo4j.conf").read_text()
         assert "server.http.enabled=false" in conf
         assert f"server.bolt.listen_address=127.0.0.1:{server.port}" in conf
+        assert "dbms.security.allow_csv_import_from_file_urls=false" in conf
+        assert not any((server.home / "import").iterdir())  # LOAD CSV's root stays empty
+        # the JVM's environment is built, never inherited (no API key of the harness)
+        raw = Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace")
+        environ = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+        assert set(environ) <= {*graph.SERVER_ENV_PASSTHROUGH, "HOME", "TMPDIR"}
+        assert environ["HOME"] == str(server.home)
         assert server in live_servers()
         intruder = SimpleNamespace(
             uri=server.uri, auth=("neo4j", "neo4j"), description="intruder", failure=lambda: None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clients import cypher
-from clients.cypher import QueryRejected, check_read_only, escape_fulltext
+from clients.cypher import QueryRejected, check_plan, check_read_only, escape_fulltext
 from schemas.memory import ENTITY_LABELS, NODE_LABELS, REL_TYPES, STATEMENT_LABELS
 
 ALLOWED = [
@@ -30,6 +30,13 @@ ALLOWED = [
     "EXPLAIN MATCH (n) RETURN n",
     "MATCH (a:Fact) RETURN a.text UNION MATCH (b:Preference) RETURN b.text",
     "match (n:Fact) where n.session_number >= $s return n",
+    "MATCH (n:Fact)\n\tWHERE n.text CONTAINS 'x'\n\tRETURN n",  # \n and \t are plain layout
+    "CALL db.labels;",  # no parentheses, a trailing semicolon
+    "CALL db.labels",
+    "MATCH (caller:Person) RETURN caller.name AS callback",  # `call` inside a longer name
+    "RETURN 'it\\'s' AS s, \"a\\\"b\" AS t, 'C:\\\\temp' AS path",  # escapes in strings
+    "MATCH (n) WHERE n.text = 'x\\\\' RETURN n // an escaped backslash ends the string",
+    "RETURN 'café, Zoë' AS names, 1 AS a\u00a0",  # letters and a no-break space (Neo4j: space)
 ]
 
 REJECTED = [
@@ -70,6 +77,43 @@ REJECTED = [
     "",
     "   ",
     "RETURN 1" + " " * cypher.MAX_QUERY_CHARS,
+    # the outside tester's bypass: Neo4j ends a `//` comment at \r too
+    "// x\rLOAD CSV FROM 'file:///etc/passwd' AS row RETURN row",
+    "MATCH (n:Memory) // x\rDETACH DELETE n",
+    # Neo4j decodes \uXXXX everywhere: in a comment (\u000a), a string (\u0027), a name
+    "// x\\u000aLOAD CSV FROM 'file:///etc/passwd' AS row RETURN row",
+    "MATCH (n:Memory) WHERE n.id = '\\u0027 DETACH DELETE n //'",
+    "/* \\u002a/ CALL dbms.listConfig() // */",
+    "\\u0043REATE (n:Memory {id: 'evil'})",
+    "RETURN 1 AS `\\u0041`",
+    "RETURN 1 \\ 2",  # a backslash outside a string literal
+    "CALL`dbms`.`listConfig`()",  # no space between CALL and a quoted name
+    "CALL dbms.listConfig;",
+    "CALL dbms.listConfig",
+    "CALL/**/dbms.listConfig()",
+    "CALL\tdbms.info()",
+    "LOAD CSV FROM $url AS row RETURN row",
+    "SHOW SETTINGS YIELD name, value RETURN name, value",
+    "SHOW TRANSACTIONS YIELD transactionId TERMINATE TRANSACTIONS transactionId",
+]
+
+# Characters a reader does not see and Neo4j 5.26 reads its own way (checked on the server):
+# \r ends a `//` comment; \x0b \x0c \x1c \u2028 \u2029 are white space; \x00 \x85 \u200b \ufeff
+# are parts of identifiers.
+INVISIBLE = [
+    "\r",
+    "\r\n",
+    "\u2028",
+    "\u2029",
+    "\x85",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x00",
+    "\u200b",
+    "\ufeff",
+    "\x7f",
+    "\u200e",
 ]
 
 
@@ -82,6 +126,25 @@ def test_read_queries_pass(query: str) -> None:
 def test_write_admin_and_escape_queries_are_rejected(query: str) -> None:
     with pytest.raises(QueryRejected):
         check_read_only(query)
+
+
+@pytest.mark.parametrize("char", INVISIBLE, ids=[f"U+{ord(c[0]):04X}" for c in INVISIBLE])
+def test_control_and_invisible_characters_are_refused_anywhere(char: str) -> None:
+    for query in (
+        f"// harmless{char}LOAD CSV FROM 'file:///etc/passwd' AS row RETURN row",
+        f"MATCH (n:Memory) // x{char}DETACH DELETE n",
+        f"MATCH (n) RETURN n.id{char}",  # even where it would be harmless
+        f"RETURN 'a{char}b' AS s",
+    ):
+        with pytest.raises(QueryRejected, match="control or invisible character"):
+            check_read_only(query)
+
+
+def test_unicode_escapes_are_refused_with_what_to_do_instead() -> None:
+    with pytest.raises(
+        QueryRejected, match=r"unicode escapes .*pass the text as a query parameter"
+    ):
+        check_read_only("MATCH (n) WHERE n.text = 'caf\\u00e9' RETURN n")
 
 
 def test_rejection_says_what_is_allowed() -> None:
@@ -125,3 +188,89 @@ def test_fulltext_indexes_cover_the_schema_labels() -> None:
     assert "(n:Chunk)" in chunk
     for statement_text in (*cypher.FULLTEXT_INDEX_STATEMENTS, cypher.MEMORY_ID_CONSTRAINT):
         assert "IF NOT EXISTS" in statement_text
+
+
+# -- the plan check: Neo4j's own summary of `EXPLAIN <query>` ------------------------------------
+
+
+def op(name: str, details: str = "", *children: dict[str, object]) -> dict[str, object]:
+    """One operator of a plan as the driver gives it (summary.plan)."""
+    return {
+        "operatorType": f"{name}@neo4j",
+        "args": {"Details": details},
+        "children": list(children),
+    }
+
+
+READ_PLANS = [
+    op("ProduceResults", "x", op("Projection", "$autoint_0 AS x")),
+    op("ProduceResults", "label", op("ProcedureCall", "db.labels() :: (label :: STRING)")),
+    op(
+        "ProduceResults",
+        "node",
+        op(
+            "ProcedureCall",
+            "db.index.fulltext.queryNodes($autostring_0, $text) :: (node :: NODE, score :: FLOAT)",
+        ),
+    ),
+    op(
+        "ProduceResults",
+        "n",
+        op("Limit", "5", op("Expand(All)", "(a)-[r]->(n)", op("AllNodesScan", "a"))),
+    ),
+]
+REFUSED_PLANS = [
+    ("r", op("ProduceResults", "row", op("Limit", "1", op("LoadCSV", "row")))),
+    ("r", op("ProduceResults", "row", op("Apply", "", op("Argument"), op("LoadCSV", "row")))),
+    (
+        "s",
+        op("ProduceResults", "name", op("ProcedureCall", "dbms.listConfig() :: (name :: STRING)")),
+    ),
+    (
+        "r",
+        op("ProduceResults", "", op("ProcedureCall", "db.clearQueryCaches() :: (value :: STRING)")),
+    ),
+    ("r", op("ProduceResults", "", op("ProcedureCall", "`dbms`.`info`() :: (id :: STRING)"))),
+    ("r", op("ProduceResults", "name", op("ShowSettings", "allSettings, columns(name, value)"))),
+    ("r", op("ProduceResults", "name", op("ShowProcedures", "proceduresForUser(all)"))),
+    (
+        "r",
+        op(
+            "ProduceResults", "id", op("TerminateTransactions", "transactions(neo4j-transaction-1)")
+        ),
+    ),
+    ("r", op("ProduceResults", "m", op("TransactionApply", "IN TRANSACTIONS OF 1000 ROWS"))),
+    ("s", {"operatorType": "AdministrationCommand@system", "args": {}, "children": []}),
+    ("r", {"operatorType": "AdministrationCommand@system", "args": {}, "children": []}),
+    ("rw", op("ProduceResults", "n", op("Create", "(n:X)"))),
+    ("w", op("ProduceResults", "", op("EmptyResult", "", op("Foreach", "y IN [1], CREATE (:A)")))),
+    ("s", op("CreateIndex", "RANGE INDEX foo FOR (:X) ON (a)")),
+    ("r", op("ProduceResults", "n", op("SetProperty", "n.x = 1"))),  # even if mislabelled 'r'
+    ("r", {"operatorType": "", "args": {}, "children": []}),
+    ("r", None),
+    (None, op("ProduceResults", "x")),
+]
+
+
+@pytest.mark.parametrize("plan", READ_PLANS)
+def test_plans_of_reads_pass(plan: dict[str, object]) -> None:
+    check_plan("r", plan)
+
+
+@pytest.mark.parametrize(("query_type", "plan"), REFUSED_PLANS)
+def test_plans_that_load_administer_or_write_are_refused(
+    query_type: str | None, plan: dict[str, object] | None
+) -> None:
+    with pytest.raises(QueryRejected, match=r"plan|Neo4j classifies"):
+        check_plan(query_type, plan)
+
+
+def test_plan_refusals_name_the_operator_or_procedure() -> None:
+    load = op("ProduceResults", "row", op("LoadCSV", "row"))
+    with pytest.raises(QueryRejected, match="'LoadCSV'"):
+        check_plan("r", load)
+    config = op("ProduceResults", "", op("ProcedureCall", "dbms.listConfig() :: (name :: STRING)"))
+    with pytest.raises(QueryRejected, match=r"procedure 'dbms\.listConfig', .*allowed: db\.index"):
+        check_plan("r", config)
+    with pytest.raises(QueryRejected, match="classifies this query as 'rw'"):
+        check_plan("rw", op("ProduceResults"))

@@ -10,16 +10,19 @@ import pytest
 
 import clients.graph as graph
 from clients.graph import (
+    HARDENING_CONF,
     JVM_FLAGS,
     UriServer,
     auth_ini_line,
     build_java_command,
     check_java,
+    docker_conf_env,
     find_free_port,
     neo4j_lib,
     parse_java_major,
     port_is_free,
     render_conf,
+    server_environment,
     start_graph,
 )
 from schemas.errors import ServiceError
@@ -43,6 +46,59 @@ def test_conf_binds_bolt_to_loopback_with_http_off_and_auth_on() -> None:
     assert conf["dbms.security.auth_enabled"] == "true"
     assert not any(key.startswith("server.memory.heap") for key in conf)  # ignored on direct launch
     assert "x=1" in render_conf(1, 1, {"x": "1"})
+
+
+def test_conf_is_hardened_unless_a_test_asks_otherwise() -> None:
+    conf = dict(line.split("=", 1) for line in render_conf(7999, 64).splitlines())
+    assert conf["dbms.security.allow_csv_import_from_file_urls"] == "false"
+    assert conf["server.directories.import"] == "import"
+    assert conf["internal.dbms.cypher_ip_blocklist"] == "0.0.0.0/0,::/0"
+    assert conf["internal.dbms.show_setting"] == "false"
+    allowlist = conf["dbms.security.procedures.allowlist"].split(",")
+    assert "db.index.fulltext.queryNodes" in allowlist and "db.awaitIndexes" in allowlist
+    assert not any(name.startswith("dbms.") for name in allowlist)
+    plain = render_conf(7999, 64, hardened=False)
+    assert not any(key in plain for key in HARDENING_CONF)
+    override = render_conf(1, 1, {"internal.dbms.show_setting": "true"})
+    assert override.count("internal.dbms.show_setting") == 1
+    assert "internal.dbms.show_setting=true" in override
+
+
+def test_server_environment_holds_only_what_the_jvm_needs(tmp_path: Path) -> None:
+    harness = {
+        "PATH": "/usr/bin:/bin",
+        "JAVA_HOME": "/opt/jdk17",
+        "LANG": "en_US.UTF-8",
+        "TZ": "UTC",
+        "HOME": "/root",
+        "TMPDIR": "/var/tmp",
+        "OPENAI_API_KEY": "sk-canary",
+        "ANTHROPIC_API_KEY": "canary",
+        "AWS_SECRET_ACCESS_KEY": "canary",
+        "BEAM_NEO4J_PASSWORD": "canary",
+        "LD_PRELOAD": "/tmp/evil.so",
+        "JAVA_TOOL_OPTIONS": "-javaagent:/tmp/evil.jar",
+        "LC_ALL": "",
+    }
+    env = server_environment(tmp_path, harness)
+    assert env == {
+        "PATH": "/usr/bin:/bin",
+        "JAVA_HOME": "/opt/jdk17",
+        "LANG": "en_US.UTF-8",
+        "TZ": "UTC",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
+    assert "canary" not in repr(env)
+    bare = server_environment(tmp_path, {})
+    assert bare["PATH"] and bare["LANG"] == "C.UTF-8" and bare["HOME"] == str(tmp_path)
+
+
+def test_docker_gets_the_same_hardening_as_variables_of_the_image() -> None:
+    env = docker_conf_env(HARDENING_CONF)
+    assert env["NEO4J_dbms_security_allow__csv__import__from__file__urls"] == "false"
+    assert env["NEO4J_internal_dbms_cypher__ip__blocklist"] == "0.0.0.0/0,::/0"
+    assert env["NEO4J_internal_dbms_show__setting"] == "false"
 
 
 def test_java_command_carries_heap_and_the_launcher_flags() -> None:
