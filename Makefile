@@ -8,7 +8,7 @@ NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
 MODE ?= lite
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup venv neo4j run test check lint types estimate bench clean
+.PHONY: setup venv neo4j run demo test check lint types estimate bench clean
 
 setup: venv neo4j
 
@@ -18,18 +18,27 @@ venv:
 
 # Neo4j Community jars from Maven Central, skipped when they match the pom already.
 neo4j:
-	@want=$$(sha256sum neo4j/pom.xml | cut -d' ' -f1); \
+	@want=$$(sha256sum neo4j-jars/pom.xml | cut -d' ' -f1); \
 	if [ -f $(NEO4J_STAMP) ] && [ "$$(cat $(NEO4J_STAMP))" = "$$want" ]; then \
 	  echo "neo4j jars current in $(NEO4J_LIB)"; \
 	else \
 	  rm -rf $(NEO4J_LIB) && mkdir -p $(NEO4J_LIB) && \
-	  mvn -q -B -f neo4j/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  mvn -q -B -f neo4j-jars/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	      -DoutputDirectory=$(abspath $(NEO4J_LIB)) && \
 	  echo "$$want" > $(NEO4J_STAMP) && echo "neo4j jars installed in $(NEO4J_LIB)"; \
 	fi
 
+# Every role's model endpoint is checked first, before the dataset download.
 run: setup
+	$(PY) python -m stages.preflight
 	$(PY) dvc repro
+
+# The lite pipeline with the deterministic test model in place of every model, as a temporary
+# DVC experiment (params.yaml stays as it is): checks that everything runs here; measures nothing.
+DEMO_MODELS := $(foreach role,extraction resolution agent,-S 'models.$(role).model=scripted/rules' -S 'models.$(role).api_base=null') -S 'models.judge.model=null' -S 'models.judge.api_base=null'
+demo: setup
+	BEAM_NEO4J_LIB=$(abspath $(NEO4J_LIB)) $(PY) dvc exp run --temp $(DEMO_MODELS)
+	$(PY) dvc exp show --drop '.*' --keep 'Experiment|models\.agent\.model|score\.overall'
 
 test: setup
 	$(PY) pytest

@@ -216,8 +216,10 @@ class ChatRequest:
 
 
 class Completion(_Frozen):
-    """One request's outcome. `cached` and `seconds` differ between a run and its replay: keep
-    them out of DVC outputs (count them through Accounting instead) so outputs stay identical."""
+    """One request's outcome. `cached`, `seconds` and `attempts` differ between a run, a run that
+    recovered from a fault, and a replay: keep them out of DVC outputs (Accounting counts them)
+    so outputs stay identical. The tokens are those of the reply used (a failure: of all its
+    attempts)."""
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -657,7 +659,11 @@ class ChatModel(Protocol):
 
     def complete(self, request: ChatRequest) -> Completion: ...
 
-    def run_batch(self, requests: Sequence[ChatRequest]) -> list[Completion]: ...
+    def run_batch(
+        self,
+        requests: Sequence[ChatRequest],
+        on_done: Callable[[Completion], None] | None = None,
+    ) -> list[Completion]: ...
 
     async def acomplete(self, request: ChatRequest) -> Completion: ...
 
@@ -825,15 +831,18 @@ class LlmClient:
                 return Completion(**base, error=f"request refused: {exc}", attempts=attempt)
             prompt_tokens += reply.prompt_tokens or 0
             completion_tokens += reply.completion_tokens or 0
-            usage: dict[str, Any] = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "attempts": attempt,
-            }
             completion, unusable = _interpret(request, reply)
             if unusable is None:
+                # The usage of the reply used: what a clean first attempt would have shown, so
+                # a recovered fault leaves no trace in the outputs (accounting has the totals).
                 self._failures_in_a_row = 0
-                return Completion(**base, **usage, **completion)
+                return Completion(
+                    **base,
+                    **completion,
+                    prompt_tokens=reply.prompt_tokens or 0,
+                    completion_tokens=reply.completion_tokens or 0,
+                    attempts=attempt,
+                )
             problem = f"unusable reply: {unusable}"
             if (
                 request.schema is not None
@@ -926,10 +935,18 @@ class LlmClient:
             self.budget.settle(estimate, tokens)
 
     # -- sync helpers -------------------------------------------------------------------------
-    async def abatch(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        results = await asyncio.gather(
-            *(self.acomplete(r) for r in requests), return_exceptions=True
-        )
+    async def abatch(
+        self,
+        requests: Sequence[ChatRequest],
+        on_done: Callable[[Completion], None] | None = None,
+    ) -> list[Completion]:
+        async def one(request: ChatRequest) -> Completion:
+            completion = await self.acomplete(request)
+            if on_done is not None:
+                on_done(completion)
+            return completion
+
+        results = await asyncio.gather(*(one(r) for r in requests), return_exceptions=True)
         done: list[Completion | None] = [r if isinstance(r, Completion) else None for r in results]
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, BudgetError):
@@ -939,9 +956,14 @@ class LlmClient:
             raise BatchStopped(str(stopped), done)
         return [r for r in done if r is not None]
 
-    def run_batch(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        """Run requests concurrently (bounded per endpoint) from sync code; results in order."""
-        return asyncio.run(self.abatch(requests))
+    def run_batch(
+        self,
+        requests: Sequence[ChatRequest],
+        on_done: Callable[[Completion], None] | None = None,
+    ) -> list[Completion]:
+        """Run requests concurrently (bounded per endpoint) from sync code; results in order.
+        `on_done` is called as each one finishes (progress), in the order they finish."""
+        return asyncio.run(self.abatch(requests, on_done))
 
     def complete(self, request: ChatRequest) -> Completion:
         return self.run_batch([request])[0]
@@ -1065,6 +1087,27 @@ def check_endpoint_ref(role: str, ref: ModelRef) -> None:
         raise ServiceError(
             f"the {role} model {model} needs {missing} in the environment (keys never go in "
             f"params.yaml): export it, {advice}"
+        )
+
+
+def check_all_endpoints(models: ModelsParams) -> None:
+    """Preflight of every role at once, each distinct model and endpoint checked once: one
+    ServiceError listing every role whose model is unusable (so a user fixes them all in one go,
+    before any download)."""
+    by_ref: dict[tuple[str | None, str | None, str | None], list[Role]] = {}
+    for role in ROLES:
+        ref = resolve_model(models, role)
+        by_ref.setdefault((ref.model, ref.api_base, ref.api_key_env), []).append(role)
+    problems: list[str] = []
+    for roles in by_ref.values():
+        try:
+            check_endpoint_ref(roles[0], resolve_model(models, roles[0]))
+        except ServiceError as exc:
+            problems.append(f"- {', '.join(roles)}: {exc}")
+    if problems:
+        raise ServiceError(
+            f"{len(problems)} model endpoint(s) are not usable; every role must be before a run "
+            "starts:\n" + "\n".join(problems)
         )
 
 

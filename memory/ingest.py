@@ -11,7 +11,7 @@ take the same path, with the same cache, accounting and budget.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,11 +293,26 @@ class _Memory:
             self.rels.setdefault(rel.key, rel)
 
 
+ChunkProgress = Callable[[int, int], None]
+"""Called with (chunks extracted, chunks) as each extraction call finishes."""
+
+
 def _extract(
-    chat: ChatSlice, graph: ConversationGraph, memory: _Memory, extraction: ChatModel
+    chat: ChatSlice,
+    graph: ConversationGraph,
+    memory: _Memory,
+    extraction: ChatModel,
+    on_chunk: ChunkProgress | None = None,
 ) -> None:
     """One extraction call per chunk; each reply validated and added (failures counted)."""
-    completions = extraction.run_batch([extraction_request(c) for c in graph.chunks])
+    requests = [extraction_request(c) for c in graph.chunks]
+    if on_chunk is None:
+        completions = extraction.run_batch(requests)
+    else:
+        finished = iter(range(1, len(requests) + 1))
+        completions = extraction.run_batch(
+            requests, on_done=lambda _: on_chunk(next(finished), len(requests))
+        )
     graph.last_error = _last_error(completions) or graph.last_error
     for chunk, completion in zip(graph.chunks, completions, strict=True):
         reply = _parsed(completion, ExtractionReply)
@@ -402,8 +417,10 @@ def build_graph(
     settings: IngestSettings,
     extraction: ChatModel,
     resolution: ChatModel,
+    on_chunk: ChunkProgress | None = None,
 ) -> ConversationGraph:
-    """The whole graph of one conversation, validated, with what was dropped and decided."""
+    """The whole graph of one conversation, validated, with what was dropped and decided.
+    `on_chunk` follows the extraction (the long part with a real model), chunk by chunk."""
     chunks = chunk_conversation(chat, settings.chunk_tokens)
     src_nodes, src_rels = source_layer(chat, chunks)
     src_batch, src_report = validate_batch(src_nodes, src_rels)
@@ -415,7 +432,7 @@ def build_graph(
     # ingest before the next phase spends calls on a partial graph that a healed run would not
     # ask again.
     conversation = f"conv{chat.conversation_id}"
-    _extract(chat, graph, memory, extraction)
+    _extract(chat, graph, memory, extraction, on_chunk)
     check_failed_share(
         "ingest",
         f"extraction calls of {conversation}",

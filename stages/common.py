@@ -146,6 +146,23 @@ def progress(items: Iterable[T], *, total: int, desc: str) -> Iterable[T]:
     return tqdm(items, total=total, desc=desc, disable=None, mininterval=1.0, leave=False)
 
 
+class ProgressBar:
+    """A bar advanced to a count (`update_to(done, total)`), on a terminal only."""
+
+    def __init__(self, desc: str) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(desc=desc, disable=None, mininterval=1.0, leave=False)
+
+    def update_to(self, done: int, total: int) -> None:
+        self._bar.total = total
+        self._bar.n = done
+        self._bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()
+
+
 def run_stage(main: Callable[[], None]) -> None:
     """Entry-point shell: a BeamError becomes a clear message on stderr and its exit code (2; 3
     for model calls that failed after their retries, where running again may help)."""

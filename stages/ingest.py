@@ -25,6 +25,7 @@ from schemas.errors import check_failed_share
 from schemas.params import EstimateParams, GraphParams, IngestParams
 from schemas.records import ChatSlice
 from stages.common import (
+    ProgressBar,
     load_mode,
     load_params,
     remove_outputs,
@@ -121,7 +122,11 @@ def build_all(
     with stage_workdir("beam-ingest-") as workdir:
         for index, chat in enumerate(chats, start=1):
             started = time.monotonic()
-            graph = build_graph(chat, settings, extraction, resolution)
+            bar = ProgressBar(f"conv{chat.conversation_id} extraction (chunks)")
+            try:
+                graph = build_graph(chat, settings, extraction, resolution, bar.update_to)
+            finally:
+                bar.close()
             with start_graph(
                 graph_params, Path(workdir), name=f"conv{chat.conversation_id}"
             ) as store:

@@ -17,12 +17,13 @@ from clients.llm import (
     ChatRequest,
     LlmClient,
     Message,
+    check_all_endpoints,
     check_endpoint_ref,
     tool_from_model,
 )
 from clients.llm_cache import LlmCache
 from schemas.errors import BudgetError, ModelFailures, ServiceError
-from schemas.params import LlmParams, ModelRef
+from schemas.params import LlmParams, ModelRef, ModelsParams
 from stages.common import write_json
 from tests.support.openai_server import Action, LoopbackServer
 
@@ -417,3 +418,30 @@ def test_no_key_value_appears_in_any_written_file(
     assert len(written) >= 5  # cache entries, ledger, metrics, records, scripted record
     for path in written:
         assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+def test_preflight_of_all_roles_names_every_role_of_each_dead_endpoint(
+    server: LoopbackServer,
+) -> None:
+    dead = "http://127.0.0.1:9/v1"  # the discard port: nothing listens on loopback here
+    models = ModelsParams(
+        extraction=ModelRef(model="openai/test-model", api_base=dead),
+        resolution=ModelRef(model="openai/test-model", api_base=dead),
+        agent=ModelRef(model="openai/test-model", api_base=server.api_base),
+        judge=ModelRef(model="ollama_chat/judge-model", api_base="http://127.0.0.1:9"),
+    )
+    with pytest.raises(ServiceError) as failed:
+        check_all_endpoints(models)
+    message = str(failed.value)
+    assert message.startswith("2 model endpoint(s) are not usable")
+    assert "- extraction, resolution: " in message and "- judge: " in message
+    assert "agent" not in message.replace("agent's", "")
+    assert len([r for r in server.log if r.path.endswith("/chat/completions")]) == 0
+    healthy = models.model_copy(
+        update={
+            "extraction": models.agent,
+            "resolution": models.agent,
+            "judge": ModelRef(model=None),
+        }
+    )
+    check_all_endpoints(healthy)  # the judge falls back to the agent: one live endpoint

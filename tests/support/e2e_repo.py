@@ -154,6 +154,30 @@ class RepoCopy:
     def read_json(self, rel: str) -> Any:
         return json.loads((self.path / rel).read_text())
 
+    def update_params(self, sections: dict[str, Any]) -> None:
+        """Merge into params.yaml: each section's keys replace the copy's, the rest stays."""
+        path = self.path / "params.yaml"
+        params = yaml.safe_load(path.read_text())
+        for name, value in sections.items():
+            if isinstance(value, dict) and isinstance(params.get(name), dict):
+                params[name] = {**params[name], **value}
+            else:
+                params[name] = value
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+    def stage(
+        self, name: str, timeout: float = COMMAND_TIMEOUT_SECONDS
+    ) -> subprocess.CompletedProcess[str]:
+        """`python -m stages.<name>` in the copy, as `dvc repro` would run it (not checked)."""
+        return subprocess.run(
+            [sys.executable, "-m", f"stages.{name.replace('-', '_')}"],
+            cwd=self.path,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
 
 @contextmanager
 def repo_copy(tmp_path: Path, hub: HubMirror, mode: str = "lite") -> Iterator[RepoCopy]:

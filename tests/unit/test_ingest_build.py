@@ -140,6 +140,20 @@ def _chunk() -> Chunk:
     )
 
 
+def test_extraction_progress_is_reported_chunk_by_chunk(tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    graph = build_graph(
+        _story(),
+        SETTINGS,
+        _scripted("extraction", tmp_path),
+        _scripted("resolution", tmp_path),
+        on_chunk=lambda done, total: seen.append((done, total)),
+    )
+    chunks = len(graph.chunks)
+    assert chunks > 1
+    assert seen == [(n, chunks) for n in range(1, chunks + 1)]
+
+
 def test_malformed_extraction_items_are_dropped_and_counted() -> None:
     chunk = _chunk()
     reply = ExtractionReply(
