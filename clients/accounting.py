@@ -12,20 +12,23 @@ writes as its metrics JSON (every phase always present, so report columns stay s
 - seconds: wall time spent waiting on the model (cache hits excluded).
 
 `Budget` enforces the cap of the mode (params `budget.<mode>`: calls and tokens). Spend is kept in
-a small JSON ledger, `<cache_dir>/budget-<mode>.json`, so that one run's stages (separate
-processes) share one cap. Updates are read-modify-write under an exclusive `fcntl.flock` on
-the ledger itself, rewritten in place as one fixed-size record, so concurrent processes never
-lose an update and never read half of one. The ledger holds `run_id`: when
-the environment variable BEAM_RUN_ID is set and differs from the ledger's, the ledger starts
-from zero (a new run); without it, spend accumulates across invocations until reset with
-`python -m clients.accounting reset --mode lite` (or `Budget.reset()`). This is deliberate: a run
-killed and started again is the same run, and cached calls are free, so a resumed run is
-charged only for the calls it really makes.
+a small JSON ledger per run, `<cache_dir>/budget-<mode>-<run key>.json` (`run_key_of`: the mode
+and every role's model and endpoint), so that one run's stages (separate processes) share one cap,
+a run resumed with the same models shares it too, and a run with other models starts its own.
+Updates are read-modify-write under an exclusive `fcntl.flock` on the ledger itself, rewritten in
+place as one fixed-size record, so concurrent processes never lose an update and never read half
+of one. The ledger holds `run_id`: when the environment variable BEAM_RUN_ID is set and differs
+from the ledger's, the ledger starts from zero (a new run of the same models); without it, spend
+accumulates across invocations until reset with `python -m clients.accounting reset` (or
+`Budget.reset()`). This is deliberate: a run killed and started again is the same run, and cached
+calls are free, so a resumed run is charged only for the calls it really makes.
 
-Two checks: `check_estimate(calls, tokens)` before a stage's first call (raises BudgetError with
+Three checks: `check_estimate(calls, tokens)` before a stage's first call (raises BudgetError with
 the estimate and the remaining cap), and `reserve()`/`settle()` around every call: a call that
-would cross the cap is not made (BudgetError); the stage catches it, keeps its finished work, and
-the next run resumes from the cache.
+would cross the mode's cap, or take the stage past `budget.max_over_estimate` times its own
+estimate, is not made (BudgetError); the stage stops, keeps its finished work, and the next run
+resumes from the cache. The mode caps are ceilings for any run; the relative cap catches a run
+that overruns its own plan long before that.
 
 A reservation is charged at once (so concurrent callers never overrun the cap) and also recorded
 in the ledger's `open` table under its owner, `<pid>:<start time>` (the start time tells a reused
@@ -44,10 +47,12 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
+import math
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -220,12 +225,29 @@ def release_dead(ledger: Ledger, alive: Callable[[str], bool]) -> bool:
 class Budget:
     """The mode's cap on calls and tokens, with spend shared across processes through a ledger."""
 
-    def __init__(self, mode: str, cap_calls: int, cap_tokens: int, ledger_dir: Path) -> None:
+    def __init__(
+        self,
+        mode: str,
+        cap_calls: int,
+        cap_tokens: int,
+        ledger_dir: Path,
+        *,
+        run_key: str = "",
+        over_estimate: float | None = None,
+    ) -> None:
+        """`run_key` names the run the ledger belongs to (run_key_of: mode and models): a resumed
+        run shares its ledger, a run with other models starts its own. `over_estimate`: a
+        stage may spend at most this multiple of the estimate it declared in check_estimate."""
         if mode not in ("lite", "full"):
             raise ParamsError(f"budget: mode must be 'lite' or 'full', found {mode!r}")
+        if run_key and not run_key.isalnum():
+            raise ParamsError(f"budget: run key {run_key!r} must be letters and digits")
         self.mode = mode
         self.cap = Spend(cap_calls, cap_tokens)
-        self.path = Path(ledger_dir) / f"budget-{mode}.json"
+        self.path = Path(ledger_dir) / f"budget-{mode}{'-' + run_key if run_key else ''}.json"
+        self.over_estimate = over_estimate
+        self._stage_limit: Spend | None = None
+        self._stage_spent = Spend(0, 0)
         self._lock = threading.Lock()
 
     # -- ledger -----------------------------------------------------------------------------
@@ -331,7 +353,16 @@ class Budget:
         )
 
     def check_estimate(self, calls: int, tokens: int, *, what: str = "this stage") -> None:
-        """Before a stage's first call: refuse if its estimate exceeds what is left of the cap."""
+        """Before a stage's first call: refuse if its estimate exceeds what is left of the cap.
+        With `over_estimate`, the stage's own spend is then capped at that multiple of it (the
+        mode caps are ceilings for any run; this one catches a run that overruns its plan)."""
+        if self.over_estimate is not None:
+            self._stage_limit = Spend(
+                max(math.ceil(calls * self.over_estimate), calls + 1),
+                max(math.ceil(tokens * self.over_estimate), tokens + 1),
+            )
+            self._stage_estimate = Spend(calls, tokens)
+            self._stage_what = what
         spent = self.spent()
         left = Spend(self.cap.calls - spent.calls, self.cap.tokens - spent.tokens)
         if calls > left.calls or tokens > left.tokens:
@@ -345,12 +376,16 @@ class Budget:
     def reserve(self, prompt_tokens: int) -> None:
         """Charge one call and its estimated prompt tokens, or refuse (the call is not made). The
         reservation stays open under this process until `settle()`: released if it dies first."""
+        self._check_stage_limit(prompt_tokens)
         with self._ledger() as ledger:
             spent = Spend(ledger.calls, ledger.tokens)
             refused = (
                 spent.calls + 1 > self.cap.calls or spent.tokens + prompt_tokens > self.cap.tokens
             )
             if not refused:
+                self._stage_spent = Spend(
+                    self._stage_spent.calls + 1, self._stage_spent.tokens + prompt_tokens
+                )
                 ledger.calls += 1
                 ledger.tokens += prompt_tokens
                 held = ledger.open.setdefault(current_owner(), [0, 0])
@@ -362,6 +397,21 @@ class Budget:
                 f"tokens) would be crossed by the next call (spent {spent.calls} calls / "
                 f"{spent.tokens} tokens, this call ~{prompt_tokens} prompt tokens); the call "
                 f"was not made and finished work is kept: {self._advice()}"
+            )
+
+    def _check_stage_limit(self, prompt_tokens: int) -> None:
+        limit, spent = self._stage_limit, self._stage_spent
+        if limit is None:
+            return
+        if spent.calls + 1 > limit.calls or spent.tokens + prompt_tokens > limit.tokens:
+            estimate = self._stage_estimate
+            raise BudgetError(
+                f"{self._stage_what} has made {spent.calls} calls / {spent.tokens} tokens and the "
+                f"next call would pass {self.over_estimate:g}x its estimate ({estimate.calls} "
+                f"calls / {estimate.tokens} tokens): the model behaves far from the estimate's "
+                "assumptions (or loops). No call was made and finished work is kept; compare "
+                "with `make estimate`, then raise budget.max_over_estimate in params.yaml if the "
+                "run is right"
             )
 
     def settle(self, estimated_prompt_tokens: int, actual_tokens: int) -> None:
@@ -379,6 +429,18 @@ class Budget:
                 del ledger.open[owner]
             delta = actual_tokens - estimated_prompt_tokens
             ledger.tokens = max(0, ledger.tokens + delta)
+        self._stage_spent = Spend(
+            self._stage_spent.calls,
+            max(0, self._stage_spent.tokens + actual_tokens - estimated_prompt_tokens),
+        )
+
+
+def run_key_of(mode: str, models: Mapping[str, object]) -> str:
+    """A short name of a run's identity: its mode and the model (and endpoint) of every role.
+    Stages of one run, and a run resumed with the same models, share a ledger; changing a model
+    starts a new one (so a second model's lite run is not stopped by the first one's spend)."""
+    identity = json.dumps({"mode": mode, "models": models}, sort_keys=True, default=str)
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:12]
 
 
 def describe(budget: Budget) -> str:
@@ -394,21 +456,36 @@ def describe(budget: Budget) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Show or reset the spend ledger of a mode.")
+    parser = argparse.ArgumentParser(
+        description="Show or reset the spend ledger of the run params.yaml describes (its mode "
+        "and models), or with --all every ledger of the mode."
+    )
     parser.add_argument("action", choices=["show", "reset"])
-    parser.add_argument("--mode", choices=["lite", "full"], required=True)
+    parser.add_argument("--mode", choices=["lite", "full"], help="default: params.yaml's mode")
+    parser.add_argument("--all", action="store_true", help="every run's ledger of the mode")
     args = parser.parse_args(argv)
 
-    from schemas.params import BudgetParams, LlmParams
-    from stages.common import load_params
+    from clients.llm import run_identity
+    from schemas.params import BudgetParams, LlmParams, ModelsParams
+    from stages.common import load_mode, load_params
 
-    budget_params = load_params("budget", BudgetParams)
-    llm_params = load_params("llm", LlmParams)
-    cap = getattr(budget_params, args.mode)
-    budget = Budget(args.mode, cap.calls, cap.tokens, Path(llm_params.cache_dir))
-    if args.action == "reset":
-        budget.reset()
-    print(describe(budget))
+    mode = args.mode or load_mode()
+    cap = getattr(load_params("budget", BudgetParams), mode)
+    ledger_dir = Path(load_params("llm", LlmParams).cache_dir)
+    if args.all:
+        keys = sorted(
+            p.stem.removeprefix(f"budget-{mode}").lstrip("-")
+            for p in ledger_dir.glob(f"budget-{mode}*.json")
+        )
+    else:
+        keys = [run_key_of(mode, run_identity(load_params("models", ModelsParams)))]
+    for key in keys:
+        budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key)
+        if args.action == "reset":
+            budget.reset()
+        print(describe(budget))
+    if not keys:
+        print(f"{mode}: no ledger in {ledger_dir}")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import json_repair
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from clients.accounting import PHASES, Accounting, Budget, Phase
+from clients.accounting import PHASES, Accounting, Budget, Phase, run_key_of
 from clients.llm_cache import LlmCache, cache_key, canonical_json
 from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
@@ -988,6 +988,16 @@ def judge_is_agent(models: ModelsParams) -> bool:
     return judge.model == agent.model and (judge.api_base or None) == (agent.api_base or None)
 
 
+def run_identity(models: ModelsParams) -> dict[str, dict[str, str | None]]:
+    """Every role's model and endpoint as the run uses them (the judge's fallback resolved): what
+    names a run for its spend ledger."""
+    return {
+        role: {"model": ref.model, "api_base": ref.api_base}
+        for role in ROLES
+        for ref in [resolve_model(models, role)]
+    }
+
+
 def build_model(
     role: Role,
     *,
@@ -1005,7 +1015,16 @@ def build_model(
         resolve_model(models, role),
         llm,
         accounting=accounting,
-        budget=None if cap is None else Budget(mode, cap.calls, cap.tokens, cache_dir),
+        budget=None
+        if cap is None
+        else Budget(
+            mode,
+            cap.calls,
+            cap.tokens,
+            cache_dir,
+            run_key=run_key_of(mode, run_identity(models)),
+            over_estimate=budget.max_over_estimate if budget is not None else None,
+        ),
         cache=LlmCache(cache_dir) if llm.cache else None,
         judge_is_agent=role == "judge" and judge_is_agent(models),
     )

@@ -106,6 +106,9 @@ class Cap(_Section):
 class BudgetParams(_Section):
     lite: Cap
     full: Cap
+    max_over_estimate: float = Field(default=3.0, gt=1)
+    """A stage stops before a call that would take its spend past this multiple of its own
+    estimate (the mode caps are ceilings for any run; this catches a run off its plan)."""
 
 
 class PinnedFile(_Section):

@@ -26,6 +26,7 @@ from clients.accounting import (
     owner_alive,
     process_start,
     release_dead,
+    run_key_of,
 )
 from clients.llm import BatchStopped, ChatRequest, LlmClient, Message
 from clients.llm_cache import LlmCache
@@ -161,7 +162,7 @@ def test_a_call_killed_in_flight_is_released_and_show_reports_it(
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.chdir(tmp_path)
     cap = params["budget"]["lite"]
-    main(["show", "--mode", "lite"])
+    main(["show", "--mode", "lite", "--all"])
     shown = capsys.readouterr().out
     assert f"spent 2 calls / 190 tokens of {cap['calls']} / {cap['tokens']}" in shown
     assert "in flight 1 calls / 40 tokens" in shown
@@ -169,7 +170,7 @@ def test_a_call_killed_in_flight_is_released_and_show_reports_it(
 
     budget.settle(40, 70)
     assert budget.status().in_flight == Spend(0, 0) and budget.spent() == Spend(2, 220)
-    main(["reset", "--mode", "lite"])
+    main(["reset", "--mode", "lite", "--all"])
     assert "spent 0 calls / 0 tokens" in capsys.readouterr().out
     assert budget.status().released == Spend(0, 0)
 
@@ -267,3 +268,36 @@ def test_token_cap_is_enforced_live(tmp_path: Path) -> None:
     spent = client.budget.spent()  # type: ignore[union-attr]
     assert spent.tokens <= 25 + 10  # a call's reply can overshoot its estimate once, no more
     assert 0 < sum(c is not None for c in stop.value.completions) < 10
+
+
+def test_a_stage_stops_before_it_passes_a_multiple_of_its_own_estimate(tmp_path: Path) -> None:
+    budget = Budget("full", 10_000, 10**9, tmp_path, over_estimate=2.0)
+    budget.check_estimate(3, 300, what="judge (full)")
+    for _ in range(6):  # 2 x 3 calls
+        budget.reserve(10)
+        budget.settle(10, 40)
+    with pytest.raises(BudgetError, match=r"judge \(full\) has made 6 calls / 240 tokens") as stop:
+        budget.reserve(10)
+    assert "2x its estimate (3 calls / 300 tokens)" in str(stop.value)
+    assert budget.spent().calls == 6  # the refused call was not charged
+    tokens = Budget("full", 10_000, 10**9, tmp_path / "t", over_estimate=2.0)
+    tokens.check_estimate(100, 300)
+    tokens.reserve(200)
+    tokens.settle(200, 590)
+    with pytest.raises(BudgetError, match="2x its estimate"):
+        tokens.reserve(20)  # 590 + 20 > 600
+
+
+def test_the_ledger_belongs_to_the_run_its_mode_and_models_name(tmp_path: Path) -> None:
+    models = {"agent": {"model": "ollama_chat/a", "api_base": None}}
+    other = {"agent": {"model": "ollama_chat/b", "api_base": None}}
+    key = run_key_of("lite", models)
+    assert key == run_key_of("lite", json.loads(json.dumps(models)))  # stable
+    assert len({key, run_key_of("lite", other), run_key_of("full", models)}) == 3
+    first = Budget("lite", 3, 1_000, tmp_path, run_key=key)
+    for _ in range(3):
+        first.reserve(10)
+        first.settle(10, 10)
+    with pytest.raises(BudgetError):
+        Budget("lite", 3, 1_000, tmp_path, run_key=key).reserve(10)  # resumed: shared spend
+    Budget("lite", 3, 1_000, tmp_path, run_key=run_key_of("lite", other)).reserve(10)

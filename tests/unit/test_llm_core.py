@@ -164,7 +164,17 @@ def test_build_model_wires_cache_budget_and_judge_flag(tmp_path: Path) -> None:
     )
     assert client.judge_is_agent and client.metadata()["judge_is_agent"] is True
     assert client.budget is not None and client.budget.cap.calls == 40
-    assert client.budget.path == tmp_path / "cache" / "budget-lite.json"
+    assert client.budget.path.parent == tmp_path / "cache"
+    assert client.budget.path.name.startswith("budget-lite-")  # the run's own ledger
+    assert client.budget.over_estimate == 3.0
+    other_judge = build_model(
+        "judge",
+        models=models_params("openai/gpt-4o-mini"),
+        llm=llm_params(tmp_path),
+        budget=budget,
+        mode="lite",
+    )
+    assert other_judge.budget is not None and other_judge.budget.path != client.budget.path
     assert client.cache is not None
     off = build_model(
         "agent",
