@@ -8,7 +8,7 @@ NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
 MODE ?= lite
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup venv neo4j run demo test check lint types estimate bench clean
+.PHONY: setup venv neo4j browser run demo test check lint types estimate bench clean
 
 setup: venv neo4j
 
@@ -28,6 +28,18 @@ neo4j:
 	  echo "$$want" > $(NEO4J_STAMP) && echo "neo4j jars installed in $(NEO4J_LIB)"; \
 	fi
 
+# Headless Chromium for the page tests (tests/browser), from the machine's Debian packages:
+# installed with apt-get when missing and root, else how to is printed (those tests then skip).
+browser:
+	@if command -v chromium >/dev/null; then \
+	  echo "chromium present: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else \
+	  echo "chromium is missing: install it with 'sudo apt-get install chromium' (Debian/Ubuntu)" \
+	       "or set BEAM_CHROMIUM to a Chromium binary; the browser tests skip without it"; \
+	fi
+
 # Every role's model endpoint is checked first, before the dataset download.
 run: setup
 	$(PY) python -m stages.preflight
@@ -40,7 +52,7 @@ demo: setup
 	BEAM_NEO4J_LIB=$(abspath $(NEO4J_LIB)) $(PY) dvc exp run --temp $(DEMO_MODELS)
 	$(PY) dvc exp show --drop '.*' --keep 'Experiment|models\.agent\.model|score\.overall'
 
-test: setup
+test: setup browser
 	$(PY) pytest
 
 lint:

@@ -21,6 +21,16 @@ the generic `schema` rule. Built in:
   with the sentence of the results that best overlaps the question, quoted.
 - `schema`: a valid instance of the requested JSON schema, strings filled from the request text.
 
+A rule may also belong to one scripted model name (`register_rule(task, fn, model=...)`): that
+model answers the task with it, ahead of the shared rule, so a second test model is picked by name
+in params like any other. Built in:
+
+- `scripted/faithful`, task `judge`: 1 when every content word of the rubric item (its
+  `LLM response should state:`-style lead-in dropped) is in the response, else 0. Faithful on
+  answers that state a fact verbatim or not at all (the judge check's calibration cases), too
+  strict for paraphrases; `scripted/rules` scores by overlap and cannot tell a fact from the same
+  fact with its number changed.
+
 Every request is appended to `history` and, when BEAM_SCRIPTED_RECORD names a file, to that JSONL
 file (one line per request: task, prompt_version, messages, tools, schema, reply), so tests in
 other processes can assert on the prompts. Token counts use clients.tokens.count_tokens.
@@ -65,16 +75,32 @@ class ScriptedReply:
 
 Rule = Callable[[ChatRequest], ScriptedReply]
 _RULES: dict[str, Rule] = {}
+_MODEL_RULES: dict[tuple[str, str], Rule] = {}
+"""(scripted model name, task) -> the rule that model alone uses for the task."""
 
 
-def register_rule(task: str, rule: Rule, *, replace: bool = False) -> None:
-    """Add the rule for a task (a second registration of a task is refused unless `replace`)."""
+def register_rule(
+    task: str, rule: Rule, *, replace: bool = False, model: str | None = None
+) -> None:
+    """Add the rule for a task (a second registration of a task is refused unless `replace`).
+    With `model` (a `scripted/...` name), only that model uses it, ahead of the shared rule."""
+    if model is not None:
+        if not model.startswith("scripted/"):
+            raise ValueError(f"a scripted rule's model must start with 'scripted/', got {model!r}")
+        key = (model, task)
+        if key in _MODEL_RULES and not replace and _MODEL_RULES[key] is not rule:
+            raise ValueError(f"scripted rule for task {task!r} of {model} already registered")
+        _MODEL_RULES[key] = rule
+        return
     if task in _RULES and not replace and _RULES[task] is not rule:
         raise ValueError(f"scripted rule for task {task!r} already registered")
     _RULES[task] = rule
 
 
-def rule_for(task: str) -> Rule | None:
+def rule_for(task: str, model: str | None = None) -> Rule | None:
+    """The rule `model` uses for `task`: its own if it has one, else the shared one."""
+    if model is not None and (model, task) in _MODEL_RULES:
+        return _MODEL_RULES[(model, task)]
     return _RULES.get(task)
 
 
@@ -213,6 +239,26 @@ def judge_rule(request: ChatRequest) -> ScriptedReply:
     return _with_schema(request, verdict, json.dumps(verdict))
 
 
+_LEAD_IN = re.compile(r"^\s*llm response should \w+\s*:\s*", re.IGNORECASE)
+
+
+def faithful_judge_rule(request: ChatRequest) -> ScriptedReply:
+    """`scripted/faithful`'s judge: all of the item's content words present -> 1, else 0."""
+    sections = labelled_sections(last_user_text(request))
+    rubric = find_section(sections, "rubric", "criterion", "check") or ""
+    response = find_section(sections, "response", "answer") or ""
+    wanted = set(content_words(_LEAD_IN.sub("", rubric)))
+    missing = sorted(wanted - set(content_words(response)))
+    score = 1.0 if wanted and not missing else 0.0
+    reason = (
+        f"scripted faithful judge: missing {', '.join(missing[:5])}"
+        if missing
+        else "scripted faithful judge: every content word of the rubric item is in the response"
+    )
+    verdict = {"score": score, "reason": reason}
+    return _with_schema(request, verdict, json.dumps(verdict))
+
+
 def equivalence_rule(request: ChatRequest) -> ScriptedReply:
     sections = labelled_sections(last_user_text(request))
     first = find_section(sections, "first", "expected", "reference", "snippet a") or ""
@@ -289,6 +335,7 @@ for _task, _rule in (
     ("schema", schema_rule),
 ):
     register_rule(_task, _rule)
+register_rule("judge", faithful_judge_rule, model="scripted/faithful")
 
 
 # -- the backend clients/llm.py uses -------------------------------------------------------
@@ -303,7 +350,7 @@ class ScriptedBackend:
         return None
 
     def reply(self, request: ChatRequest) -> ScriptedReply:
-        rule = rule_for(request.task)
+        rule = rule_for(request.task, self.model)
         if rule is None and request.schema is not None:
             rule = schema_rule
         if rule is None:

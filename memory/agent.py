@@ -5,14 +5,15 @@ read-only query through the store's guarded `read`), sees compact results (ids, 
 dates), and ends with a final answer, or is asked for one when the step limit is reached. A tool
 error (bad arguments, a refused or failed query) goes back to the model as the tool's result.
 Every call and every id a tool returned is kept in the question's trace, with the chat message
-ids those ids trace back to (for evidence recall).
+ids those ids trace back to (for evidence recall), the tool's result (shortened) and the text the
+model wrote beside its tool calls, so a reader can follow each step (`python -m stages.viewer`).
+The trace holds no wall-clock time: re-run from the call cache, it is byte-identical.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +31,8 @@ PROMPT_VERSION = "agent-v1"
 TASK = "agent"
 TEXT_CHARS = 240
 SOURCE_CHARS = 1500
+RESULT_CHARS = 2000
+"""A tool result is kept in the trace up to this many characters (the model saw all of it)."""
 RESULT_LIMIT = 8
 _HEADER = re.compile(r"^\[message (\d+) · [^\]]*\]$", re.MULTILINE)
 
@@ -304,6 +307,10 @@ class ToolCallRecord(BaseModel):
     raw_arguments: str
     ids: list[str]
     message_ids: list[int]
+    result: str
+    """The tool's result as the model read it (JSON), cut to `RESULT_CHARS` characters."""
+    turn: int = Field(ge=0)
+    """The model turn (0-based) that made the call; `Trace.turn_texts[turn]` is its text."""
     error: str | None = None
 
 
@@ -315,6 +322,8 @@ class Trace(BaseModel):
     question_id: str
     answer: str
     tool_calls: list[ToolCallRecord]
+    turn_texts: list[str]
+    """What the model wrote in each turn that called tools ('' where it wrote nothing)."""
     reached_ids: list[str]
     """Every node id the tools returned."""
     reached_message_ids: list[int]
@@ -326,7 +335,6 @@ class Trace(BaseModel):
     completion_tokens: int
     max_context_tokens: int
     """The largest prompt of any of its calls: what the agent's context grew to."""
-    seconds: float
     test_model: bool
     error: str | None = None
 
@@ -336,9 +344,9 @@ def answer_question(
 ) -> Trace:
     """Run the tool loop for one question (a model call that failed after its retries ends it
     with `error` set)."""
-    started = time.monotonic()
     messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
     records: list[ToolCallRecord] = []
+    turn_texts: list[str] = []
     calls = prompt_tokens = completion_tokens = max_context = 0
     answer, error, test_model = "", None, False
     for step in range(max_steps + 1):
@@ -366,6 +374,7 @@ def answer_question(
             answer = (completion.text or "").strip()
             break
         messages.append(Message.assistant(completion.text, completion.tool_calls))
+        turn_texts.append((completion.text or "").strip())
         for call in completion.tool_calls:
             outcome = tools.run(call)
             records.append(
@@ -375,6 +384,8 @@ def answer_question(
                     raw_arguments=call.raw_arguments,
                     ids=outcome.ids,
                     message_ids=outcome.message_ids,
+                    result=_short(outcome.content, RESULT_CHARS),
+                    turn=len(turn_texts) - 1,
                     error=outcome.error,
                 )
             )
@@ -383,6 +394,7 @@ def answer_question(
         question_id=question.id,
         answer=answer,
         tool_calls=records,
+        turn_texts=turn_texts,
         reached_ids=sorted({i for r in records for i in r.ids}),
         reached_message_ids=sorted({m for r in records for m in r.message_ids}),
         steps=len(records),
@@ -390,7 +402,6 @@ def answer_question(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         max_context_tokens=max_context,
-        seconds=round(time.monotonic() - started, 3),
         test_model=test_model,
         error=error,
     )

@@ -54,6 +54,9 @@ class ItemScore(_Record):
     parse_error: bool = False
     error: str | None = None
     """Why the item scored 0 without a verdict: the call failed or the reply did not parse."""
+    reply: str | None = None
+    """The judge's reply as it came (null where the call failed, and for event_ordering, whose
+    items are scored by the alignment)."""
 
 
 class EventAlignment(_Record):

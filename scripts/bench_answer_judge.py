@@ -115,8 +115,12 @@ def run_stage(work: Path, module: str) -> float:
 
 def figures(work: Path, seconds: dict[str, float]) -> dict[str, Any]:
     traces = read_jsonl(work / "data" / "answer" / "traces.jsonl", Trace)
-    answer = json.loads((work / "metrics" / "answer.json").read_text())["agent"]
-    judge = json.loads((work / "metrics" / "judge.json").read_text())
+    answer = {
+        **json.loads((work / "data" / "answer" / "summary.json").read_text()),
+        **json.loads((work / "metrics" / "usage" / "answer.json").read_text())["agent"],
+        **json.loads((work / "metrics" / "answer.json").read_text())["seconds"],
+    }
+    judge = json.loads((work / "data" / "judge" / "summary.json").read_text())
     contexts = [t.max_context_tokens for t in traces]
     overall = judge["overall"]
     return {
@@ -125,7 +129,7 @@ def figures(work: Path, seconds: dict[str, float]) -> dict[str, Any]:
         "answer_seconds": round(seconds["answer"], 1),
         "judge_seconds": round(seconds["judge"], 1),
         "wall_seconds": round(seconds["answer"] + seconds["judge"], 1),
-        "agent_loop_seconds": round(answer["seconds"], 1),
+        "agent_model_seconds": round(answer["agent"], 1),
         "context_tokens_median": statistics.median(contexts),
         "context_tokens_p90": sorted(contexts)[int(0.9 * (len(contexts) - 1))],
         "context_tokens_max": max(contexts),

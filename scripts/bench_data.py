@@ -111,7 +111,7 @@ def main() -> None:
             rows[name] = run_stage(name, work, env)
         total_seconds = sum(s for s, _ in rows.values())
         peak = max(p for _, p in rows.values())
-        metrics = json.loads((work / "metrics" / "slice.json").read_text())["total"]
+        metrics = json.loads((work / "data" / "slice" / "sizes.json").read_text())["total"]
         print()
         print(f"{'stage':<12} {'wall_s':>8} {'peak_rss_mib':>14}")
         for name, (seconds, mib) in rows.items():

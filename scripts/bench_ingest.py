@@ -182,7 +182,10 @@ def run_stage_full(built: Built, workdir: Path) -> dict[str, Any]:
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise DataError(f"the ingest stage failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    metrics = json.loads((workdir / "metrics" / "ingest.json").read_text())
+    metrics = {
+        **json.loads((workdir / "data" / "ingest" / "graphs.json").read_text()),
+        "usage": json.loads((workdir / "metrics" / "usage" / "ingest.json").read_text()),
+    }
     return {"wall_seconds": round(seconds, 1), "log": done.stderr, "metrics": metrics}
 
 
@@ -222,12 +225,12 @@ def print_report(result: dict[str, Any]) -> None:
         for key in sorted((k for k in metrics if k.startswith("conv")), key=lambda k: int(k[4:])):
             m = metrics[key]
             print(
-                f"  {key}: {m['seconds']:.1f} s, {m['chunks']} chunks, {m['entities']} entities, "
+                f"  {key}: {m['chunks']} chunks, {m['entities']} entities, "
                 f"{m['statements']} statements, {m['resolution_pairs_sent']} resolution pairs, "
                 f"{m['link_pairs_sent']} link pairs, {m['supersedes']} supersedes"
             )
         for phase in ("extraction", "resolution"):
-            llm = metrics[f"llm_{phase}"]
+            llm = metrics["usage"][phase]
             print(
                 f"  {phase}: {llm['calls']} calls, "
                 f"{llm['prompt_tokens'] + llm['completion_tokens']:,} tokens (scripted; estimate "

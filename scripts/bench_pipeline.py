@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import SHARED_BEAM  # noqa: E402
 from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
+from tests.support.estimates import actual_of, estimate_of  # noqa: E402
 from tests.support.hub_mirror import HubMirror  # noqa: E402
 
 PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
@@ -36,11 +37,11 @@ def timed(repo: RepoCopy, *args: str) -> tuple[float, int]:
 
 
 def estimate_table(repo: RepoCopy) -> list[str]:
-    report = repo.read_json("metrics/report.json")
+    actual, estimate = actual_of(repo), estimate_of(repo)
     lines = [f"{'phase':<20}{'calls':>8}{'est.':>8}{'Δ%':>8}{'tokens':>12}{'est.':>12}{'Δ%':>8}"]
     for phase in PHASES:
-        calls, est_calls = report["cost_calls"][phase], report["estimate_calls"][phase]
-        tokens, est_tokens = report["cost_tokens"][phase], report["estimate_tokens"][phase]
+        calls, est_calls = actual[phase]["calls"], estimate[phase]["calls"]
+        tokens, est_tokens = actual[phase]["tokens"], estimate[phase]["tokens"]
 
         def delta(actual: float, estimate: float) -> str:
             return f"{(estimate - actual) / actual * 100:+.0f}" if actual else "–"
@@ -71,24 +72,30 @@ def main() -> None:
         with repo_copy(Path(tmp) / "full", hub, mode="full") as repo:
             seconds, calls = timed(repo, "repro")
             print(f"full dvc repro (clean copy): {seconds:.1f} s, {calls} model calls")
-            ingest = repo.read_json("metrics/ingest.json")
-            answer = repo.read_json("metrics/answer.json")["agent"]
-            judge = repo.read_json("metrics/judge.json")["overall"]
-            ingest_seconds = sum(v["seconds"] for k, v in ingest.items() if k.startswith("conv"))
+            graphs = repo.read_json("data/ingest/graphs.json")
+            answer = repo.read_json("data/answer/summary.json")
+            judge = repo.read_json("data/judge/summary.json")["overall"]
+            waited = {
+                **repo.read_json("metrics/ingest.json")["seconds"],
+                **repo.read_json("metrics/answer.json")["seconds"],
+                **repo.read_json("metrics/judge.json")["seconds"],
+            }
             print(
-                f"full ingest: {ingest_seconds:.1f} s over {len(ingest) - 3} conversations, "
-                f"{ingest['total']['chunks']:.0f} chunks"
+                f"full ingest: {waited['ingest_extraction'] + waited['ingest_resolution']:.1f} s "
+                f"waiting on the model, {len(graphs) - 1} conversations, "
+                f"{graphs['total']['chunks']:.0f} chunks"
             )
-            for key, value in sorted(ingest.items()):
+            for key, value in sorted(graphs.items()):
                 if key.startswith("conv"):
                     per_chunk = value["resolution_pairs_sent"] / max(value["chunks"], 1)
                     print(
-                        f"  {key}: {value['chunks']} chunks, {value['seconds']:.1f} s, "
+                        f"  {key}: {value['chunks']} chunks, "
                         f"resolution pairs sent per chunk {per_chunk:.2f}"
                     )
             print(
-                f"full answer: {answer['seconds']:.1f} s of agent loops, median context "
-                f"{answer['context_tokens_median']:.0f} tokens (max {answer['context_tokens_max']})"
+                f"full answer: {waited['agent']:.1f} s waiting on the model, median context "
+                f"{answer['context_tokens_median']:.0f} tokens (p95 "
+                f"{answer['context_tokens_p95']}, max {answer['context_tokens_max']})"
             )
             print(f"full judge: {judge['judge_calls_per_question']:.2f} calls per question")
             print("\n".join(estimate_table(repo)))

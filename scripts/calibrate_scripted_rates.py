@@ -67,7 +67,11 @@ def tool_results(calls: list[dict[str, Any]]) -> tuple[int, int, int]:
 
 
 def full_rates(repo: RepoCopy) -> dict[str, dict[str, float]]:
-    ingest = repo.read_json("metrics/ingest.json")
+    ingest = repo.read_json("data/ingest/graphs.json")
+    usage = {
+        **repo.read_json("metrics/usage/ingest.json"),
+        **repo.read_json("metrics/usage/answer.json"),
+    }
     total = ingest["total"]
     convs = {k: v for k, v in ingest.items() if k.startswith("conv")}
     chunks = total["chunks"]
@@ -112,9 +116,9 @@ def full_rates(repo: RepoCopy) -> dict[str, dict[str, float]]:
     entity_sent, statement_sent = total["resolution_pairs_sent"], total["link_pairs_sent"]
     resolve_prompt = sum(prompt_tokens(c) for c in by_task["resolve"])
     link_prompt = sum(prompt_tokens(c) for c in by_task["link"])
-    pair_completion = ingest["llm_resolution"]["completion_tokens"]
+    pair_completion = usage["resolution"]["completion_tokens"]
     steps, rows, tool_tokens = tool_results(calls)
-    agent = repo.read_json("metrics/answer.json")["agent"]
+    agent = {**repo.read_json("data/answer/summary.json"), **usage["agent"]}
     return {
         "ingest": {
             "entities_per_chunk": per_chunk_entities,
@@ -124,7 +128,7 @@ def full_rates(repo: RepoCopy) -> dict[str, dict[str, float]]:
             "statement_labels_in_use": statement_labels,
             "entity_lookalike_rate": bisect(entity_pairs, entity_sent),
             "statement_overlap_rate": bisect(statement_pairs, statement_sent),
-            "extraction_completion_tokens": ingest["llm_extraction"]["completion_tokens"] / chunks,
+            "extraction_completion_tokens": usage["extraction"]["completion_tokens"] / chunks,
             "tokens_per_entity_pair": (
                 resolve_prompt - len(by_task["resolve"]) * count_tokens(RESOLVE_SYSTEM)
             )
@@ -146,7 +150,7 @@ def full_rates(repo: RepoCopy) -> dict[str, dict[str, float]]:
 
 def lite_match_share(repo: RepoCopy) -> float:
     """Rows of a tool result over the items of the (small) graph it searched."""
-    total = repo.read_json("metrics/ingest.json")["total"]
+    total = repo.read_json("data/ingest/graphs.json")["total"]
     items = total["chunks"] + total["entities"] + total["statements"]
     steps, rows, _ = tool_results(repo.model_calls())
     return rows / steps / items

@@ -3,12 +3,16 @@
 Per conversation: start its own Neo4j, import the ingest stage's graph file, answer that
 conversation's questions with the tool-using agent (memory/agent.py), stop the server. Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
-(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` and `metrics/answer.json`.
+(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the model),
+`data/answer/summary.json` (counts, steps and the agent's context size),
+`metrics/usage/answer.json` (the model calls and tokens the answers took) and
+`metrics/answer.json` (the phase's seconds: wall time never goes into a DVC out).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -31,9 +35,11 @@ from stages.common import (
     read_jsonl,
     remove_outputs,
     run_stage,
+    stage_seconds,
     write_json,
     write_jsonl,
 )
+from stages.usage import usage_path, write_usage
 from stages.workdir import stage_workdir
 
 QUESTIONS = Path("data/slice/questions.jsonl")
@@ -57,8 +63,15 @@ def searchable_items(graph_file: Path) -> int:
         return sum(1 for node in nodes if node is not None and node.get("label") in SEARCHABLE)
 
 
+def nearest_rank(values: list[int], share: float) -> int:
+    """The smallest value with at least `share` of the values at or below it (one of them)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
 def summarize(traces: list[Trace]) -> dict[str, Any]:
-    """metrics/answer.json: counts, steps, calls, tokens and context size (numbers only)."""
+    """data/answer/summary.json: counts, steps and the agent's context size per question (the
+    largest prompt of its calls: median, 95th percentile by nearest rank, max)."""
     if not traces:
         return {"questions": 0}
     contexts = [t.max_context_tokens for t in traces]
@@ -69,12 +82,18 @@ def summarize(traces: list[Trace]) -> dict[str, Any]:
         "tool_calls": sum(len(t.tool_calls) for t in traces),
         "tool_errors": sum(1 for t in traces for c in t.tool_calls if c.error),
         "steps_mean": statistics.fmean(t.steps for t in traces),
+        "context_tokens_median": statistics.median(contexts),
+        "context_tokens_p95": nearest_rank(contexts, 0.95),
+        "context_tokens_max": max(contexts),
+    }
+
+
+def usage(traces: list[Trace]) -> dict[str, int]:
+    """The agent's calls and tokens, from the traces (the same when served from the cache)."""
+    return {
         "calls": sum(t.calls for t in traces),
         "prompt_tokens": sum(t.prompt_tokens for t in traces),
         "completion_tokens": sum(t.completion_tokens for t in traces),
-        "context_tokens_median": statistics.median(contexts),
-        "context_tokens_max": max(contexts),
-        "seconds": sum(t.seconds for t in traces),
     }
 
 
@@ -91,7 +110,7 @@ def main() -> None:
         raise DataError(
             f"no graph for conversation(s) {', '.join(missing)} in {GRAPHS}: run `dvc repro ingest`"
         )
-    remove_outputs(OUT_DIR, METRICS)
+    remove_outputs(OUT_DIR, METRICS, usage_path("answer"))
 
     accounting = Accounting()
     agent = open_model("agent", accounting=accounting)
@@ -137,12 +156,19 @@ def main() -> None:
             "mode": mode,
             "models": [agent.metadata()],
             "test_model": agent.test_model,
-            "estimate": {"calls": estimate.calls, "tokens": estimate.tokens},
         },
     )
+    write_json(OUT_DIR / "summary.json", summarize(ordered))
+    write_usage("answer", {"agent": usage(ordered)})
+    # The model layer's wait on the agent's calls (none for cache hits): metrics only.
     write_json(
         METRICS,
-        {"agent": summarize(ordered), "llm_agent": accounting.to_metrics().get("agent", {})},
+        {
+            "seconds": {
+                "agent": accounting.to_metrics()["agent"]["seconds"],
+                "stage": stage_seconds(),
+            }
+        },
     )
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +24,10 @@ FLOAT_DIGITS = 6
 UMASK = os.umask(0)
 """The process's umask (read once: os.umask can only be read by setting it)."""
 os.umask(UMASK)
+
+STARTED = time.monotonic()
+"""When this stage process started (stages import this module first): its wall time is measured
+from here, and written to metrics only (`seconds.stage`), never to an out."""
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -99,6 +104,11 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def stage_seconds() -> float:
+    """Wall time of this stage process so far."""
+    return round(time.monotonic() - STARTED, 3)
 
 
 def write_json(path: Path, value: Any) -> None:

@@ -3,7 +3,10 @@
 Per conversation of the current slice: chunk, extract, resolve, link (memory/ingest.py), then
 start its own Neo4j server, write the graph, export it to the deterministic JSONL file that is this
 stage's out (`data/ingest/conv<N>.jsonl`), and stop the server. Also writes `data/ingest/run.json`
-(the models used, and whether a test model made this run) and `metrics/ingest.json`.
+(the models used, and whether a test model made this run), `data/ingest/graphs.json` (the counts
+of each conversation's graph, and their total), `metrics/usage/ingest.json` (the model calls and
+tokens the graphs took, stages/usage.py) and `metrics/ingest.json` (the seconds of each phase:
+wall time never goes into a DVC out).
 
 Interrupted and run again: every finished model call comes from the call cache, and the graph is
 rebuilt from scratch in a fresh server (MERGE on stable ids: no duplicate nodes).
@@ -18,8 +21,8 @@ from typing import Any
 
 from clients.accounting import Accounting
 from clients.graph import start_graph
-from clients.llm import LlmClient, open_model
-from memory.estimate import IngestEstimate, estimate_ingest
+from clients.llm import ChatModel, LlmClient, open_model
+from memory.estimate import estimate_ingest
 from memory.ingest import ConversationGraph, IngestSettings, build_graph
 from schemas.errors import check_failed_share
 from schemas.params import EstimateParams, GraphParams, IngestParams
@@ -30,8 +33,10 @@ from stages.common import (
     load_params,
     remove_outputs,
     run_stage,
+    stage_seconds,
     write_json,
 )
+from stages.usage import CountedModel, usage_path, write_usage
 from stages.workdir import stage_workdir
 
 SLICE_CHATS = Path("data/slice/chats")
@@ -61,12 +66,9 @@ def load_chats(folder: Path) -> list[ChatSlice]:
     return [ChatSlice.model_validate_json(f.read_text(encoding="utf-8")) for f in files]
 
 
-def summarize(graphs: list[ConversationGraph], seconds: dict[str, float]) -> dict[str, Any]:
-    """metrics/ingest.json: per conversation and total (numbers only, two levels)."""
-    per_conv = {
-        f"conv{g.conversation_id}": {**g.counts(), "seconds": seconds[g.conversation_id]}
-        for g in graphs
-    }
+def summarize(graphs: list[ConversationGraph]) -> dict[str, Any]:
+    """data/ingest/graphs.json: the counts per conversation and their total."""
+    per_conv = {f"conv{g.conversation_id}": g.counts() for g in graphs}
     total: dict[str, float] = {}
     for counts in per_conv.values():
         for key, value in counts.items():
@@ -79,7 +81,8 @@ def main() -> None:
     params = load_params("ingest", IngestParams)
     graph_params = load_params("graph", GraphParams)
     settings = settings_for(params, mode)
-    remove_outputs(OUT_DIR, METRICS)  # first: a missing slice must not leave the last run's graph
+    # first: a missing slice must not leave the last run's graph
+    remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
     chats = load_chats(SLICE_CHATS)
 
     accounting = Accounting()
@@ -93,8 +96,9 @@ def main() -> None:
             estimate.calls, estimate.tokens, what=f"ingest ({mode}: {len(chats)} conversations)"
         )
 
+    counted = [CountedModel(extraction), CountedModel(resolution)]
     try:
-        graphs, seconds = build_all(chats, settings, extraction, resolution, graph_params)
+        graphs = build_all(chats, settings, counted[0], counted[1], graph_params)
         check_failed_share(
             "ingest",
             "model calls",
@@ -104,21 +108,21 @@ def main() -> None:
             next((g.last_error for g in reversed(graphs) if g.last_error), None),
         )
     except BaseException:
-        remove_outputs(OUT_DIR, METRICS)  # no half-made set of graphs (finished calls are cached)
+        # no half-made set of graphs (finished calls are cached)
+        remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
         raise
-    write_records(graphs, seconds, mode, [extraction, resolution], estimate, accounting)
+    write_records(graphs, mode, [extraction, resolution], counted, accounting)
 
 
 def build_all(
     chats: list[ChatSlice],
     settings: IngestSettings,
-    extraction: LlmClient,
-    resolution: LlmClient,
+    extraction: ChatModel,
+    resolution: ChatModel,
     graph_params: GraphParams,
-) -> tuple[list[ConversationGraph], dict[str, float]]:
+) -> list[ConversationGraph]:
     """Each conversation's graph, built, written to its own server and exported."""
     graphs: list[ConversationGraph] = []
-    seconds: dict[str, float] = {}
     with stage_workdir("beam-ingest-") as workdir:
         for index, chat in enumerate(chats, start=1):
             started = time.monotonic()
@@ -133,7 +137,7 @@ def build_all(
                 store.create_schema()
                 store.write(graph.batch)
                 store.export_jsonl(OUT_DIR / f"conv{chat.conversation_id}.jsonl")
-            seconds[chat.conversation_id] = round(time.monotonic() - started, 3)
+            seconds = time.monotonic() - started
             graphs.append(graph)
             counts = graph.counts()
             print(
@@ -141,21 +145,22 @@ def build_all(
                 f"{counts['chunks']} chunks, "
                 f"{counts['entities']} entities, {counts['statements']} statements, "
                 f"{counts['supersedes']} supersedes, {counts['contradicts']} contradicts "
-                f"({seconds[chat.conversation_id]:.1f} s)",
+                f"({seconds:.1f} s)",
                 file=sys.stderr,
             )
 
-    return graphs, seconds
+    return graphs
 
 
 def write_records(
     graphs: list[ConversationGraph],
-    seconds: dict[str, float],
     mode: str,
     clients: list[LlmClient],
-    estimate: IngestEstimate,
+    counted: list[CountedModel],
     accounting: Accounting,
 ) -> None:
+    """The stage's data outs (results only: byte-identical when re-run from the call cache) and
+    its metrics (seconds per phase: the model layer's wait, none for cache hits)."""
     models = [client.metadata() for client in clients]
     write_json(
         OUT_DIR / "run.json",
@@ -165,14 +170,20 @@ def write_records(
             "test_model": any(m["test_model"] for m in models),
             "empty_extractions": {f"conv{g.conversation_id}": g.empty_chunks for g in graphs},
             "failed_extractions": {f"conv{g.conversation_id}": g.failed_chunks for g in graphs},
-            "estimate": {"calls": estimate.calls, "tokens": estimate.tokens},
         },
     )
+    write_json(OUT_DIR / "graphs.json", summarize(graphs))
+    write_usage("ingest", {model.role: model.usage() for model in counted})
     llm = accounting.to_metrics()
-    metrics = summarize(graphs, seconds)
-    for phase in ("extraction", "resolution"):
-        metrics[f"llm_{phase}"] = llm.get(phase, {})
-    write_json(METRICS, metrics)
+    write_json(
+        METRICS,
+        {
+            "seconds": {
+                **{f"ingest_{p}": llm[p]["seconds"] for p in ("extraction", "resolution")},
+                "stage": stage_seconds(),
+            }
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """judge: score each answer against its rubric with the benchmark's own scorer prompts.
 
-Produces one `Judgement` per question and the judge metrics (`summarize`). This module is the
+Produces one `Judgement` per question and the judge's summary (`summarize`). This module is the
 pure core: the prompts are read from the benchmark's pinned source files by parsing them with
 `ast` (never importing or executing them), and every model call goes through an injected
 `ask(messages) -> str | None` callable (None: the call failed), so all of it runs offline.
@@ -52,9 +52,11 @@ from stages.common import (
     read_jsonl,
     remove_outputs,
     run_stage,
+    stage_seconds,
     write_json,
     write_jsonl,
 )
+from stages.usage import CountedModel, usage_path, write_usage
 
 ITEM_PROMPT_NAME = "unified_llm_judge_base_prompt"
 EQUIVALENCE_FUNCTION = "llm_equivalence"
@@ -446,10 +448,15 @@ def score_item(rubric_item: str, reply: str | None) -> ItemScore:
             score=0.0,
             parse_error=True,
             error=f"no valid top-level verdict ({problems}): {reply[:200]!r}",
+            reply=reply,
         )
     except ValueError as exc:  # UnusableReply: no JSON, or cut off
-        return ItemScore(rubric_item=rubric_item, score=0.0, parse_error=True, error=str(exc))
-    return ItemScore(rubric_item=rubric_item, score=verdict.score, reason=verdict.reason)
+        return ItemScore(
+            rubric_item=rubric_item, score=0.0, parse_error=True, error=str(exc), reply=reply
+        )
+    return ItemScore(
+        rubric_item=rubric_item, score=verdict.score, reason=verdict.reason, reply=reply
+    )
 
 
 _YES = re.compile(r"\byes\b")
@@ -685,10 +692,11 @@ def _group(js: Sequence[Judgement]) -> dict[str, float | int | None]:
 def summarize(
     judgements: Sequence[Judgement], rubrics: Sequence[Rubric]
 ) -> dict[str, dict[str, float | int | None]]:
-    """Judge metrics: one group per ability (all ten always present, null scores where an ability
-    has no question) and `overall`. Ability score = mean over its questions; overall score = mean
-    over all questions, `macro_score` = mean of the ability scores. event_ordering also carries
-    the means of event_f1 and event_tau_norm. Every rubric must have exactly one judgement."""
+    """data/judge/summary.json: one group per ability (all ten always present, null scores where
+    an ability has no question) and `overall`. Ability score = mean over its questions; overall
+    score = mean over all questions, `macro_score` = mean of the ability scores. event_ordering
+    also carries the means of event_f1 and event_tau_norm. Every rubric must have exactly one
+    judgement."""
     by_id = {r.question_id: r for r in rubrics}
     seen: set[str] = set()
     for j in judgements:
@@ -804,7 +812,7 @@ def main() -> None:
         )
     prompts = load_prompts(params)
     out_dir, metrics_path = Path("data/judge"), Path("metrics/judge.json")
-    remove_outputs(out_dir, metrics_path)
+    remove_outputs(out_dir, metrics_path, usage_path("judge"))
 
     accounting = Accounting()
     judge = open_model("judge", accounting=accounting)
@@ -815,6 +823,7 @@ def main() -> None:
     )
     if judge.budget is not None:
         judge.budget.check_estimate(planned.calls, planned.tokens, what=f"judge ({mode})")
+    counted = CountedModel(judge)
 
     # Rubric items of every question but event ordering are independent: run them as one
     # concurrent batch, then score each question from the replies.
@@ -833,14 +842,14 @@ def main() -> None:
             failures.append(completion.error)
 
     for messages, completion in zip(
-        batch, judge.run_batch([_request(m, JUDGE_TASK) for m in batch]), strict=True
+        batch, counted.run_batch([_request(m, JUDGE_TASK) for m in batch]), strict=True
     ):
         keep(messages, completion)
 
     def ask(messages: list[Message]) -> str | None:
         key = _key(messages)
         if key not in replies:  # event ordering: one call at a time, each depends on the last
-            keep(messages, judge.complete(_request(messages, EQUIVALENCE_TASK)))
+            keep(messages, counted.complete(_request(messages, EQUIVALENCE_TASK)))
         return replies[key]
 
     judgements: list[Judgement] = []
@@ -890,17 +899,27 @@ def main() -> None:
         out_dir / "run.json",
         {"mode": mode, "models": [judge.metadata()], "test_model": judge.test_model},
     )
-    metrics: dict[str, Any] = dict(summarize(judgements, list(rubrics.values())))
+    write_usage("judge", {"judge": counted.usage()})
+    summary: dict[str, Any] = dict(summarize(judgements, list(rubrics.values())))
     for group, members in [
         ("overall", rows),
         *[(a, [r for r in rows if r["ability"] == a]) for a in ABILITIES],
     ]:
         recalls = [r["evidence_recall"] for r in members if r["evidence_recall"] is not None]
-        metrics[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
-        metrics[group]["error_questions"] = sum("error" in r["flags"] for r in members)
-    metrics["overall"]["failed_calls"] = len(failures)
-    metrics["llm_judge"] = accounting.to_metrics().get("judge", {})
-    write_json(metrics_path, metrics)
+        summary[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
+        summary[group]["error_questions"] = sum("error" in r["flags"] for r in members)
+    summary["overall"]["failed_calls"] = len(failures)
+    write_json(out_dir / "summary.json", summary)
+    # The model layer's wait on the judge's calls (none for cache hits): metrics only.
+    write_json(
+        metrics_path,
+        {
+            "seconds": {
+                "judge": accounting.to_metrics()["judge"]["seconds"],
+                "stage": stage_seconds(),
+            }
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Reads the parquet only if its bytes hash to verify-hash's receipt, then writes
 pinned message (params `repair`: conversation 4, message 97) keeps its first `sound_chars`
 characters followed by a short marker saying how many characters were cut. Before cutting it
 checks the message's sha256 against the pin (never cut blindly) and that everything after the
-sound text is filler (spaces, `|`, `\\`, newlines). What was done goes to `metrics/repair.json`.
+sound text is filler (spaces, `|`, `\\`, newlines). What was done goes to
+`data/repair/record.json` (a fact of the pinned release, not a measure: no DVC metric).
 
 The pin was made from the public repository's copy of the chats (`../shared/beam`), because the
 release file cannot be downloaded on the machines the project was built on. If a verified
@@ -40,7 +41,7 @@ from stages.common import (
 from stages.verify_hash import RECEIPT, Receipt, digest_bytes, read_receipt
 
 REPAIR_OUT = Path("data/repair/dataset.parquet")
-METRICS = Path("metrics/repair.json")
+RECORD = Path("data/repair/record.json")
 FILLER_CHARS = frozenset(" |\\\n")
 REQUIRED_COLUMNS = ("conversation_id", "chat")
 PIN_PROVENANCE = (
@@ -52,7 +53,7 @@ REPIN_COMMAND = "uv run --frozen python -m stages.repair --repin"
 
 
 class RepairRecord(BaseModel):
-    """What the cut did, as written to metrics/repair.json (numbers only)."""
+    """What the cut did, as written to data/repair/record.json."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     conversation_id: int
@@ -201,17 +202,17 @@ def encode_table(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def repair(receipt_path: Path, params: RepairParams, out: Path, metrics: Path) -> RepairRecord:
-    """Read the verified parquet, repair, write `out` and `metrics`; nothing stale on failure."""
-    remove_outputs(out, metrics)
+def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Path) -> RepairRecord:
+    """Read the verified parquet, repair, write `out` and the record; nothing stale on failure."""
+    remove_outputs(out, record_path)
     receipt = read_receipt(receipt_path)
     table = load_table(read_verified(receipt), receipt.path)
     repaired, record = repair_table(table, params, receipt.path)
     try:
         write_atomic(out, encode_table(repaired))
-        write_json(metrics, record.model_dump())
+        write_json(record_path, record.model_dump())
     except BaseException:
-        remove_outputs(out, metrics)
+        remove_outputs(out, record_path)
         raise
     return record
 
@@ -266,7 +267,7 @@ def main() -> None:
         sha = repin(RECEIPT, params, Path(PARAMS_FILE))
         print(f"repair: re-pinned repair.original_sha256 to {sha} in {PARAMS_FILE}")
         return
-    record = repair(RECEIPT, params, REPAIR_OUT, METRICS)
+    record = repair(RECEIPT, params, REPAIR_OUT, RECORD)
     print(
         f"repair: conversation {record.conversation_id} message {record.message_id}: kept "
         f"{record.chars_kept:,} of {record.chars_before:,} characters, cut {record.chars_cut:,} "

@@ -1,10 +1,13 @@
 """report: the record of a run — metrics for `dvc metrics show`, plots, and reports/memory.md.
 
-Reads what the other stages wrote (metrics/ingest.json, metrics/answer.json, metrics/judge.json,
-data/judge/questions.jsonl, the run.json of ingest, answer and judge) and the pins in params.yaml;
-computes seeded bootstrap confidence intervals (resampling questions) per ability and overall,
-and the dry-run estimate per phase beside the actual figures. Writes `metrics/report.json`,
-`metrics/plots/abilities.csv`, `metrics/plots/cost.csv` and `reports/memory.md`.
+Reads the results the other stages wrote (data/judge/questions.jsonl and summary.json,
+data/answer/summary.json, data/ingest/graphs.json, the run.json of ingest, answer and judge with
+the models), the calls and tokens each phase took (metrics/usage/<stage>.json) and the pins in
+params.yaml, never the stages' metrics files: those hold wall time, which would make the report
+stale after a re-run that changed no result. Computes seeded bootstrap confidence intervals
+(resampling questions) per ability and overall, and the dry-run estimate per phase beside the
+actual figures. Writes `metrics/report.json` (the headline), `metrics/plots/abilities.csv`,
+`metrics/plots/cost.csv` and `reports/memory.md`.
 `python -m stages.report --print` prints the record in the terminal.
 """
 
@@ -16,12 +19,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from memory.cost import PhaseEstimate
-from memory.estimate import estimate_run
 from schemas.errors import DataError
 from schemas.params import (
     AnswerParams,
@@ -42,19 +41,27 @@ from stages.common import (
     write_atomic,
     write_json,
 )
-from stages.ingest import load_chats, settings_for
-from stages.judge import load_prompts, scorer_present
+
+if TYPE_CHECKING:
+    from memory.cost import PhaseEstimate
+
+# The stage's heavy imports (numpy, the estimator, the judge's and ingest's modules) are made
+# inside the functions that use them, so `python -m stages.report --print` starts at once.
 
 RECORD = Path("reports/memory.md")
+VIEWER = Path("reports/run.html")
+STAGE_METRICS = ("ingest", "answer", "judge")
+"""Stages whose metrics file holds `seconds.stage`, the wall time of their last run."""
 METRICS = Path("metrics/report.json")
 ABILITY_PLOT = Path("metrics/plots/abilities.csv")
 COST_PLOT = Path("metrics/plots/cost.csv")
 COST_PHASES = {
-    "ingest_extraction": ("ingest", "llm_extraction", "extraction"),
-    "ingest_resolution": ("ingest", "llm_resolution", "resolution"),
-    "agent": ("answer", "llm_agent", "agent"),
-    "judge": ("judge", "llm_judge", "judge"),
+    "ingest_extraction": "extraction",
+    "ingest_resolution": "resolution",
+    "agent": "agent",
+    "judge": "judge",
 }
+"""Phase in the report -> the model role whose usage (run.json) and estimate it shows."""
 TEST_MODEL_WARNING = (
     "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
     "that the pipeline runs end to end, not how good any memory system is."
@@ -82,6 +89,8 @@ def bootstrap_interval(
     """Percentile interval of the mean, resampling the values with replacement (seeded)."""
     if not values:
         return None, None
+    import numpy as np
+
     data = np.asarray(values, dtype=float)
     rng = np.random.default_rng(list(seed))
     means = data[rng.integers(0, len(data), size=(samples, len(data)))].mean(axis=1)
@@ -126,24 +135,23 @@ def score_table(
 
 
 def cost_table(
-    metrics: Mapping[str, Mapping[str, Any]], estimate: Mapping[str, PhaseEstimate]
-) -> dict[str, dict[str, float]]:
-    """Actual calls, tokens and seconds per phase (and total), with the estimate beside them."""
-    table: dict[str, dict[str, float]] = {}
-    for phase, (stage, key, estimate_key) in COST_PHASES.items():
-        llm = metrics[stage].get(key) or {}
-        planned = estimate[estimate_key]
+    usage: Mapping[str, Mapping[str, int]], estimate: Mapping[str, PhaseEstimate]
+) -> dict[str, dict[str, int]]:
+    """Calls and tokens per phase (and total) that the results took, from metrics/usage/ (the
+    same whether made in this run or served from the call cache), the estimate beside them."""
+    table: dict[str, dict[str, int]] = {}
+    for phase, role in COST_PHASES.items():
+        used = usage.get(role) or {}
+        planned = estimate[role]
         table[phase] = {
-            "calls": llm.get("calls", 0),
-            "cache_hits": llm.get("cache_hits", 0),
-            "tokens": llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0),
-            "seconds": llm.get("seconds", 0.0),
+            "calls": int(used.get("calls", 0)),
+            "tokens": int(used.get("prompt_tokens", 0) + used.get("completion_tokens", 0)),
             "estimate_calls": planned.calls,
             "estimate_tokens": planned.tokens,
         }
     table["total"] = {
         key: sum(row[key] for row in table.values())
-        for key in ("calls", "cache_hits", "tokens", "seconds", "estimate_calls", "estimate_tokens")
+        for key in ("calls", "tokens", "estimate_calls", "estimate_tokens")
     }
     return table
 
@@ -161,17 +169,17 @@ def failure_counts(
     ingest: Mapping[str, Any], answer: Mapping[str, Any], judge: Mapping[str, Any]
 ) -> dict[str, int]:
     """What failed in the run, stage by stage: model calls that failed after their retries (a
-    run has them only where `max_failed_share` tolerated them) and tool errors the agent saw."""
+    run has them only where `max_failed_share` tolerated them) and tool errors the agent saw.
+    From data/ingest/graphs.json, data/answer/summary.json and data/judge/summary.json."""
     total = ingest["total"]
-    agent = answer["agent"]
     return {
         "extraction_calls": int(total.get("failed_extractions", 0)),
         "resolution_calls": int(
             total.get("failed_resolution_calls", 0) + total.get("failed_link_calls", 0)
         ),
-        "questions_in_error": int(agent.get("errors", 0)),
+        "questions_in_error": int(answer.get("errors", 0)),
         "judge_calls": int(judge["overall"].get("failed_calls", 0)),
-        "tool_errors": int(agent.get("tool_errors", 0)),
+        "tool_errors": int(answer.get("tool_errors", 0)),
     }
 
 
@@ -187,54 +195,48 @@ def failure_line(failures: Mapping[str, int]) -> str:
     return f"{verdict} (failed: {parts})."
 
 
+def _numbers(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries that hold a number (DVC drops nulls from its tables, so none is written)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def build_metrics(
     scores: Mapping[str, Mapping[str, Any]],
-    judge: Mapping[str, Any],
-    ingest: Mapping[str, Any],
     answer: Mapping[str, Any],
-    cost: Mapping[str, Mapping[str, float]],
+    cost: Mapping[str, Mapping[str, int]],
     flags: Mapping[str, int],
-    run: Mapping[str, Any],
     failures: Mapping[str, int],
 ) -> dict[str, Any]:
-    """metrics/report.json: numbers only, two levels, every ability always present."""
-    groups = [*ABILITIES, "overall"]
-    total = ingest["total"]
+    """metrics/report.json, the headline: numbers only, two levels, no null.
+
+    `questions` counts every ability, 0 where the mode asks none; `score` and its interval exist
+    for an ability only where it has questions (a missing number, not a null or a made-up 0).
+    Every other key is written in every mode. Wall time is not here: each stage's metrics file
+    holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
+    cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
+    event F1 and tau, flags) is in the record and data/judge/summary.json."""
+    asked = [g for g in (*ABILITIES, "overall") if scores[g]["n"]]
+    overall = scores["overall"]
     return {
-        "score": {g: scores[g]["score"] for g in groups},
+        "score": {g: scores[g]["score"] for g in asked},
+        # an interval needs two questions to resample (with one it would be the score twice)
+        "score_ci_low": {g: scores[g]["ci_low"] for g in asked if scores[g]["n"] >= 2},
+        "score_ci_high": {g: scores[g]["ci_high"] for g in asked if scores[g]["n"] >= 2},
+        "score_excluding_known_bad": _numbers({"overall": overall["score_excluding_known_bad"]}),
+        "evidence_recall": _numbers({"overall": overall["evidence_recall"]}),
+        "questions": {
+            **{g: scores[g]["n"] for g in (*ABILITIES, "overall")},
+            "known_bad_rubric": flags.get("known_bad_rubric", 0),
+        },
+        "agent": _numbers(
+            {
+                "context_tokens_median": answer.get("context_tokens_median"),
+                "context_tokens_p95": answer.get("context_tokens_p95"),
+            }
+        ),
         "failures": dict(failures),
-        "score_ci_low": {g: scores[g]["ci_low"] for g in groups},
-        "score_ci_high": {g: scores[g]["ci_high"] for g in groups},
-        "score_excluding_known_bad": {g: scores[g]["score_excluding_known_bad"] for g in groups},
-        "evidence_recall": {g: scores[g]["evidence_recall"] for g in groups},
-        "questions": {g: scores[g]["n"] for g in groups},
-        "events": {
-            "event_f1": judge["event_ordering"].get("event_f1"),
-            "event_tau_norm": judge["event_ordering"].get("event_tau_norm"),
-        },
-        "flags": dict(flags),
-        "graph": {
-            "chunks": total["chunks"],
-            "entities": total["entities"],
-            "statements": total["statements"],
-            "relationships": total["relationships"],
-            "supersedes": total["supersedes"],
-            "contradicts": total["contradicts"],
-            "empty_extractions": total["empty_extractions"],
-        },
-        "agent": {
-            "context_tokens_median": answer["agent"].get("context_tokens_median"),
-            "steps_mean": answer["agent"].get("steps_mean"),
-        },
         "cost_calls": {p: row["calls"] for p, row in cost.items()},
         "cost_tokens": {p: row["tokens"] for p, row in cost.items()},
-        "cost_seconds": {p: row["seconds"] for p, row in cost.items()},
-        "estimate_calls": {p: row["estimate_calls"] for p, row in cost.items()},
-        "estimate_tokens": {p: row["estimate_tokens"] for p, row in cost.items()},
-        "run": {
-            "test_model": int(bool(run["test_model"])),
-            "judge_is_agent": int(bool(run["judge_is_agent"])),
-        },
     }
 
 
@@ -248,6 +250,53 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _conversation_number(name: str) -> int:
+    digits = name.removeprefix("conv")
+    return int(digits) if digits.isdigit() else -1
+
+
+def _interval(row: Mapping[str, Any]) -> str:
+    """`low–high`; with one question there is nothing to resample: `n = 1`."""
+    if row["n"] == 0:
+        return "–"
+    if row["n"] == 1:
+        return "n = 1"
+    return f"{_fmt(row['ci_low'])}–{_fmt(row['ci_high'])}"
+
+
+def read_times() -> dict[str, float]:
+    """The wall time of each stage's last run, from its metrics file (`seconds.stage`)."""
+    times: dict[str, float] = {}
+    for stage in STAGE_METRICS:
+        path = Path("metrics") / f"{stage}.json"
+        try:
+            seconds = json.loads(path.read_text(encoding="utf-8")).get("seconds", {})
+        except (OSError, ValueError):
+            continue
+        if isinstance(seconds, dict) and isinstance(seconds.get("stage"), int | float):
+            times[stage] = float(seconds["stage"])
+    return times
+
+
+def render_times(times: Mapping[str, float]) -> str:
+    """What `--print` adds below the record: wall time lives in the metrics, never in the
+    record, so that the record of unchanged results stays byte-identical."""
+    if not times:
+        return ""
+    rows = [f"| {stage} | {seconds:,.1f} |" for stage, seconds in times.items()]
+    return "\n".join(
+        [
+            "",
+            "## Wall time of the last run (from `metrics/<stage>.json`)",
+            "",
+            "| stage | seconds |",
+            "|---|---:|",
+            *rows,
+            "",
+        ]
+    )
+
+
 def render_record(
     *,
     run: Mapping[str, Any],
@@ -257,7 +306,7 @@ def render_record(
     rows: Sequence[Mapping[str, Any]],
     judge: Mapping[str, Any],
     ingest: Mapping[str, Any],
-    cost: Mapping[str, Mapping[str, float]],
+    cost: Mapping[str, Mapping[str, int]],
     flags: Mapping[str, int],
     failures: Mapping[str, int],
     confidence: float,
@@ -269,7 +318,7 @@ def render_record(
     overall = scores["overall"]
     out += [
         f"Overall score **{_fmt(overall['score'])}** "
-        f"({confidence:.0%} CI {_fmt(overall['ci_low'])}–{_fmt(overall['ci_high'])}) over "
+        f"({confidence:.0%} CI {_interval(overall)}) over "
         f"{overall['n']} questions; excluding known-bad rubrics "
         f"{_fmt(overall['score_excluding_known_bad'])}.",
         "",
@@ -298,9 +347,7 @@ def render_record(
     ]
     for group in [*ABILITIES, "overall"]:
         row = scores[group]
-        interval = (
-            f"{_fmt(row['ci_low'])}–{_fmt(row['ci_high'])}" if row["ci_low"] is not None else "–"
-        )
+        interval = _interval(row)
         out.append(
             f"| {group} | {row['n']} | {_fmt(row['score'])} | {interval} | "
             f"{_fmt(row['score_excluding_known_bad'])} | {_fmt(row['evidence_recall'])} |"
@@ -329,9 +376,7 @@ def render_record(
         "contradicts | empty extractions |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, counts in ingest.items():
-        if name.startswith("llm_"):
-            continue
+    for name, counts in sorted(ingest.items(), key=lambda item: _conversation_number(item[0])):
         out.append(
             f"| {name} | {_fmt(counts['chunks'])} | {_fmt(counts['entities'])} | "
             f"{_fmt(counts['statements'])} | {_fmt(counts['relationships'])} | "
@@ -340,18 +385,20 @@ def render_record(
         )
     out += [
         "",
-        "## Cost and time",
+        "## Cost",
         "",
-        "| phase | calls | cache hits | tokens | seconds | estimated calls | estimated tokens |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| phase | calls | tokens | estimated calls | estimated tokens |",
+        "|---|---:|---:|---:|---:|",
         *[
-            f"| {phase} | {_fmt(int(r['calls']))} | {_fmt(int(r['cache_hits']))} | "
-            f"{_fmt(int(r['tokens']))} | {_fmt(float(r['seconds']), 1)} | "
+            f"| {phase} | {_fmt(int(r['calls']))} | {_fmt(int(r['tokens']))} | "
             f"{_fmt(int(r['estimate_calls']))} | {_fmt(int(r['estimate_tokens']))} |"
             for phase, r in cost.items()
         ],
         "",
-        "Calls and tokens count the model calls this run made; cache hits were free.",
+        "Calls and tokens are what these results took, whether made in this run or served from "
+        "the call cache (a retried request counts once). The seconds of each phase are in the "
+        "metrics of its stage (`dvc metrics show`), never here: a re-run changes no byte of "
+        "this record.",
         "",
         "## Caveats",
         "",
@@ -383,8 +430,10 @@ def render_record(
 
 
 def write_plots(
-    scores: Mapping[str, Mapping[str, Any]], cost: Mapping[str, Mapping[str, float]]
+    scores: Mapping[str, Mapping[str, Any]], cost: Mapping[str, Mapping[str, int]]
 ) -> None:
+    """The data of dvc.yaml's three plots: score per ability (asked ones) with its interval and
+    n; calls and tokens per phase."""
     lines = ["ability,score,ci_low,ci_high,n"]
     for ability in ABILITIES:
         row = scores[ability]
@@ -400,14 +449,32 @@ def write_plots(
     write_atomic(COST_PLOT, "\n".join(cost_lines) + "\n")
 
 
+CLEAN_EXCEPT = (":!dvc.lock", ":!metrics", ":!reports", ":!params.yaml")
+"""What a run itself changes (and `dvc exp run -S` edits): not a change of the code."""
+
+
 def code_commit() -> str:
+    """HEAD, marked dirty when tracked code differs from it (a run's own records aside)."""
     try:
-        done = subprocess.run(
+        head = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+        if head.returncode != 0:
+            return "unknown (not a git checkout)"
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *CLEAN_EXCEPT],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown (no git)"
-    return done.stdout.strip() if done.returncode == 0 else "unknown (not a git checkout)"
+    commit = head.stdout.strip()
+    files = [line[3:] for line in changed.stdout.splitlines() if line.strip()]
+    if files:
+        return f"{commit} (dirty: {len(files)} changed file(s), e.g. {', '.join(files[:3])})"
+    return commit
 
 
 def run_info(
@@ -424,12 +491,27 @@ def run_info(
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.report", description=__doc__)
-    parser.add_argument("--print", action="store_true", help="print reports/memory.md and exit")
+    parser.add_argument(
+        "--print",
+        action="store_true",
+        help="print reports/memory.md, then the wall time of each stage of the last run, and exit",
+    )
     if parser.parse_args().print:
         if not RECORD.is_file():
             raise DataError(f"{RECORD} does not exist yet: run `dvc repro` first")
         sys.stdout.write(RECORD.read_text(encoding="utf-8"))
+        sys.stdout.write(render_times(read_times()))
         return
+    make_report()
+
+
+def make_report() -> None:
+    from memory.estimate import estimate_run
+    from stages.ingest import load_chats, settings_for
+    from stages.judge import load_prompts, scorer_present
+    from stages.usage import usage_path
+    from stages.viewer import write_viewer
+
     mode = load_mode()
     params = load_params("report", ReportParams)
     ingest_params = load_params("ingest", IngestParams)
@@ -437,16 +519,14 @@ def main() -> None:
     verify = load_params("verify_hash", VerifyHashParams)
     judge_params = load_params("judge", JudgeParams)
     answer_params = load_params("answer", AnswerParams)
-    ingest = _read_json(Path("metrics/ingest.json"))
-    answer = _read_json(Path("metrics/answer.json"))
-    judge = _read_json(Path("metrics/judge.json"))
+    ingest = _read_json(Path("data/ingest/graphs.json"))
+    answer = _read_json(Path("data/answer/summary.json"))
+    judge = _read_json(Path("data/judge/summary.json"))
     rows = _read_rows(Path("data/judge/questions.jsonl"))
-    run = run_info(
-        _read_json(Path("data/ingest/run.json")),
-        _read_json(Path("data/answer/run.json")),
-        _read_json(Path("data/judge/run.json")),
-    )
-    remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT)
+    stages = ("ingest", "answer", "judge")
+    run = run_info(*[_read_json(Path(f"data/{stage}/run.json")) for stage in stages])
+    usage = {role: used for stage in stages for role, used in _read_json(usage_path(stage)).items()}
+    remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
 
     chats: list[ChatSlice] = load_chats(Path("data/slice/chats"))
     rubrics = [
@@ -462,13 +542,13 @@ def main() -> None:
         chats, questions, rubrics, settings, answer_params.max_steps, rates, prompts
     )
     scores = score_table(rows, params)
-    cost = cost_table({"ingest": ingest, "answer": answer, "judge": judge}, estimate)
+    cost = cost_table(usage, estimate)
     flags = {
         flag: sum(flag in r["flags"] for r in rows)
         for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
     }
     failures = failure_counts(ingest, answer, judge)
-    write_json(METRICS, build_metrics(scores, judge, ingest, answer, cost, flags, run, failures))
+    write_json(METRICS, build_metrics(scores, answer, cost, flags, failures))
     write_plots(scores, cost)
     pins = {
         "dataset": f"{fetch.repo_id}@{fetch.revision}:{fetch.filename}",
@@ -496,11 +576,12 @@ def main() -> None:
         confidence=params.confidence,
     )
     write_atomic(RECORD, record)
+    write_viewer(VIEWER)
     overall = scores["overall"]
     print(
         f"report: overall score {_fmt(overall['score'])} over {overall['n']} questions. "
-        f"{failure_line(failures).replace('**', '')} {RECORD} written; "
-        "`python -m stages.report --print` shows it",
+        f"{failure_line(failures).replace('**', '')} {RECORD} written (`python -m "
+        f"stages.report --print` shows it), and the run's page {VIEWER} (open it in a browser)",
         file=sys.stderr,
     )
 

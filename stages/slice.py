@@ -9,7 +9,9 @@ Produces, under `data/slice/`:
 - `questions.jsonl`: `Question` rows, what the agent sees (no rubric, no answer).
 - `rubrics.jsonl`: `Rubric` rows for the judge (rubric, normalized `source_chat_ids`,
   `known_bad_rubric` with its reason).
-and `metrics/slice.json` (sessions, messages, cl100k tokens per slice, questions per ability).
+- `sizes.json`: sessions, messages, cl100k tokens and questions per slice, their total, and the
+  questions per ability.
+and `metrics/slice.json` (`chat.*`, the totals: conversations, sessions, messages, tokens).
 
 The fixture (params `slice.fixture`) pins, per mode, the question ids, the message ids of each
 slice and the sha256 of each slice file; any difference stops the stage. Those pins were made
@@ -376,18 +378,18 @@ def check_pins(built: Built, pin: ModePin, mode: str) -> None:
         )
 
 
-def summarize(built: Built) -> dict[str, dict[str, int]]:
-    """metrics/slice.json: per slice and total counts, and questions per ability (all present)."""
-    metrics: dict[str, dict[str, int]] = {}
+def sizes(built: Built) -> dict[str, dict[str, int]]:
+    """data/slice/sizes.json: per slice and total counts, questions per ability (all present)."""
+    counts: dict[str, dict[str, int]] = {}
     for item in built.slices:
         conv = item.chat.conversation_id
-        metrics[f"conv{conv}"] = {
+        counts[f"conv{conv}"] = {
             "sessions": len(item.chat.sessions),
             "messages": len(item.message_ids),
             "tokens": item.tokens,
             "questions": sum(1 for q in built.questions if q.conversation_id == conv),
         }
-    metrics["total"] = {
+    counts["total"] = {
         "conversations": len(built.slices),
         "sessions": sum(len(s.chat.sessions) for s in built.slices),
         "messages": sum(len(s.message_ids) for s in built.slices),
@@ -395,8 +397,15 @@ def summarize(built: Built) -> dict[str, dict[str, int]]:
         "questions": len(built.questions),
         "known_bad_rubric": sum(1 for r in built.rubrics if r.known_bad_rubric),
     }
-    metrics["questions"] = {a: sum(1 for q in built.questions if q.ability == a) for a in ABILITIES}
-    return metrics
+    counts["questions"] = {a: sum(1 for q in built.questions if q.ability == a) for a in ABILITIES}
+    return counts
+
+
+def summarize(built: Built) -> dict[str, dict[str, int]]:
+    """metrics/slice.json: how much chat the memory system is given (the same keys in every mode;
+    questions are counted in metrics/report.json, per conversation in data/slice/sizes.json)."""
+    total = sizes(built)["total"]
+    return {"chat": {k: total[k] for k in ("conversations", "sessions", "messages", "tokens")}}
 
 
 def repin_fixture(fixture: SliceFixture, built: Mapping[Mode, Built]) -> SliceFixture:
@@ -443,6 +452,7 @@ def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
             write_atomic(tmp / "chats" / f"conv{item.chat.conversation_id}.json", item.text)
         write_jsonl(tmp / "questions.jsonl", built.questions)
         write_jsonl(tmp / "rubrics.jsonl", built.rubrics)
+        write_json(tmp / "sizes.json", sizes(built))
         remove_outputs(out)
         tmp.replace(out)
         write_json(metrics_path, summarize(built))
@@ -503,7 +513,7 @@ def main() -> None:
     built = make_slices(
         REPAIR_OUT, Path(params.fixture), mode, params.tokenizer, SLICE_OUT, METRICS
     )
-    total = summarize(built)["total"]
+    total = sizes(built)["total"]
     print(
         f"slice ({mode}): {total['questions']} questions, {total['messages']} messages in "
         f"{total['sessions']} sessions, {total['tokens']:,} tokens -> {SLICE_OUT}"

@@ -1,5 +1,7 @@
 """The whole pipeline as users drive it, in a temporary copy of the repo: `dvc repro` (lite),
-again with nothing to do, a run killed during ingest and resumed, and `dvc exp run -S mode=full`.
+again with nothing to do, what `dvc metrics show`, `dvc exp show` and `dvc plots show` give, a
+forced re-run from the call cache that changes no out, settings that re-run nothing, a run killed
+during ingest and resumed, and `dvc exp run -S mode=full`.
 
 The copy runs against the loopback Hub mirror, the loopback scorer stand-in and the scripted test
 model; its records measure nothing and never leave the test's temporary folder.
@@ -17,28 +19,136 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
+from schemas.records import ABILITIES
 from tests.conftest import REPO_ROOT
-from tests.support.e2e_repo import repo_copy
+from tests.support.e2e_repo import RepoCopy, repo_copy
+from tests.support.estimates import actual_of, estimate_of
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.beam, pytest.mark.neo4j, pytest.mark.slow]
 STAGES = ("fetch", "verify-hash", "repair", "slice", "ingest", "answer", "judge", "report")
-METRICS = ("repair", "slice", "ingest", "answer", "judge", "report")
+METRICS = ("slice", "ingest", "answer", "judge", "report")
+PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge")
 
-
-README_KEEP = r"Experiment|^score(_ci_low|_ci_high)?\.overall$|^cost_tokens\.total$"
+README_KEEP = (
+    r"Experiment|^mode$|^models\.(agent|judge)\.model$"
+    r"|^score(_ci_low|_ci_high)?\.overall$|^cost_tokens\.total$"
+)
 ESTIMATE_TOLERANCE = 0.15  # issue 7: the dry run within 15% of the run, phase by phase
+MAX_METRIC_COLUMNS = 80
+HEADLINE_KEYS = {
+    # metrics/report.json, the same in every mode (score and its interval: the abilities asked)
+    "score_excluding_known_bad": {"overall"},
+    "evidence_recall": {"overall"},
+    "questions": {*ABILITIES, "overall", "known_bad_rubric"},
+    "agent": {"context_tokens_median", "context_tokens_p95"},
+    "failures": {
+        "extraction_calls",
+        "resolution_calls",
+        "questions_in_error",
+        "judge_calls",
+        "tool_errors",
+    },
+    "cost_calls": {*PHASES, "total"},
+    "cost_tokens": {*PHASES, "total"},
+}
+STAGE_METRICS = {
+    "slice": {"chat": {"conversations", "sessions", "messages", "tokens"}},
+    "ingest": {"seconds": {"ingest_extraction", "ingest_resolution"}},
+    "answer": {"seconds": {"agent"}},
+    "judge": {"seconds": {"judge"}},
+}
 
 
-def assert_estimate_close(report: dict[str, dict[str, float]]) -> None:
+def assert_estimate_close(repo: RepoCopy) -> None:
     """The dry-run estimate (test model's rates, tests/support/e2e_repo.py) against the run."""
+    actual, estimate = actual_of(repo), estimate_of(repo)
     for kind in ("calls", "tokens"):
-        actual, estimate = report[f"cost_{kind}"], report[f"estimate_{kind}"]
-        for phase in ("ingest_extraction", "ingest_resolution", "agent", "judge", "total"):
-            assert actual[phase] > 0, (kind, phase)
-            off = abs(estimate[phase] - actual[phase]) / actual[phase]
-            assert off <= ESTIMATE_TOLERANCE, (kind, phase, actual[phase], estimate[phase])
+        for phase in (*PHASES, "total"):
+            got, planned = actual[phase][kind], estimate[phase][kind]
+            assert got > 0, (kind, phase)
+            off = abs(planned - got) / got
+            assert off <= ESTIMATE_TOLERANCE, (kind, phase, got, planned)
+
+
+def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
+    """The headline's keys (every ability counted, a score only where asked, no null), the
+    stages' few keys, and no more metric columns in `dvc exp show` than MAX_METRIC_COLUMNS;
+    returns their number."""
+    report = repo.read_json("metrics/report.json")
+    assert {k: set(v) for k, v in report.items() if k in HEADLINE_KEYS} == HEADLINE_KEYS
+    for group in ("score", "score_ci_low", "score_ci_high"):
+        assert set(report[group]) == {*asked, "overall"}, group
+    assert set(report) == {*HEADLINE_KEYS, "score", "score_ci_low", "score_ci_high"}
+    assert all(report["questions"][a] == 0 for a in set(ABILITIES) - asked)
+    for name, groups in STAGE_METRICS.items():
+        values = repo.read_json(f"metrics/{name}.json")
+        assert {k: set(v) for k, v in values.items()} == groups, name
+    files = [repo.read_json(f"metrics/{name}.json") for name in METRICS]
+    numbers = [v for f in files for group in f.values() for v in group.values()]
+    assert all(isinstance(v, int | float) for v in numbers)  # no null, no text: DVC keeps all
+    keys = {f"{group}.{key}" for f in files for group, values in f.items() for key in values}
+    assert len(keys) == len(numbers), "two metrics files share a key"
+    header = repo.dvc("exp", "show", "--csv").splitlines()[0].split(",")
+    assert keys <= set(header)
+    params = _params_columns(repo)
+    fixed = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
+    other = [c for c in header if c not in keys | params | fixed and "/" not in c]
+    assert not other, f"columns that are neither metrics, params nor deps: {other}"
+    assert len(keys) <= MAX_METRIC_COLUMNS, sorted(keys)
+    print(f"\n{len(keys)} metric columns in `dvc exp show --csv` ({len(header)} columns in all)")
+    return len(keys)
+
+
+def _params_columns(repo: RepoCopy) -> set[str]:
+    def flat(node: object, prefix: str) -> set[str]:
+        if isinstance(node, dict):
+            return {k for key, v in node.items() for k in flat(v, f"{prefix}{key}.")}
+        return {prefix[:-1]}
+
+    return flat(yaml.safe_load((repo.path / "params.yaml").read_text()), "")
+
+
+def assert_plots(repo: RepoCopy) -> None:
+    """`dvc plots show` draws the three charts of dvc.yaml, each once, from the report's data."""
+    shown = json.loads(_stdout(repo, "plots", "show", "--json"))["data"]
+    assert list(shown) == ["score_per_ability", "calls_per_phase", "tokens_per_phase"]
+    for name, (x, y) in {
+        "score_per_ability": ("score", "ability"),
+        "calls_per_phase": ("calls", "phase"),
+        "tokens_per_phase": ("tokens", "phase"),
+    }.items():
+        (plot,) = shown[name]
+        content = plot["content"]
+        values = content["data"]["values"]
+        assert values and all(x in row and y in row for row in values), name
+        if y == "phase":
+            assert [row["phase"] for row in values] == list(PHASES)
+            assert content["encoding"]["x"]["scale"] == {"zero": True}, name
+        else:
+            layers = [layer["mark"]["type"] for layer in content["layer"]]
+            assert layers == ["bar", "rule", "text"]  # score, interval, n
+            assert all({"ci_low", "ci_high", "n"} <= set(row) for row in values)
+
+
+def _stdout(repo: RepoCopy, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "dvc", *args],
+        cwd=repo.path,
+        env=repo.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return done.stdout
+
+
+def stale_stages(repo: RepoCopy) -> set[str]:
+    """The stages `dvc status` finds changed."""
+    return set(json.loads(_stdout(repo, "status", "--json")))
 
 
 def _request_key(call: dict[str, object]) -> str:
@@ -55,15 +165,14 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
         for name in METRICS:
             assert (repo.path / "metrics" / f"{name}.json").is_file(), name
         report = repo.read_json("metrics/report.json")
-        assert report["run"]["test_model"] == 1
         assert report["questions"]["overall"] == 2
-        assert set(report["score"]) >= {"overall", "abstention", "temporal_reasoning"}
-        assert report["score"]["abstention"] is None  # no such question in lite
+        assert report["questions"]["abstention"] == 0  # no such question in lite: no score
+        assert_metrics_layout(repo, {"information_extraction", "multi_session_reasoning"})
         record = (repo.path / "reports" / "memory.md").read_text()
         assert "measure nothing" in record and "conv17:information_extraction:0" in record
         calls = repo.model_calls()
         tasks = Counter(str(c["task"]) for c in calls)
-        assert tasks["extract"] == report["graph"]["chunks"] == 4
+        assert tasks["extract"] == repo.read_json("data/ingest/graphs.json")["total"]["chunks"] == 4
         assert tasks["agent"] >= 2 and tasks["judge"] >= 2
         assert report["cost_calls"]["total"] == len(calls)
         printed = subprocess.run(
@@ -75,27 +184,96 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
             timeout=60,
             check=True,
         ).stdout
-        assert printed == record
+        # the record, then the wall time of each stage from its metrics (never in the record)
+        assert printed.startswith(record) and "| ingest | " in printed[len(record) :]
+        page = (repo.path / "reports" / "run.html").read_text()
+        assert "conv17:information_extraction:0" in page and "<script" in page
         assert (repo.path / "data" / "answer" / "NOTICE").is_file()
 
         second = repo.dvc("repro")
         assert "Running stage" not in second and "Data and pipelines are up to date." in second
         assert len(repo.model_calls()) == len(calls), "an unchanged repro makes no model call"
 
-        shown = repo.dvc("metrics", "show", "--json")
-        assert "metrics/report.json" in shown
-        # the README's narrow view of experiments: just the columns it names
+        shown = json.loads(_stdout(repo, "metrics", "show", "--json"))
+        (files,) = (rev["data"] for rev in shown.values())  # the workspace only
+        assert sorted(files) == sorted(f"metrics/{name}.json" for name in METRICS)
+        # the README's narrow view of experiments: just the columns it names, mode and models
         assert f"--keep '{README_KEEP}'" in (REPO_ROOT / "README.md").read_text()
-        narrow = repo.dvc("exp", "show", "--csv", "--drop", ".*", "--keep", README_KEEP)
-        header = narrow.splitlines()[0].split(",")
-        assert header == [
+        narrow = _stdout(repo, "exp", "show", "--csv", "--drop", ".*", "--keep", README_KEEP)
+        header, row = narrow.splitlines()[:2]
+        assert header.split(",") == [
             "Experiment",
             "cost_tokens.total",
             "score.overall",
             "score_ci_high.overall",
             "score_ci_low.overall",
+            "mode",
+            "models.agent.model",
+            "models.judge.model",
         ], narrow
-        assert_estimate_close(report)
+        assert row.split(",")[-3:] == ["lite", "scripted/rules", ""]  # null judge: the agent's
+        assert_plots(repo)
+        assert_estimate_close(repo)
+
+
+def _outs(root: Path) -> dict[str, bytes]:
+    """Every DVC out of the pipeline: data/, the record, the usage files and the plots' data."""
+    paths = [p for p in (root / "data").rglob("*") if p.is_file()]
+    paths += [root / "reports" / "memory.md", *sorted((root / "metrics" / "usage").glob("*"))]
+    paths += sorted((root / "metrics" / "plots").glob("*"))
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
+
+
+def _metrics_without_timing(root: Path) -> dict[str, object]:
+    """The metrics files, each stage's `seconds` aside (wall time: the one thing that differs)."""
+    out: dict[str, object] = {}
+    for path in sorted((root / "metrics").glob("*.json")):
+        values = json.loads(path.read_text())
+        out[path.name] = {k: v for k, v in values.items() if k != "seconds"}
+    return out
+
+
+def test_a_forced_repro_from_the_call_cache_changes_no_out_and_settings_rerun_nothing(
+    tmp_path: Path, hub_mirror: HubMirror
+) -> None:
+    with repo_copy(tmp_path, hub_mirror) as repo:
+        repo.dvc("repro")
+        outs, metrics = _outs(repo.path), _metrics_without_timing(repo.path)
+        calls = len(repo.model_calls())
+        params = (repo.path / "params.yaml").read_text()
+
+        # How a run is carried out is no param: nothing to re-run.
+        repo.update_params(
+            {
+                "budget": {"lite": {"calls": 39, "tokens": 119_999}, "max_over_estimate": 5.0},
+                "llm": {"concurrency": 1, "timeout_seconds": 30, "max_attempts": 2},
+                "graph": {"heap_mb": 640, "page_cache_mb": 32, "query_timeout_seconds": 20},
+                "fetch": {"timeout_seconds": 30},
+                "judge": {"timeout_seconds": 30, "max_attempts": 2},
+            }
+        )
+        assert stale_stages(repo) == set()
+        # The estimator's rates: only the report, whose record shows the estimate.
+        repo.update_params({"estimate": {"agent": {"calls_per_question": 3}}})
+        assert stale_stages(repo) == {"report"}
+        (repo.path / "params.yaml").write_text(params)
+        # What changes a result does: the agent's model re-runs answer (and the judge, whose
+        # model falls back to the agent's).
+        repo.update_params({"models": {"agent": {"model": "scripted/other", "api_base": None}}})
+        assert stale_stages(repo) == {"answer", "judge"}
+        (repo.path / "params.yaml").write_text(params)
+        assert stale_stages(repo) == set()
+
+        # Every stage again, served from the call cache: the same bytes everywhere but wall time.
+        forced = repo.dvc("repro", "-f")
+        for stage in STAGES:
+            assert f"Running stage '{stage}'" in forced, forced
+        assert len(repo.model_calls()) == calls, "a forced repro made a model call"
+        again = _outs(repo.path)
+        assert sorted(again) == sorted(outs)
+        assert [name for name in outs if again[name] != outs[name]] == []
+        assert _metrics_without_timing(repo.path) == metrics
+        assert stale_stages(repo) == set()
 
 
 def _wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
@@ -163,6 +341,8 @@ def test_full_mode_experiment_completes(tmp_path: Path, hub_mirror: HubMirror) -
         assert shown, "dvc exp show lists the experiment"
         report = repo.read_json("metrics/report.json")
         assert report["questions"]["overall"] == 100
-        assert all(report["questions"][a] == 10 for a in report["questions"] if a != "overall")
-        assert report["graph"]["chunks"] > 500
-        assert_estimate_close(report)
+        assert all(report["questions"][a] == 10 for a in ABILITIES)
+        assert repo.read_json("data/ingest/graphs.json")["total"]["chunks"] > 500
+        assert_metrics_layout(repo, set(ABILITIES))
+        assert_plots(repo)
+        assert_estimate_close(repo)

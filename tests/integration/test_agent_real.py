@@ -23,6 +23,7 @@ from clients.graph import Neo4jGraphStore, start_graph
 from clients.llm import ChatRequest, Completion, LlmClient, ToolCall
 from memory.agent import (
     FINAL_NUDGE,
+    RESULT_CHARS,
     EntityNeighbourhood,
     GraphTools,
     ReadOnlyCypher,
@@ -476,7 +477,10 @@ def test_answer_question_with_the_scripted_model_keeps_a_complete_trace(
     assert trace.reached_message_ids == sorted(record.message_ids)
     assert trace.steps == 1 and trace.calls == 2
     assert trace.prompt_tokens > trace.max_context_tokens > 0 and trace.completion_tokens > 0
-    assert trace.seconds >= 0 and trace.test_model is True
+    assert trace.test_model is True
+    # what the page of the run shows: the tool's result as the model read it, and its turn
+    assert record.turn == 0 and len(trace.turn_texts) == 1
+    assert cid("budget_new") in record.result and len(record.result) <= RESULT_CHARS
     # the model saw the tool's result, and the trace survives a JSONL round trip
     history = model.backend.history  # type: ignore[attr-defined]
     assert [h["tools"] != [] for h in history] == [True, True]
@@ -619,12 +623,14 @@ def test_answer_stage_writes_traces_notice_and_metrics(
     assert "CC BY-SA 4.0" in (out / "NOTICE").read_text()
     run = json.loads((out / "run.json").read_text())
     assert run["test_model"] is True and run["mode"] == "lite"
-    metrics = json.loads((work / "metrics" / "answer.json").read_text())
-    agent = metrics["agent"]
+    agent = json.loads((out / "summary.json").read_text())
     assert agent["questions"] == 2 and agent["errors"] == 0 and agent["empty_answers"] == 0
-    assert agent["calls"] == sum(t.calls for t in traces) == 4
+    usage = json.loads((work / "metrics" / "usage" / "answer.json").read_text())
+    assert usage["agent"]["calls"] == sum(t.calls for t in traces) == 4
     assert agent["context_tokens_max"] == max(t.max_context_tokens for t in traces)
-    assert metrics["llm_agent"]["calls"] == 4
+    assert agent["context_tokens_p95"] == agent["context_tokens_max"]  # nearest rank of two
+    metrics = json.loads((work / "metrics" / "answer.json").read_text())
+    assert list(metrics) == ["seconds"] and metrics["seconds"]["agent"] > 0  # wall time: here only
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     assert [c["task"] for c in calls] == ["agent"] * 4
 

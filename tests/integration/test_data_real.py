@@ -196,7 +196,7 @@ def test_lite_slice_is_the_three_answer_messages(run: Run) -> None:
     assert [r.source_chat_ids for r in rubrics] == [[18], [156, 157]]
     assert not any(r.known_bad_rubric for r in rubrics)
     metrics = json.loads((run.root / "lite.json").read_text())
-    assert 1_200 <= metrics["total"]["tokens"] <= 1_350  # "about 1.28k"
+    assert 1_200 <= metrics["chat"]["tokens"] <= 1_350  # "about 1.28k"
 
 
 def test_full_slices_are_whole_sessions(run: Run) -> None:
@@ -213,7 +213,10 @@ def test_full_slices_are_whole_sessions(run: Run) -> None:
             assert session[0]["role"] == "user" and session[0]["time_anchor"]
             assert not any(m["time_anchor"] for m in session[1:])
         assert all(m.content for s in chat_slice.sessions for m in s.messages)
-    metrics = json.loads((run.root / "full.json").read_text())
+    metrics = json.loads((run.full / "sizes.json").read_text())
+    assert json.loads((run.root / "full.json").read_text())["chat"] == {
+        k: metrics["total"][k] for k in ("conversations", "sessions", "messages", "tokens")
+    }
     assert metrics["total"]["messages"] == 1_254
     assert metrics["total"]["sessions"] == 21
     assert 0.97 * 569_000 <= metrics["total"]["tokens"] <= 1.03 * 569_000  # "about 569k"

@@ -11,55 +11,120 @@ from scripts.sync_dvc_deps import code_deps, sync
 from stages.common import read_params_file
 from tests.conftest import REPO_ROOT
 
+# Only what can change what a stage writes is a param of it: changing anything else re-runs
+# nothing. Read by the stages but deliberately no param (how a run is carried out, not what it
+# finds; tests/e2e/test_pipeline.py changes some of them and expects `dvc status` clean):
+# - llm.timeout_seconds, llm.max_attempts, llm.concurrency, llm.stop_after_failures: when a call
+#   is tried again or given up; a reply that comes after retries is the same reply, and a call
+#   that finally fails stops the stage (or is counted under `max_failed_share`, which is a param);
+# - llm.cache, llm.cache_dir: where finished calls are kept; a cached reply is the reply;
+# - budget.*: spend caps; a stage stops before passing them, it never writes other results;
+# - estimate.* for ingest, answer and judge: they use it only for the budget check before their
+#   first call (the report shows the estimate, so it is a param of the report only);
+# - graph.backend, docker_image, heap_mb, page_cache_mb, start_timeout_seconds,
+#   stop_grace_seconds, query_timeout_seconds, write_batch_size: which Neo4j process holds the
+#   graph and how it is fed; the exported graph and the agent's reads are the same;
+# - fetch.timeout_seconds, judge.base_url, judge.timeout_seconds, judge.max_attempts: how the
+#   pinned files are downloaded; their revision and sha256 pins decide the bytes.
 EXPECTED_PARAMS = {
     "fetch": [
-        "fetch",
-        # what it downloads, not how the judge scores: judge.max_* changes do not re-fetch
+        # what is downloaded: the dataset's repo, revision and file; the scorer's commit, files
+        # (with their sha256) and where they are written
+        "fetch.repo_id",
+        "fetch.repo_type",
+        "fetch.revision",
+        "fetch.filename",
         "judge.scorer_repo",
         "judge.scorer_commit",
         "judge.prompts",
         "judge.compute_metrics",
         "judge.scorer_dir",
-        "judge.base_url",
-        "judge.timeout_seconds",
-        "judge.max_attempts",
     ],
-    "verify-hash": ["verify_hash"],
-    "repair": ["repair"],
-    "slice": ["mode", "slice"],
+    "verify-hash": ["verify_hash"],  # the size and sha256 it checks
+    "repair": ["repair"],  # which message, its pinned hash, where the sound text ends
+    "slice": ["mode", "slice"],  # the mode's question and message ids; the tokenizer
     "ingest": [
-        "mode",
-        "ingest",
-        "graph",
-        "models.extraction",
+        "mode",  # max_llm_pairs is per mode
+        "ingest",  # chunking and resolution shape the graph; max_failed_share accepts a partial
+        "models.extraction",  # model and endpoint are in every request's cache key
         "models.resolution",
-        "llm",
-        "budget",
-        "estimate.ingest",
+        "llm.seed",  # sent with every request and part of its cache key
     ],
-    "answer": ["mode", "answer", "graph", "models.agent", "llm", "budget", "estimate.agent"],
-    "judge": [
-        "mode",
-        "judge",
-        "models.judge",
+    "answer": [
+        "mode",  # written in run.json
+        "answer",  # step limit and result size; max_failed_share accepts failed questions
         "models.agent",
-        "llm",
-        "budget",
-        "estimate.judge",
+        "llm.seed",
+        "graph.row_limit",  # the most rows a read of the agent returns
+        "graph.vector_index",  # the agent's Cypher tool may query the vector index
+        "graph.vector_dimensions",
+    ],
+    "judge": [
+        "mode",  # written in run.json
+        # the scorer's prompts it reads and the pins it checks them against
+        "judge.scorer_repo",
+        "judge.scorer_commit",
+        "judge.prompts",
+        "judge.compute_metrics",
+        "judge.scorer_dir",
+        "judge.max_equivalence_calls",  # past it, event lines count as unmatched
+        "judge.max_failed_share",  # whether failed judge calls are accepted (scored 0)
+        "models.judge",
+        "models.agent",  # the judge's model when models.judge.model is null
+        "llm.seed",
     ],
     "report": [
         "mode",
-        "report",
-        "ingest",
+        "report",  # bootstrap samples, seed and confidence of the intervals
+        # what the record shows and the estimate beside the actual calls and tokens uses
+        "ingest.chunk_tokens",
+        "ingest.max_llm_pairs",
+        "ingest.candidates_per_entity",
+        "ingest.candidates_per_statement",
+        "ingest.pairs_per_call",
         "answer.max_steps",
-        "fetch",
+        # the pins the record prints, and the scorer's prompts the judge's estimate counts
+        "fetch.repo_id",
+        "fetch.revision",
+        "fetch.filename",
         "verify_hash",
         "judge.scorer_repo",
         "judge.scorer_commit",
-        "estimate",
+        "judge.prompts",
+        "judge.compute_metrics",
+        "judge.scorer_dir",
+        "estimate",  # the estimate column of the record's cost table
     ],
 }
 ORDER = list(EXPECTED_PARAMS)
+OPERATIONAL = (
+    "llm.timeout_seconds",
+    "llm.max_attempts",
+    "llm.concurrency",
+    "llm.cache",
+    "llm.cache_dir",
+    "llm.stop_after_failures",
+    "budget",
+    "graph.backend",
+    "graph.docker_image",
+    "graph.heap_mb",
+    "graph.page_cache_mb",
+    "graph.start_timeout_seconds",
+    "graph.stop_grace_seconds",
+    "graph.query_timeout_seconds",
+    "graph.write_batch_size",
+    "fetch.timeout_seconds",
+    "judge.base_url",
+    "judge.timeout_seconds",
+    "judge.max_attempts",
+)
+METRICS_FILES = {
+    "slice": "metrics/slice.json",
+    "ingest": "metrics/ingest.json",
+    "answer": "metrics/answer.json",
+    "judge": "metrics/judge.json",
+    "report": "metrics/report.json",
+}
 
 
 def dvc_stages() -> dict[str, dict[str, object]]:
@@ -92,6 +157,17 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
             node = node[part]
 
 
+def test_no_stage_depends_on_how_a_run_is_carried_out() -> None:
+    """No operational setting is a param, not even through its section (`llm`, `graph`), and
+    the estimator's rates only of the report (the record shows the estimate)."""
+    for name, stage in dvc_stages().items():
+        for key in stage["params"]:  # type: ignore[attr-defined]
+            for setting in OPERATIONAL:
+                assert key != setting and not setting.startswith(f"{key}."), (name, key)
+            if key == "estimate" or key.startswith("estimate."):
+                assert name == "report", (name, key)
+
+
 def test_sync_script_would_change_nothing() -> None:
     text = (REPO_ROOT / "dvc.yaml").read_text()
     assert sync(text) == text
@@ -109,22 +185,49 @@ def test_each_data_dep_is_an_upstream_out_and_records_are_uncached() -> None:
     produced: set[str] = set()
     for name, stage in dvc_stages().items():
         for dep in stage["deps"]:  # type: ignore[attr-defined]
+            # metrics files hold wall time: a stage reading one would go stale on every re-run
+            assert dep not in METRICS_FILES.values(), f"{name} depends on the metrics file {dep}"
             if dep.startswith(("data/", "metrics/")):
                 assert dep in produced, f"{name} depends on {dep}, which no earlier stage makes"
         produced |= _outs(stage)
-        for key in ("metrics", "plots"):
+        for key in ("outs", "metrics", "plots"):
             for item in stage.get(key, []):  # type: ignore[attr-defined]
-                ((path, options),) = item.items()
-                assert path.startswith("metrics/") and options == {"cache": False}
+                path, options = next(iter(item.items())) if isinstance(item, dict) else (item, {})
+                if key != "outs" or path.startswith(("metrics/", "reports/")):
+                    # the records of a run, committed with it
+                    assert path.startswith(("metrics/", "reports/")), path
+                    assert options == {"cache": False}, path
+
+
+def test_metrics_files_are_the_headline_and_the_stages_timings() -> None:
+    declared = {
+        name: [next(iter(item)) for item in stage.get("metrics", [])]  # type: ignore[attr-defined]
+        for name, stage in dvc_stages().items()
+    }
+    assert {name: paths for name, paths in declared.items() if paths} == {
+        name: [path] for name, path in METRICS_FILES.items()
+    }
 
 
 def test_plots_name_files_the_report_writes_and_templates_that_exist() -> None:
+    """Each chart is declared once: at the top level, over a plain out of the report (a stage's
+    `plots:` entry would make `dvc plots show` draw its file again with the default template)."""
     spec = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
-    report_outs = _outs(spec["stages"]["report"])
+    assert all("plots" not in stage for stage in spec["stages"].values())
+    report_outs = {
+        next(iter(item)): item[next(iter(item))]
+        for item in spec["stages"]["report"]["outs"]
+        if isinstance(item, dict)
+    }
+    assert [next(iter(plot)) for plot in spec["plots"]] == [
+        "score_per_ability",
+        "calls_per_phase",
+        "tokens_per_phase",
+    ]
     for plot in spec["plots"]:
         ((_, options),) = plot.items()
         for path in options["y"]:
-            assert path in report_outs
+            assert report_outs[path] == {"cache": False}, path
         template = options["template"]
         builtin = {"bar_horizontal", "linear", "simple", "scatter", "smooth", "confusion"}
         assert (

@@ -432,16 +432,17 @@ def test_stage_process_writes_graph_and_reruns_from_the_cache(
     assert "ingest [1/1] conv17" in first.stderr
     graph_file = work / "data" / "ingest" / "conv17.jsonl"
     run = json.loads((work / "data" / "ingest" / "run.json").read_text())
-    metrics = json.loads((work / "metrics" / "ingest.json").read_text())
+    metrics = json.loads((work / "data" / "ingest" / "graphs.json").read_text())
     assert run["test_model"] is True and run["mode"] == "lite"
     assert {m["role"] for m in run["models"]} == {"extraction", "resolution"}
     assert run["failed_extractions"] == {"conv17": []}
-    calls = {p: metrics[f"llm_{p}"]["calls"] for p in ("extraction", "resolution")}
+    usage = json.loads((work / "metrics" / "usage" / "ingest.json").read_text())
+    calls = {p: usage[p]["calls"] for p in ("extraction", "resolution")}
     assert calls["extraction"] == metrics["conv17"]["chunks"] > 0
     assert calls["resolution"] > 0
     assert len(read_record(record)) == sum(calls.values())
     assert metrics["total"]["chunks"] == metrics["conv17"]["chunks"]
-    # metrics/ingest.json agrees with the graph file
+    # data/ingest/graphs.json agrees with the graph file
     lines = [json.loads(line) for line in graph_file.read_text(encoding="utf-8").splitlines()]
     labels = Counter(line["node"]["label"] for line in lines if "node" in line)
     types = Counter(line["relationship"]["type"] for line in lines if "relationship" in line)
@@ -452,11 +453,17 @@ def test_stage_process_writes_graph_and_reruns_from_the_cache(
     assert labels["Session"] == 2
     first_graph = graph_file.read_bytes()
 
+    outs = {p.name: p.read_bytes() for p in (work / "data" / "ingest").iterdir()}
+    assert sorted(outs) == ["conv17.jsonl", "graphs.json", "run.json"]
+    timing = json.loads((work / "metrics" / "ingest.json").read_text())
+    assert set(timing["seconds"]) == {"ingest_extraction", "ingest_resolution"}
+
     second = run_ingest(work, record)
     assert second.returncode == 0, second.stderr
-    again = json.loads((work / "metrics" / "ingest.json").read_text())
-    for phase in ("extraction", "resolution"):
-        assert again[f"llm_{phase}"]["calls"] == 0, again[f"llm_{phase}"]
-        assert again[f"llm_{phase}"]["cache_hits"] == calls[phase]
     assert len(read_record(record)) == sum(calls.values()), "the second run called the model"
     assert graph_file.read_bytes() == first_graph
+    # served from the call cache: the same outs, byte for byte, and the same usage
+    assert {p.name: p.read_bytes() for p in (work / "data" / "ingest").iterdir()} == outs
+    assert json.loads((work / "metrics" / "usage" / "ingest.json").read_text()) == usage
+    again = json.loads((work / "metrics" / "ingest.json").read_text())
+    assert again == {"seconds": {"ingest_extraction": 0.0, "ingest_resolution": 0.0}}

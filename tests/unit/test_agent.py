@@ -20,6 +20,7 @@ from clients.graph import QueryFailed, Rows, WriteReceipt
 from clients.llm import ChatRequest, Completion, ToolCall
 from memory.agent import (
     FINAL_NUDGE,
+    RESULT_CHARS,
     SYSTEM_PROMPT,
     TEXT_CHARS,
     TOOLS,
@@ -333,6 +334,30 @@ def test_a_run_records_each_call_with_its_ids_and_the_tokens() -> None:
     assert "unknown tool 'no_such_tool'" in error_result["error"]
     assert all(r.tools == TOOLS for r in model.requests)
     assert Trace.model_validate_json(trace.model_dump_json()) == trace
+
+
+def test_a_trace_keeps_each_turns_text_and_each_shortened_result_and_no_wall_clock() -> None:
+    long_fact = statement(1, text="bakery " * 30, messages=[0])
+    store = FakeStore({cypher.AGENT_SEARCH_STATEMENTS: [long_fact] * 40})
+    first = Completion(
+        model="fake",
+        text="  Let me search.  ",
+        tool_calls=(call("search_memory", {"query": "bakery", "kind": "statements"}),),
+        prompt_tokens=10,
+    )
+    model = ScriptedTurns(
+        [first, tool_turn(call("no_such_tool", {}), call("timeline", {})), text_turn("Elm.")]
+    )
+    trace = answer_question(QUESTION, model, GraphTools(store, limit=40), max_steps=5)  # type: ignore[arg-type]
+    assert trace.turn_texts == ["Let me search.", ""]
+    assert [r.turn for r in trace.tool_calls] == [0, 1, 1]
+    search, unknown, _ = trace.tool_calls
+    sent = model.requests[1].messages[-1].content or ""
+    assert len(sent) > RESULT_CHARS  # the model saw the whole result; the trace keeps its start
+    assert len(search.result) == RESULT_CHARS and search.result.endswith("…")
+    assert sent.startswith(search.result[:-1])
+    assert "unknown tool" in json.loads(unknown.result)["error"]
+    assert "seconds" not in Trace.model_fields  # re-run from the call cache: identical bytes
 
 
 def test_the_step_limit_forces_a_final_turn_without_tools() -> None:

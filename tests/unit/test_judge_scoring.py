@@ -79,6 +79,7 @@ def test_reply_scores_one_half_or_zero(reply: str, expected: float) -> None:
     assert item.score == expected
     assert not item.parse_error and item.error is None
     assert item.reason
+    assert item.reply == reply  # the raw reply is kept for the run viewer
 
 
 @pytest.mark.parametrize(
@@ -105,6 +106,7 @@ def test_unparseable_reply_scores_zero_with_parse_error(reply: str, cause: str) 
     assert item.score == 0.0
     assert item.parse_error
     assert item.error is not None and cause in item.error
+    assert item.reply == reply
 
 
 def test_reason_text_is_kept_as_written_even_when_the_reply_needs_repair() -> None:
@@ -117,6 +119,7 @@ def test_failed_call_scores_zero_as_model_error_not_parse_error() -> None:
     assert item.score == 0.0
     assert not item.parse_error
     assert item.error == "the judge call failed"
+    assert item.reply is None
 
 
 def test_question_score_is_the_mean_of_item_scores(prompts: JudgePrompts) -> None:

@@ -128,6 +128,7 @@ def trace_for(question_id: str) -> Trace:
         question_id=question_id,
         answer=answer,
         tool_calls=[],
+        turn_texts=[],
         reached_ids=[],
         reached_message_ids=reached,
         steps=0,
@@ -135,7 +136,6 @@ def trace_for(question_id: str) -> Trace:
         prompt_tokens=10,
         completion_tokens=5,
         max_context_tokens=10,
-        seconds=0.1,
         test_model=True,
         error=error,
     )
@@ -195,6 +195,7 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
     extraction = by_id["conv3:information_extraction:0"]
     assert [i.score for i in extraction.items] == [1.0, 0.0]  # budget named, apartment not
     assert extraction.score == 0.5 and extraction.calls == 2
+    assert all(i.reply and '"score"' in i.reply for i in extraction.items)  # raw reply kept
     assert by_id["conv3:event_ordering:0"].event is not None
     assert by_id["conv3:event_ordering:0"].calls >= 2
     assert "known_bad_rubric" in by_id["conv3:abstention:0"].flags
@@ -213,8 +214,8 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
     assert rows["conv3:temporal_reasoning:0"]["flags"] == ["error"]  # the agent's failure
     assert sum(r["judge_calls"] for r in rows.values()) == sum(j.calls for j in judgements)
 
-    metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
-    assert set(metrics) == {*ABILITIES, "overall", "llm_judge"}
+    metrics = json.loads((out / "summary.json").read_text())
+    assert set(metrics) == {*ABILITIES, "overall"}
     for ability in ABILITIES:
         assert {"score", "questions", "evidence_recall", "error_questions"} <= set(metrics[ability])
     assert metrics["preference_following"]["questions"] == 0
@@ -231,9 +232,14 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
     assert metrics["abstention"]["evidence_recall"] is None
     assert overall["error_questions"] == 1 and metrics["temporal_reasoning"]["error_questions"] == 1
     assert overall["judge_calls"] == sum(j.calls for j in judgements)
-    assert metrics["llm_judge"]["calls"] == overall["judge_calls"]
     run = json.loads((out / "run.json").read_text())
     assert run["test_model"] is True and run["models"][0]["judge_is_agent"] is True
+    usage = json.loads((workdir / "metrics" / "usage" / "judge.json").read_text())
+    assert usage["judge"]["calls"] == overall["judge_calls"]
+    assert usage["judge"]["prompt_tokens"] > 0
+    # the stage's metrics file holds its wall time only
+    timing = json.loads((workdir / "metrics" / "judge.json").read_text())
+    assert list(timing) == ["seconds"] and list(timing["seconds"]) == ["judge"]
 
     # the scripted judge saw the question, the rubric item and the answer in each item prompt
     calls = [json.loads(line) for line in (workdir.parent / "calls.jsonl").read_text().splitlines()]
@@ -248,22 +254,16 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
 @pytest.mark.slow
 def test_a_second_run_makes_no_model_call_and_identical_outputs(workdir: Path) -> None:
     assert run_judge(workdir).returncode == 0
-    names = ("data/judge/judgements.jsonl", "data/judge/questions.jsonl", "data/judge/run.json")
-    first = {n: (workdir / n).read_bytes() for n in names}
-    first_metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
+    names = sorted(p.name for p in (workdir / "data" / "judge").iterdir())
+    assert names == ["judgements.jsonl", "questions.jsonl", "run.json", "summary.json"]
+    first = {n: (workdir / "data" / "judge" / n).read_bytes() for n in names}
+    usage = (workdir / "metrics" / "usage" / "judge.json").read_bytes()
     assert run_judge(workdir).returncode == 0
-    assert {n: (workdir / n).read_bytes() for n in names} == first
+    # served from the call cache: every out the same bytes, the calls and tokens counted alike
+    assert {n: (workdir / "data" / "judge" / n).read_bytes() for n in names} == first
+    assert (workdir / "metrics" / "usage" / "judge.json").read_bytes() == usage
     metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
-    # llm_judge is the run's own accounting: the second run is served from the call cache
-    assert metrics.pop("llm_judge") == {
-        **first_metrics.pop("llm_judge"),
-        "calls": 0,
-        "cache_hits": first_metrics["overall"]["judge_calls"],
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "seconds": 0.0,
-    }
-    assert metrics == first_metrics
+    assert metrics == {"seconds": {"judge": 0.0}}  # no call waited on the model
 
 
 @pytest.mark.slow

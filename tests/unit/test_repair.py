@@ -128,9 +128,9 @@ def test_every_other_value_passes_through_unchanged() -> None:
             assert str(after[key]["content"]).encode() == str(before[key]["content"]).encode()
 
 
-def test_repair_writes_parquet_and_metrics_deterministically(tmp_path: Path) -> None:
+def test_repair_writes_parquet_and_record_deterministically(tmp_path: Path) -> None:
     receipt = verified(tmp_path)
-    out, metrics = tmp_path / "repair" / "dataset.parquet", tmp_path / "metrics" / "repair.json"
+    out, metrics = tmp_path / "repair" / "dataset.parquet", tmp_path / "repair" / "record.json"
 
     record = repair(receipt, params(), out, metrics)
     first = out.read_bytes()
@@ -268,4 +268,4 @@ def test_stage_process_refuses_a_tampered_message_with_exit_2(tmp_path: Path) ->
     assert not (tmp_path / "data" / "repair").exists() or not any(
         (tmp_path / "data" / "repair").iterdir()
     )
-    assert not (tmp_path / "metrics" / "repair.json").exists()
+    assert not (tmp_path / "data" / "repair" / "record.json").exists()

@@ -13,10 +13,13 @@ from schemas.records import ABILITIES
 from stages.report import (
     bootstrap_interval,
     build_metrics,
+    code_commit,
     cost_table,
     failure_counts,
     failure_line,
+    read_times,
     render_record,
+    render_times,
     score_table,
 )
 
@@ -82,22 +85,14 @@ def test_score_table_has_every_ability_and_excludes_known_bad() -> None:
     assert table["overall"]["evidence_recall"] == pytest.approx(0.5)
 
 
+ROLES = ("extraction", "resolution", "agent", "judge")
+
+
 def _inputs() -> dict[str, object]:
     scores = score_table(_rows(), PARAMS)
-    llm = {
-        "calls": 3,
-        "cache_hits": 1,
-        "prompt_tokens": 100,
-        "completion_tokens": 20,
-        "seconds": 1.5,
-    }
-    metrics = {
-        "ingest": {"llm_extraction": llm, "llm_resolution": llm},
-        "answer": {"llm_agent": llm},
-        "judge": {"llm_judge": llm},
-    }
-    estimate = {p: PhaseEstimate(4, 90, 10) for p in ("extraction", "resolution", "agent", "judge")}
-    cost = cost_table(metrics, estimate)
+    usage = {role: {"calls": 3, "prompt_tokens": 100, "completion_tokens": 20} for role in ROLES}
+    estimate = {p: PhaseEstimate(4, 90, 10) for p in ROLES}
+    cost = cost_table(usage, estimate)
     run = {
         "mode": "lite",
         "models": [
@@ -148,7 +143,7 @@ def test_failures_are_counted_from_every_stage_and_lead_the_record() -> None:
     ingest = {
         "total": {"failed_extractions": 2, "failed_resolution_calls": 1, "failed_link_calls": 3}
     }
-    answer = {"agent": {"errors": 1, "tool_errors": 4}}
+    answer = {"errors": 1, "tool_errors": 4}
     judge = {"overall": {"failed_calls": 5}}
     failures = failure_counts(ingest, answer, judge)
     assert failures == {
@@ -167,31 +162,79 @@ def test_failures_are_counted_from_every_stage_and_lead_the_record() -> None:
 
 def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:
     cost = _inputs()["cost"]
-    assert cost["total"]["calls"] == 12 and cost["total"]["tokens"] == 480  # type: ignore[index]
+    assert cost["total"] == {  # type: ignore[index]
+        "calls": 12,
+        "tokens": 480,
+        "estimate_calls": 16,
+        "estimate_tokens": 400,
+    }
     assert cost["judge"]["estimate_calls"] == 4  # type: ignore[index]
+    assert set(cost) == {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}  # type: ignore[arg-type]
 
 
-def test_metrics_are_numbers_two_levels_deep_with_every_ability() -> None:
+def _metrics(rows: list[dict[str, object]]) -> dict[str, dict[str, float]]:
     i = _inputs()
-    ingest_total = {"total": {**i["ingest"]["conv1"]}}  # type: ignore[index]
-    answer = {"agent": {"context_tokens_median": 900.0, "steps_mean": 1.5}}
-    metrics = build_metrics(
-        i["scores"],
-        i["judge"],
-        ingest_total,
+    answer = {"context_tokens_median": 900.0, "context_tokens_p95": 1400, "steps_mean": 1.5}
+    return build_metrics(
+        score_table(rows, PARAMS),
         answer,
-        i["cost"],
-        i["flags"],  # type: ignore[arg-type]
-        i["run"],
-        i["failures"],
-    )  # type: ignore[arg-type]
+        i["cost"],  # type: ignore[arg-type]
+        {"known_bad_rubric": sum("known_bad_rubric" in r["flags"] for r in rows)},  # type: ignore[operator, misc]
+        i["failures"],  # type: ignore[arg-type]
+    )
+
+
+HEADLINE = {
+    "score",
+    "score_ci_low",
+    "score_ci_high",
+    "score_excluding_known_bad",
+    "evidence_recall",
+    "questions",
+    "agent",
+    "failures",
+    "cost_calls",
+    "cost_tokens",
+}
+
+
+def test_metrics_are_the_headline_two_levels_of_numbers_without_null() -> None:
+    metrics = _metrics(_rows())
+    assert set(metrics) == HEADLINE
     for group, values in metrics.items():
         assert isinstance(values, dict), group
         for key, value in values.items():
-            assert value is None or isinstance(value, int | float), (group, key)
-    assert set(metrics["score"]) == {*ABILITIES, "overall"}
-    assert metrics["run"] == {"test_model": 1, "judge_is_agent": 1}
+            assert isinstance(value, int | float), (group, key)
+    # every ability is counted; only the asked ones (and overall) have a score and an interval
+    assert metrics["questions"] == {
+        **dict.fromkeys(ABILITIES, 0),
+        "information_extraction": 2,
+        "temporal_reasoning": 1,
+        "abstention": 1,
+        "overall": 4,
+        "known_bad_rubric": 1,
+    }
+    asked = {"information_extraction", "temporal_reasoning", "abstention", "overall"}
+    assert set(metrics["score"]) == asked
+    for group in ("score_ci_low", "score_ci_high"):  # one question: no interval
+        assert set(metrics[group]) == {"information_extraction", "overall"}, group
+    assert metrics["score_excluding_known_bad"] == {"overall": pytest.approx(2.5 / 3)}
+    assert metrics["agent"] == {"context_tokens_median": 900.0, "context_tokens_p95": 1400}
     assert metrics["failures"]["judge_calls"] == 2
+    phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
+    assert set(metrics["cost_calls"]) == set(metrics["cost_tokens"]) == phases
+    # no wall time: the stages' own metrics files hold their seconds
+    assert not any("seconds" in key for values in metrics.values() for key in values)
+
+
+def test_metrics_keys_do_not_depend_on_the_mode_beyond_the_abilities_asked() -> None:
+    """A run that asks one ability and a run that asks three write the same keys, but for the
+    score (and interval) of the abilities the smaller one does not ask."""
+    small = _metrics(_rows()[:2])
+    large = _metrics(_rows())
+    for group in HEADLINE - {"score", "score_ci_low", "score_ci_high"}:
+        assert set(small[group]) == set(large[group]), group
+    assert set(large["score"]) - set(small["score"]) == {"temporal_reasoning", "abstention"}
 
 
 def test_record_matches_the_golden_file() -> None:
@@ -228,3 +271,66 @@ def _numbers_close(actual: str, expected: str, tolerance: float = 1e-3) -> bool:
         return False
     pairs = zip(number.findall(actual), number.findall(expected), strict=True)
     return all(abs(float(a) - float(b)) <= tolerance for a, b in pairs)
+
+
+def test_the_printed_record_adds_each_stages_wall_time_from_its_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "ingest.json").write_text('{"seconds": {"stage": 12.5}}')
+    (tmp_path / "metrics" / "judge.json").write_text('{"seconds": {"judge": 1.0, "stage": 3.25}}')
+    times = read_times()
+    assert times == {"ingest": 12.5, "judge": 3.25}  # answer has not run: left out
+    printed = render_times(times)
+    assert "| ingest | 12.5 |" in printed and "| judge | 3.2 |" in printed
+    assert render_times({}) == ""
+
+
+def test_the_code_commit_is_marked_dirty_when_tracked_code_changed(tmp_path: Path) -> None:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "dvc.lock").write_text("a\n")
+    git("add", "-A")
+    git("commit", "-qm", "c")
+    old = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        clean = code_commit()
+        (tmp_path / "dvc.lock").write_text("b\n")  # a run's own record: still clean
+        assert code_commit() == clean and "dirty" not in clean
+        (tmp_path / "code.py").write_text("x = 2\n")
+        assert code_commit() == f"{clean} (dirty: 1 changed file(s), e.g. code.py)"
+    finally:
+        os.chdir(old)
+
+
+def test_the_graph_table_lists_conversations_in_numeric_order() -> None:
+    i = _inputs()
+    counts = i["ingest"]["conv1"]  # type: ignore[index]
+    record = render_record(
+        run=i["run"],  # type: ignore[arg-type]
+        pins={"code commit": "0123abc"},
+        settings={},
+        scores=i["scores"],  # type: ignore[arg-type]
+        rows=_rows(),  # type: ignore[arg-type]
+        judge=i["judge"],  # type: ignore[arg-type]
+        ingest={"conv13": counts, "conv4": counts, "conv17": counts, "conv1": counts},
+        cost=i["cost"],  # type: ignore[arg-type]
+        flags=i["flags"],  # type: ignore[arg-type]
+        failures=i["failures"],  # type: ignore[arg-type]
+        confidence=0.95,
+    )
+    graph = record[record.index("## Graph") : record.index("## Cost")]
+    order = [line.split(" | ")[0] for line in graph.splitlines() if line.startswith("| conv")]
+    assert order == ["| conversation", "| conv1", "| conv4", "| conv13", "| conv17"]

@@ -26,6 +26,7 @@ from stages.slice import (
     read_rows,
     render_session,
     repin,
+    sizes,
     summarize,
     to_ranges,
 )
@@ -151,9 +152,18 @@ def test_lite_keeps_only_answer_messages_with_their_sessions_and_dates(
     rubrics = read_jsonl(out / "rubrics.jsonl", Rubric)
     assert [r.source_chat_ids for r in rubrics] == [[18], [34, 35]]
     assert not any(r.known_bad_rubric for r in rubrics)
-    summary = json.loads(metrics.read_text())
+    summary = json.loads((out / "sizes.json").read_text())
     assert summary["total"]["messages"] == 3 and summary["total"]["sessions"] == 2
     assert summary["conv17"]["tokens"] > 0
+    # the metrics keep the totals only, the same keys in every mode
+    assert json.loads(metrics.read_text()) == {
+        "chat": {
+            "conversations": 1,
+            "sessions": 2,
+            "messages": 3,
+            "tokens": summary["total"]["tokens"],
+        }
+    }
 
 
 def test_full_keeps_whole_conversations(tmp_path: Path, data: Path, pinned: Path) -> None:
@@ -163,7 +173,13 @@ def test_full_keeps_whole_conversations(tmp_path: Path, data: Path, pinned: Path
         chat = ChatSlice.model_validate_json((out / "chats" / f"conv{conv}.json").read_text())
         ids = [m.id for s in chat.sessions for m in s.messages]
         assert len(chat.sessions) == sessions and ids == list(range(count))
-    summary = json.loads(metrics.read_text())
+    summary = json.loads((out / "sizes.json").read_text())
+    assert set(json.loads(metrics.read_text())["chat"]) == {
+        "conversations",
+        "sessions",
+        "messages",
+        "tokens",
+    }
     assert summary["total"]["questions"] == 40
     assert summary["questions"] == {a: 4 for a in ABILITIES}
     assert summary["total"]["known_bad_rubric"] == 1
@@ -213,7 +229,8 @@ def test_render_session_is_one_document_per_session(data: Path, pinned: Path) ->
     built = build_mode(read_rows(data), fixture.modes["lite"], {}, "cl100k_base")
     session = built.slices[0].chat.sessions[1]
     assert render_session(session).startswith("Session 3 (July-10-2024)\n[34] user: ")
-    assert summarize(built)["conv17"]["sessions"] == 2
+    assert sizes(built)["conv17"]["sessions"] == 2
+    assert summarize(built)["chat"]["sessions"] == 2
 
 
 # ---- failures -------------------------------------------------------------------------------

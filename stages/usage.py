@@ -1,0 +1,76 @@
+"""The model usage a stage's results took, counted from the completions the stage received.
+
+A completion served from the call cache carries the usage of the reply it stores, so calls and
+tokens counted here are the same for a fresh run and a run served entirely from the cache: the
+report shows them as what the results took (`cost_calls`, `cost_tokens`). They are not results,
+though: a reply that needed a repair turn (clients/llm.py) carries the longer prompt of that turn,
+so a run that recovered from a fault may count more tokens than a clean one. Hence their own
+file, `metrics/usage/<stage>.json` (a plain DVC out beside the metrics, read by the report), and
+not the stage's data/ folder, whose bytes depend on results only. What a process really sent
+(retries, cache hits) is the model layer's `Accounting`; wall time is in the stage's metrics file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from clients.llm import ChatModel, ChatRequest, Completion, Role
+from stages.common import write_json
+
+USAGE_DIR = Path("metrics/usage")
+
+
+def usage_path(stage: str) -> Path:
+    return USAGE_DIR / f"{stage}.json"
+
+
+def write_usage(stage: str, usage: Mapping[str, Mapping[str, int]]) -> None:
+    """metrics/usage/<stage>.json: {role: {calls, prompt_tokens, completion_tokens}}."""
+    write_json(usage_path(stage), usage)
+
+
+class CountedModel:
+    """A `ChatModel` that counts the requests it passes on and the tokens of their replies."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+        self.role: Role = model.role
+        self.test_model = model.test_model
+        self.calls = 0
+        """Requests answered (or failed after their retries), one per request."""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def _count(self, completions: Sequence[Completion]) -> None:
+        for completion in completions:
+            self.calls += 1
+            self.prompt_tokens += completion.prompt_tokens
+            self.completion_tokens += completion.completion_tokens
+
+    def complete(self, request: ChatRequest) -> Completion:
+        completion = self.model.complete(request)
+        self._count([completion])
+        return completion
+
+    def run_batch(
+        self,
+        requests: Sequence[ChatRequest],
+        on_done: Callable[[Completion], None] | None = None,
+    ) -> list[Completion]:
+        completions = self.model.run_batch(requests, on_done)
+        self._count(completions)
+        return completions
+
+    async def acomplete(self, request: ChatRequest) -> Completion:
+        completion = await self.model.acomplete(request)
+        self._count([completion])
+        return completion
+
+    def usage(self) -> dict[str, int]:
+        """{calls, prompt_tokens, completion_tokens}: what metrics/usage/ records for the role."""
+        return {
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }

@@ -1,0 +1,360 @@
+"""The run viewer without a browser: the page's data, the escaping of untrusted text, the page's
+policy, and `write_viewer` over a small run laid out in a temporary folder. The page in a real
+browser, on a real lite run, is tests/browser/test_viewer_page.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory.agent import ToolCallRecord, Trace
+from schemas.errors import DataError
+from schemas.judging import EventAlignment, ItemScore, Judgement
+from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
+from stages.common import write_json, write_jsonl
+from stages.viewer import (
+    CSS,
+    EVIDENCE_CHARS,
+    REACHED_CHARS,
+    SCRIPT,
+    embed_json,
+    render_page,
+    write_viewer,
+)
+
+HOSTILE = '</script><script>window.pwned = 1</script><!-- <img src=x onerror="alert(1)">'
+LONG = "word " * 2000
+
+
+def question(ability: str, index: int = 0) -> Question:
+    return Question(
+        id=f"conv3:{ability}:{index}",
+        conversation_id="3",
+        ability=ability,  # type: ignore[arg-type]
+        index=index,
+        question=f"A question of {ability}?",
+    )
+
+
+QUESTIONS = [question("information_extraction"), question("event_ordering")]
+RUBRICS = [
+    Rubric(
+        question_id=QUESTIONS[0].id,
+        ability="information_extraction",
+        rubric=["LLM response should state: 550 dollars", "LLM response should state: March"],
+        source_chat_ids=[1],
+    ),
+    Rubric(
+        question_id=QUESTIONS[1].id,
+        ability="event_ordering",
+        rubric=["moved in", "signed the lease"],
+        source_chat_ids=[2, 3],
+    ),
+]
+CHAT = ChatSlice(
+    conversation_id="3",
+    sessions=[
+        Session(
+            number=1,
+            date="March-02-2024",
+            date_iso="2024-03-02",
+            messages=[
+                ChatMessage(id=0, role="user", content="never quoted"),
+                ChatMessage(id=1, role="user", content="My budget is 550 dollars. " + HOSTILE),
+                ChatMessage(id=2, role="assistant", content=LONG),
+                ChatMessage(id=3, role="user", content="I signed the lease."),
+                ChatMessage(id=4, role="assistant", content=LONG),
+            ],
+        )
+    ],
+)
+
+
+def trace(question_id: str, answer: str, reached: list[int]) -> Trace:
+    records = [
+        ToolCallRecord(
+            name="search_memory",
+            arguments={"query": "budget", "kind": "all"},
+            raw_arguments='{"query": "budget"}',
+            ids=["conv3:fact:1"],
+            message_ids=reached,
+            result='{"results": [' + json.dumps(HOSTILE) + "]}",
+            turn=0,
+        ),
+        ToolCallRecord(
+            name="no_such_tool",
+            arguments=None,
+            raw_arguments="{oops",
+            ids=[],
+            message_ids=[],
+            result='{"error": "unknown tool"}',
+            turn=1,
+            error="unknown tool 'no_such_tool'",
+        ),
+    ]
+    return Trace(
+        question_id=question_id,
+        answer=answer,
+        tool_calls=records,
+        turn_texts=["Let me look.", ""],
+        reached_ids=["conv3:fact:1"],
+        reached_message_ids=reached,
+        steps=2,
+        calls=3,
+        prompt_tokens=300,
+        completion_tokens=30,
+        max_context_tokens=150,
+        test_model=True,
+    )
+
+
+TRACES = [
+    trace(QUESTIONS[0].id, "Your budget is 550 dollars. " + HOSTILE, [1, 4]),
+    trace(QUESTIONS[1].id, "1. moved in\n2. bought a sofa", [2]),
+]
+JUDGEMENTS = [
+    Judgement(
+        question_id=QUESTIONS[0].id,
+        ability="information_extraction",
+        items=[
+            ItemScore(
+                rubric_item=RUBRICS[0].rubric[0],
+                score=1.0,
+                reason="names the amount",
+                reply='{"score": 1, "reason": "names the amount"}',
+            ),
+            ItemScore(rubric_item=RUBRICS[0].rubric[1], score=0.0, error="the judge call failed"),
+        ],
+        score=0.5,
+        score_excluding_known_bad=0.5,
+        flags=["model_error"],
+        calls=2,
+    ),
+    Judgement(
+        question_id=QUESTIONS[1].id,
+        ability="event_ordering",
+        items=[
+            ItemScore(rubric_item="moved in", score=1.0, reason="matched answer line 1"),
+            ItemScore(rubric_item="signed the lease", score=0.0, reason="no answer line matched"),
+        ],
+        score=0.25,
+        score_excluding_known_bad=0.25,
+        event=EventAlignment(
+            answer_lines=["moved in", "bought a sofa"],
+            matches=[0, None],
+            calls=3,
+            failed_calls=0,
+            precision=0.5,
+            recall=0.5,
+            f1=0.5,
+            tau_b=None,
+            tau_norm=0.5,
+        ),
+        flags=[],
+        calls=3,
+    ),
+]
+ROWS = [
+    {
+        "question_id": QUESTIONS[0].id,
+        "ability": "information_extraction",
+        "score": 0.5,
+        "score_excluding_known_bad": 0.5,
+        "flags": ["model_error"],
+        "evidence_recall": 1.0,
+        "judge_calls": 2,
+    },
+    {
+        "question_id": QUESTIONS[1].id,
+        "ability": "event_ordering",
+        "score": 0.25,
+        "score_excluding_known_bad": 0.25,
+        "flags": [],
+        "evidence_recall": 0.5,
+        "judge_calls": 3,
+    },
+]
+
+
+def report(failures: bool = True) -> dict[str, Any]:
+    groups = ["information_extraction", "event_ordering", "overall"]
+    phases = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
+    out: dict[str, Any] = {
+        "score": {"information_extraction": 0.5, "event_ordering": 0.25, "overall": 0.375},
+        "score_ci_low": dict.fromkeys(groups, 0.25),
+        "score_ci_high": dict.fromkeys(groups, 0.5),
+        "score_excluding_known_bad": dict.fromkeys(groups, 0.375),
+        "evidence_recall": dict.fromkeys(groups, 0.75),
+        "questions": {"information_extraction": 1, "event_ordering": 1, "overall": 2},
+        "cost_calls": dict.fromkeys(phases, 7),
+        "cost_tokens": dict.fromkeys(phases, 1234),
+    }
+    if failures:
+        out["failures"] = {"judge_calls": 1, "tool_errors": 2}
+    return out
+
+
+def lay_out_run(root: Path, *, failures: bool = True) -> None:
+    """A two-question run in `root`, as the pipeline's stages leave it."""
+    chats = root / "data" / "slice" / "chats"
+    chats.mkdir(parents=True)
+    (chats / "conv3.json").write_text(CHAT.model_dump_json(), encoding="utf-8")
+    write_jsonl(root / "data/slice/questions.jsonl", QUESTIONS)
+    write_jsonl(root / "data/slice/rubrics.jsonl", RUBRICS)
+    write_jsonl(root / "data/answer/traces.jsonl", TRACES)
+    write_jsonl(root / "data/judge/judgements.jsonl", JUDGEMENTS)
+    write_jsonl(root / "data/judge/questions.jsonl", ROWS)
+    write_json(root / "metrics/report.json", report(failures))
+    graph = {"chunks": 4, "entities": 11, "statements": 4, "relationships": 52}
+    write_json(root / "data/ingest/graphs.json", {"total": graph, "conv3": graph})
+    events = {"event_ordering": {"event_f1": 0.5, "event_tau_norm": 0.5}}
+    write_json(root / "data/judge/summary.json", events)
+    for stage, role in (("ingest", "extraction"), ("answer", "agent"), ("judge", "judge")):
+        model = {
+            "role": role,
+            "model": "scripted/rules",
+            "api_base": None,
+            "test_model": True,
+            "judge_is_agent": role == "judge",
+        }
+        write_json(root / f"data/{stage}/run.json", {"mode": "lite", "models": [model]})
+
+
+def embedded(page: str) -> Any:
+    found = re.search(r'<script type="application/json" id="run-data">(.*?)</script>', page, re.S)
+    assert found is not None
+    return json.loads(found.group(1))
+
+
+@pytest.fixture()
+def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    lay_out_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_embedded_json_has_no_tag_and_round_trips() -> None:
+    data = {"text": HOSTILE + " & \u2028 <!-- -->", "nested": [{"a": "</SCRIPT >"}]}
+    text = embed_json(data)
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == data
+
+
+def test_the_page_is_self_contained_and_its_policy_allows_only_its_own_css_and_script(
+    run_dir: Path,
+) -> None:
+    page = write_viewer().read_text(encoding="utf-8")
+    # the hostile texts cannot close the data element: only the two script elements close
+    assert page.count("</script>") == 2 and page.count("<script") == 2
+    assert "window.pwned" not in page.split('id="run-data">')[0]
+    # no URL to fetch anything from, and no way for data to become markup
+    assert not re.search(r"\b(src|href)\s*=", page.replace(embed_json(embedded(page)), ""))
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert sink not in SCRIPT
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)
+    assert policy is not None
+    for inline in (CSS, SCRIPT):
+        digest = base64.b64encode(hashlib.sha256(inline.encode()).digest()).decode()
+        assert f"'sha256-{digest}'" in policy.group(1)
+    assert "default-src 'none'" in policy.group(1)
+
+
+def test_the_page_data_holds_what_each_question_needs(run_dir: Path) -> None:
+    data = embedded(write_viewer().read_text(encoding="utf-8"))
+    assert data["mode"] == "lite" and data["test_model"] is True and data["judge_is_agent"]
+    assert data["headline"]["events"] == {"event_f1": 0.5, "event_tau_norm": 0.5}
+    first, events = data["questions"]
+    assert first["answer"] == TRACES[0].answer  # the untrusted text, unchanged
+    assert [i["item"] for i in first["items"]] == RUBRICS[0].rubric
+    assert first["items"][0]["reply"] == '{"score": 1, "reason": "names the amount"}'
+    assert first["items"][1]["error"] == "the judge call failed"
+    assert first["flags"] == ["model_error"] and first["needed"] == [1]
+    # the agent's steps: one entry per turn, with its text and calls (arguments as JSON text)
+    assert [t["text"] for t in first["turns"]] == ["Let me look.", ""]
+    search, unknown = (t["calls"][0] for t in first["turns"])
+    assert json.loads(search["arguments"]) == {"kind": "all", "query": "budget"}
+    assert search["result"] == TRACES[0].tool_calls[0].result
+    assert unknown["arguments"] == "{oops" and unknown["error"].startswith("unknown tool")
+    assert events["event"]["matches"] == [0, None] and events["event"]["tau_b"] is None
+    # messages: each quoted once; whole where a question needed it, short where only reached
+    messages = data["messages"]
+    assert set(messages) == {"3:1", "3:2", "3:3", "3:4"}
+    assert messages["3:1"]["text"] == CHAT.sessions[0].messages[1].content
+    assert len(messages["3:2"]["text"]) == EVIDENCE_CHARS  # needed, cut at the evidence limit
+    assert len(messages["3:4"]["text"]) == REACHED_CHARS  # only reached
+    assert messages["3:3"] | {"text": ""} == {
+        "role": "user",
+        "session": 1,
+        "date": "2024-03-02",
+        "text": "",
+    }
+    # the headline: scores, cost (calls and tokens), failures, graph figures; no wall clock
+    headline = data["headline"]
+    assert headline["overall"]["score"] == 0.375 and headline["overall"]["n"] == 2
+    assert [g["name"] for g in headline["abilities"]][:2] == [
+        "abstention",
+        "contradiction_resolution",
+    ]
+    assert len(headline["abilities"]) == 10 and headline["abilities"][0]["n"] == 0
+    assert {c["phase"]: c["calls"] for c in headline["cost"]}["total"] == 7
+    assert headline["failures"] == {"judge_calls": 1, "tool_errors": 2}
+    assert data["graphs"][0]["conversation"] == "conv3" and data["graphs"][0]["chunks"] == 4
+    assert "CC BY-SA 4.0" in data["licence"]
+    assert "seconds" not in json.dumps(data)
+
+
+def test_a_run_without_failures_has_none_and_the_same_files_give_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lay_out_run(tmp_path, failures=False)
+    monkeypatch.chdir(tmp_path)
+    out = write_viewer(Path("elsewhere/page.html"))
+    first = out.read_bytes()
+    assert embedded(first.decode())["headline"]["failures"] is None
+    assert write_viewer(out).read_bytes() == first
+    assert not list(out.parent.glob(".*.tmp"))  # written atomically, nothing left beside it
+
+
+def test_graph_counts_come_from_the_ingest_stages_data_file(run_dir: Path) -> None:
+    counts = {"chunks": 9, "entities": 8, "statements": 7, "relationships": 6}
+    write_json(run_dir / "data/ingest/graphs.json", {"total": counts, "conv3": counts})
+    [graph] = embedded(write_viewer().read_text(encoding="utf-8"))["graphs"]
+    assert graph["chunks"] == 9 and graph["supersedes"] is None
+    (run_dir / "data/ingest/graphs.json").unlink()
+    with pytest.raises(DataError, match=r"no graph counts.*dvc repro ingest"):
+        write_viewer()
+
+
+def test_a_report_without_a_group_shows_it_as_absent(run_dir: Path) -> None:
+    metrics = report()
+    del metrics["cost_tokens"], metrics["evidence_recall"]
+    write_json(run_dir / "metrics/report.json", metrics)
+    headline = embedded(write_viewer().read_text(encoding="utf-8"))["headline"]
+    assert {c["tokens"] for c in headline["cost"]} == {None}
+    assert headline["cost"][-1]["calls"] == 7 and headline["overall"]["evidence_recall"] is None
+
+
+def test_a_missing_file_or_trace_is_a_data_error_that_names_it(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (run_dir / "metrics/report.json").unlink()
+    with pytest.raises(DataError, match=r"metrics/report.json is missing.*dvc repro"):
+        write_viewer()
+    lay_out_run(run_dir / "other")
+    monkeypatch.chdir(run_dir / "other")
+    traces = Path("data/answer/traces.jsonl")
+    traces.write_text(traces.read_text().splitlines()[0] + "\n")
+    with pytest.raises(DataError, match="conv3:event_ordering:0"):
+        write_viewer()
+    assert not Path("reports/run.html").exists()
+
+
+def test_render_page_escapes_the_title() -> None:
+    page = render_page({"mode": "<b>lite</b>"})
+    assert "<title>BEAM memory benchmark: &lt;b&gt;lite&lt;/b&gt; run</title>" in page
