@@ -800,6 +800,8 @@ def _key(messages: list[Message]) -> str:
 
 
 def main() -> None:
+    from stages.beam_code import beam_code_score, beam_code_summary  # it builds on this module
+
     mode = load_mode()
     params = load_params("judge", JudgeParams)
     questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
@@ -876,6 +878,8 @@ def main() -> None:
                     rubric.source_chat_ids, trace.reached_message_ids
                 ),
                 "judge_calls": judgement.calls,
+                # what the benchmark's published code computes from the same verdicts
+                "score_beam_code": beam_code_score(judgement, trace.answer),
             }
         )
 
@@ -909,6 +913,9 @@ def main() -> None:
         summary[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
         summary[group]["error_questions"] = sum("error" in r["flags"] for r in members)
     summary["overall"]["failed_calls"] = len(failures)
+    answers = {q.id: traces[q.id].answer for q in questions}
+    for group, values in beam_code_summary(judgements, answers).items():
+        summary[group].update(values)
     write_json(out_dir / "summary.json", summary)
     # The model layer's wait on the judge's calls (none for cache hits): metrics only.
     write_json(

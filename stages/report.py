@@ -123,9 +123,11 @@ def score_table(
             confidence=params.confidence,
             seed=(params.seed, index),
         )
+        beam = [float(r["score_beam_code"]) for r in members if "score_beam_code" in r]
         table[group] = {
             "n": len(members),
             "score": _mean(scores),
+            "score_beam_code": _mean(beam),
             "ci_low": low,
             "ci_high": high,
             "score_excluding_known_bad": _mean(kept),
@@ -223,6 +225,7 @@ def build_metrics(
         "score_ci_low": {g: scores[g]["ci_low"] for g in asked if scores[g]["n"] >= 2},
         "score_ci_high": {g: scores[g]["ci_high"] for g in asked if scores[g]["n"] >= 2},
         "score_excluding_known_bad": _numbers({"overall": overall["score_excluding_known_bad"]}),
+        "score_beam_code": _numbers({"overall": overall.get("score_beam_code")}),
         "evidence_recall": _numbers({"overall": overall["evidence_recall"]}),
         "questions": {
             **{g: scores[g]["n"] for g in (*ABILITIES, "overall")},
@@ -312,6 +315,8 @@ def render_record(
     confidence: float,
 ) -> str:
     """The Markdown record a reader needs to trust (or distrust) a run."""
+    from stages.beam_code import DIFFERENCES, OUR_CHOICES  # imports the judge: not for --print
+
     out: list[str] = [f"# BEAM memory benchmark: {run['mode']} run", ""]
     if run["test_model"]:
         out += [TEST_MODEL_WARNING, ""]
@@ -321,6 +326,10 @@ def render_record(
         f"({confidence:.0%} CI {_interval(overall)}) over "
         f"{overall['n']} questions; excluding known-bad rubrics "
         f"{_fmt(overall['score_excluding_known_bad'])}.",
+        "",
+        f"Benchmark-code score (`beam_code`, what BEAM's published code computes from the same "
+        f"verdicts; line it up with published tables): **{_fmt(overall.get('score_beam_code'))}**"
+        ' (see "Ours and the benchmark\'s code" below).',
         "",
         failure_line(failures),
         "",
@@ -342,14 +351,16 @@ def render_record(
         "",
         "## Scores per ability",
         "",
-        f"| ability | n | score | {confidence:.0%} CI | excl. known-bad | evidence recall |",
-        "|---|---:|---:|---|---:|---:|",
+        f"| ability | n | score | {confidence:.0%} CI | beam_code | excl. known-bad | "
+        "evidence recall |",
+        "|---|---:|---:|---|---:|---:|---:|",
     ]
     for group in [*ABILITIES, "overall"]:
         row = scores[group]
         interval = _interval(row)
         out.append(
             f"| {group} | {row['n']} | {_fmt(row['score'])} | {interval} | "
+            f"{_fmt(row.get('score_beam_code'))} | "
             f"{_fmt(row['score_excluding_known_bad'])} | {_fmt(row['evidence_recall'])} |"
         )
     events = judge["event_ordering"]
@@ -399,6 +410,16 @@ def render_record(
         "the call cache (a retried request counts once). The seconds of each phase are in the "
         "metrics of its stage (`dvc metrics show`), never here: a re-run changes no byte of "
         "this record.",
+        "",
+        "## Ours and the benchmark's code",
+        "",
+        "Both scores come from the same judge verdicts (no extra model call). What differs:",
+        "",
+        *[f"- {line}" for line in DIFFERENCES],
+        "",
+        "Choices of ours that neither score shares with the benchmark's code:",
+        "",
+        *[f"- {line}" for line in OUR_CHOICES],
         "",
         "## Caveats",
         "",

@@ -41,6 +41,7 @@ MAX_METRIC_COLUMNS = 80
 HEADLINE_KEYS = {
     # metrics/report.json, the same in every mode (score and its interval: the abilities asked)
     "score_excluding_known_bad": {"overall"},
+    "score_beam_code": {"overall"},
     "evidence_recall": {"overall"},
     "questions": {*ABILITIES, "overall", "known_bad_rubric"},
     "agent": {"context_tokens_median", "context_tokens_p95"},
@@ -56,9 +57,9 @@ HEADLINE_KEYS = {
 }
 STAGE_METRICS = {
     "slice": {"chat": {"conversations", "sessions", "messages", "tokens"}},
-    "ingest": {"seconds": {"ingest_extraction", "ingest_resolution"}},
-    "answer": {"seconds": {"agent"}},
-    "judge": {"seconds": {"judge"}},
+    "ingest": {"seconds": {"ingest_extraction", "ingest_resolution", "stage"}},
+    "answer": {"seconds": {"agent", "stage"}},
+    "judge": {"seconds": {"judge", "stage"}},
 }
 
 
@@ -79,8 +80,10 @@ def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
     returns their number."""
     report = repo.read_json("metrics/report.json")
     assert {k: set(v) for k, v in report.items() if k in HEADLINE_KEYS} == HEADLINE_KEYS
-    for group in ("score", "score_ci_low", "score_ci_high"):
-        assert set(report[group]) == {*asked, "overall"}, group
+    assert set(report["score"]) == {*asked, "overall"}
+    with_interval = {g for g in asked if report["questions"][g] >= 2}  # one question: no interval
+    for group in ("score_ci_low", "score_ci_high"):
+        assert set(report[group]) == {*with_interval, "overall"}, group
     assert set(report) == {*HEADLINE_KEYS, "score", "score_ci_low", "score_ci_high"}
     assert all(report["questions"][a] == 0 for a in set(ABILITIES) - asked)
     for name, groups in STAGE_METRICS.items():

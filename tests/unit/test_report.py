@@ -33,6 +33,7 @@ def _rows() -> list[dict[str, object]]:
             "question_id": "conv1:information_extraction:0",
             "ability": "information_extraction",
             "score": 1.0,
+            "score_beam_code": 1.0,
             "score_excluding_known_bad": 1.0,
             "flags": [],
             "evidence_recall": 1.0,
@@ -41,6 +42,7 @@ def _rows() -> list[dict[str, object]]:
             "question_id": "conv1:information_extraction:1",
             "ability": "information_extraction",
             "score": 0.5,
+            "score_beam_code": 0.0,
             "score_excluding_known_bad": 0.5,
             "flags": [],
             "evidence_recall": 0.5,
@@ -49,6 +51,7 @@ def _rows() -> list[dict[str, object]]:
             "question_id": "conv1:temporal_reasoning:0",
             "ability": "temporal_reasoning",
             "score": 0.0,
+            "score_beam_code": 0.0,
             "score_excluding_known_bad": None,
             "flags": ["known_bad_rubric"],
             "evidence_recall": 0.0,
@@ -57,6 +60,7 @@ def _rows() -> list[dict[str, object]]:
             "question_id": "conv1:abstention:0",
             "ability": "abstention",
             "score": 1.0,
+            "score_beam_code": 1.0,
             "score_excluding_known_bad": 1.0,
             "flags": ["parse_error"],
             "evidence_recall": None,
@@ -189,6 +193,7 @@ HEADLINE = {
     "score_ci_low",
     "score_ci_high",
     "score_excluding_known_bad",
+    "score_beam_code",
     "evidence_recall",
     "questions",
     "agent",
@@ -221,6 +226,7 @@ def test_metrics_are_the_headline_two_levels_of_numbers_without_null() -> None:
     assert metrics["score_excluding_known_bad"] == {"overall": pytest.approx(2.5 / 3)}
     assert metrics["agent"] == {"context_tokens_median": 900.0, "context_tokens_p95": 1400}
     assert metrics["failures"]["judge_calls"] == 2
+    assert metrics["score_beam_code"] == {"overall": 0.5}  # the 0.5 item truncated to 0
     phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
     assert set(metrics["cost_calls"]) == set(metrics["cost_tokens"]) == phases
     # no wall time: the stages' own metrics files hold their seconds
