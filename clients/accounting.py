@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from schemas.errors import BudgetError, ParamsError
+from schemas.params import MODES
 
 Phase = Literal["extraction", "resolution", "agent", "judge"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
@@ -238,8 +239,10 @@ class Budget:
         """`run_key` names the run the ledger belongs to (run_key_of: mode and models): a resumed
         run shares its ledger, a run with other models starts its own. `over_estimate`: a
         stage may spend at most this multiple of the estimate it declared in check_estimate."""
-        if mode not in ("lite", "full"):
-            raise ParamsError(f"budget: mode must be 'lite' or 'full', found {mode!r}")
+        if mode not in MODES:
+            raise ParamsError(
+                f"budget: mode must be one of {', '.join(map(repr, MODES))}, found {mode!r}"
+            )
         if run_key and not run_key.isalnum():
             raise ParamsError(f"budget: run key {run_key!r} must be letters and digits")
         self.mode = mode
@@ -461,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
         "and models), or with --all every ledger of the mode."
     )
     parser.add_argument("action", choices=["show", "reset"])
-    parser.add_argument("--mode", choices=["lite", "full"], help="default: params.yaml's mode")
+    parser.add_argument("--mode", choices=MODES, help="default: params.yaml's mode")
     parser.add_argument("--all", action="store_true", help="every run's ledger of the mode")
     args = parser.parse_args(argv)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
+Mode = Literal["lite", "full", "all"]
+"""The question sets (params `mode`), each pinned in the slice fixture: lite, a smoke test of the
+pipeline; full, five conversations; all, the whole 100K split."""
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 class _Section(BaseModel):
@@ -40,6 +44,17 @@ class SliceParams(_Section):
     fixture: str
     """Path of the fixture that pins question ids, message ids and slice hashes per mode."""
     tokenizer: str
+    conversations: list[str] = Field(default_factory=list)
+    """Keep only these of the mode's conversations (ids as in the data: `[4]`, `["4", "17"]`),
+    with their questions and rubrics; empty: every conversation of the mode."""
+
+    @field_validator("conversations", mode="before")
+    @classmethod
+    def _ids_as_text(cls, value: object) -> object:
+        """`-S 'slice.conversations=[4]'` gives numbers; the data's ids are text."""
+        if isinstance(value, list):
+            return [str(v) if type(v) is int else v for v in value]
+        return value
 
 
 class GraphParams(_Section):
@@ -106,6 +121,7 @@ class Cap(_Section):
 class BudgetParams(_Section):
     lite: Cap
     full: Cap
+    all: Cap
     max_over_estimate: float = Field(default=3.0, gt=1)
     """A stage stops before a call that would take its spend past this multiple of its own
     estimate (the mode caps are ceilings for any run; this catches a run off its plan)."""
@@ -143,6 +159,7 @@ class JudgeParams(_Section):
 class PerMode(_Section):
     lite: int = Field(ge=0)
     full: int = Field(ge=0)
+    all: int = Field(ge=0)
 
 
 class IngestParams(_Section):
@@ -234,3 +251,15 @@ class EstimateParams(_Section):
     ingest: IngestRates
     agent: AgentRates
     judge: JudgeRates
+
+
+class JudgeCheckParams(_Section):
+    """The check of the judge on cases whose right score is known (stages/judge_check.py)."""
+
+    recipe: str = "fixtures/judge_check.json"
+    """Which rubric items, kinds and seeds make the cases (no dataset text), with their sha256."""
+    min_agreement: float = Field(default=0.8, ge=0, le=1)
+    """Below this overall agreement the record warns that the judge is not to be trusted."""
+    max_failed_share: float = Field(default=0.0, ge=0, le=1)
+    """Share of the check's judge calls that may fail after their retries (transport, refused)
+    before the stage stops (exit 3). Replies without a verdict are measured, not failures."""

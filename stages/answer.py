@@ -166,7 +166,7 @@ def main() -> None:
         {
             "seconds": {
                 "agent": accounting.to_metrics()["agent"]["seconds"],
-                "stage": stage_seconds(),
+                "stage_answer": stage_seconds(),
             }
         },
     )

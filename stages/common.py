@@ -9,12 +9,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import BeamError, ParamsError
+from schemas.params import MODES, Mode
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS_FILE = "params.yaml"
@@ -66,12 +67,14 @@ def load_params(section: str, model: type[M], path: Path | None = None) -> M:
     return validate_section(section, data[section], model, source=str(path or PARAMS_FILE))
 
 
-def load_mode(path: Path | None = None) -> str:
-    """The top-level `mode` (lite or full)."""
+def load_mode(path: Path | None = None) -> Mode:
+    """The top-level `mode` (lite, full or all)."""
     mode = read_params_file(path).get("mode")
-    if mode not in ("lite", "full"):
-        raise ParamsError(f"params.yaml: mode must be 'lite' or 'full', found {mode!r}")
-    return str(mode)
+    if mode not in MODES:
+        raise ParamsError(
+            f"params.yaml: mode must be one of {', '.join(map(repr, MODES))}, found {mode!r}"
+        )
+    return cast(Mode, mode)
 
 
 def _round_floats(value: Any) -> Any:

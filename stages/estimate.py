@@ -3,8 +3,9 @@
 No model call, no server. The slices of the requested mode are built in memory from the repaired
 dataset (`dvc repro repair` first), then memory/estimate.py computes each phase: extraction
 exactly from the chunks and prompts, resolution with the `max_llm_pairs` cap, the agent from the
-step limit, the judge from the rubrics. Usage: `python -m stages.estimate [--mode lite|full]`
-(or `make estimate MODE=full`).
+step limit, the judge from the rubrics; only the conversations params `slice.conversations` keeps,
+as the slice stage would. Usage: `python -m stages.estimate [--mode lite|full|all]` (or
+`make estimate MODE=full`).
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ from pathlib import Path
 from memory.cost import PhaseEstimate
 from memory.estimate import estimate_run
 from schemas.params import (
+    MODES,
     AnswerParams,
     BudgetParams,
     EstimateParams,
     IngestParams,
     JudgeParams,
+    Mode,
     SliceParams,
 )
 from stages.common import load_mode, load_params, run_stage
 from stages.ingest import settings_for
 from stages.judge import load_prompts, scorer_present
-from stages.slice import REPAIR_OUT, Mode, build_mode, load_fixture, read_rows
+from stages.slice import REPAIR_OUT, build_mode, load_fixture, read_rows, restrict
 
 
 def format_table(
@@ -55,7 +58,7 @@ def estimate_mode(mode: Mode) -> dict[str, PhaseEstimate]:
     fixture = load_fixture(Path(slice_params.fixture))
     built = build_mode(
         read_rows(REPAIR_OUT),
-        fixture.modes[mode],
+        restrict(fixture.modes[mode], slice_params.conversations, mode),
         fixture.known_bad_rubric,
         slice_params.tokenizer,
     )
@@ -75,11 +78,13 @@ def estimate_mode(mode: Mode) -> dict[str, PhaseEstimate]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.estimate", description=__doc__)
-    parser.add_argument("--mode", choices=("lite", "full"), default=None)
-    mode: Mode = parser.parse_args().mode or load_mode()  # type: ignore[assignment]
+    parser.add_argument("--mode", choices=MODES, default=None)
+    mode: Mode = parser.parse_args().mode or load_mode()
     phases = estimate_mode(mode)
     cap = getattr(load_params("budget", BudgetParams), mode)
-    print(format_table(phases, cap.calls, cap.tokens, mode))
+    kept = load_params("slice", SliceParams).conversations
+    label = f"{mode}, conversations {', '.join(kept)} only" if kept else mode
+    print(format_table(phases, cap.calls, cap.tokens, label))
 
 
 if __name__ == "__main__":

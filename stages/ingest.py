@@ -180,7 +180,7 @@ def write_records(
         {
             "seconds": {
                 **{f"ingest_{p}": llm[p]["seconds"] for p in ("extraction", "resolution")},
-                "stage": stage_seconds(),
+                "stage_ingest": stage_seconds(),
             }
         },
     )

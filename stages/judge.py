@@ -795,6 +795,11 @@ def _request(messages: list[Message], task: str) -> ChatRequest:
     )
 
 
+def item_request(messages: list[Message]) -> ChatRequest:
+    """The request of one rubric item's verdict (also the judge check's, stages/judge_check.py)."""
+    return _request(messages, JUDGE_TASK)
+
+
 def _key(messages: list[Message]) -> str:
     return json.dumps(messages, sort_keys=True)
 
@@ -923,7 +928,7 @@ def main() -> None:
         {
             "seconds": {
                 "judge": accounting.to_metrics()["judge"]["seconds"],
-                "stage": stage_seconds(),
+                "stage_judge": stage_seconds(),
             }
         },
     )

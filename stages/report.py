@@ -27,6 +27,7 @@ from schemas.params import (
     EstimateParams,
     FetchParams,
     IngestParams,
+    JudgeCheckParams,
     JudgeParams,
     ReportParams,
     VerifyHashParams,
@@ -50,8 +51,9 @@ if TYPE_CHECKING:
 
 RECORD = Path("reports/memory.md")
 VIEWER = Path("reports/run.html")
-STAGE_METRICS = ("ingest", "answer", "judge")
-"""Stages whose metrics file holds `seconds.stage`, the wall time of their last run."""
+STAGE_METRICS = ("ingest", "answer", "judge", "judge_check")
+"""Stages whose metrics file holds `seconds.stage_<stage>`, the wall time of their last run (a
+key of its own in each file: DVC shows every metrics file's numbers side by side)."""
 METRICS = Path("metrics/report.json")
 ABILITY_PLOT = Path("metrics/plots/abilities.csv")
 COST_PLOT = Path("metrics/plots/cost.csv")
@@ -208,6 +210,7 @@ def build_metrics(
     cost: Mapping[str, Mapping[str, int]],
     flags: Mapping[str, int],
     failures: Mapping[str, int],
+    judge_check: Mapping[str, Any],
 ) -> dict[str, Any]:
     """metrics/report.json, the headline: numbers only, two levels, no null.
 
@@ -238,6 +241,10 @@ def build_metrics(
             }
         ),
         "failures": dict(failures),
+        "judge_check": {
+            "agreement": judge_check["agreement"]["overall"],
+            "cases": judge_check["cases"]["overall"],
+        },
         "cost_calls": {p: row["calls"] for p, row in cost.items()},
         "cost_tokens": {p: row["tokens"] for p, row in cost.items()},
     }
@@ -251,6 +258,20 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def judge_check_line(summary: Mapping[str, Any], warning: str | None) -> str:
+    """The judge check beside the headline: agreement on the known cases, per kind, and the
+    warning when it is below judge_check.min_agreement."""
+    kinds = ", ".join(
+        f"{kind} {share:.0%}" for kind, share in summary["agreement"].items() if kind != "overall"
+    )
+    line = (
+        f"Judge agreement {summary['agreement']['overall']:.0%} on "
+        f"{summary['cases']['overall']} known cases ({kinds}; parse failures "
+        f"{summary['parse_failure_rate']:.0%})."
+    )
+    return line if warning is None else f"{line} **Warning: {warning}.**"
 
 
 def _conversation_number(name: str) -> int:
@@ -268,7 +289,7 @@ def _interval(row: Mapping[str, Any]) -> str:
 
 
 def read_times() -> dict[str, float]:
-    """The wall time of each stage's last run, from its metrics file (`seconds.stage`)."""
+    """The wall time of each stage's last run, from its metrics file."""
     times: dict[str, float] = {}
     for stage in STAGE_METRICS:
         path = Path("metrics") / f"{stage}.json"
@@ -276,8 +297,9 @@ def read_times() -> dict[str, float]:
             seconds = json.loads(path.read_text(encoding="utf-8")).get("seconds", {})
         except (OSError, ValueError):
             continue
-        if isinstance(seconds, dict) and isinstance(seconds.get("stage"), int | float):
-            times[stage] = float(seconds["stage"])
+        value = seconds.get(f"stage_{stage}") if isinstance(seconds, dict) else None
+        if isinstance(value, int | float):
+            times[stage] = float(value)
     return times
 
 
@@ -312,6 +334,8 @@ def render_record(
     cost: Mapping[str, Mapping[str, int]],
     flags: Mapping[str, int],
     failures: Mapping[str, int],
+    judge_check: Mapping[str, Any],
+    judge_warning: str | None,
     confidence: float,
 ) -> str:
     """The Markdown record a reader needs to trust (or distrust) a run."""
@@ -332,6 +356,8 @@ def render_record(
         ' (see "Ours and the benchmark\'s code" below).',
         "",
         failure_line(failures),
+        "",
+        judge_check_line(judge_check, judge_warning),
         "",
         "## Pins",
         "",
@@ -530,6 +556,7 @@ def make_report() -> None:
     from memory.estimate import estimate_run
     from stages.ingest import load_chats, settings_for
     from stages.judge import load_prompts, scorer_present
+    from stages.judge_check import judge_warning
     from stages.usage import usage_path
     from stages.viewer import write_viewer
 
@@ -569,7 +596,9 @@ def make_report() -> None:
         for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
     }
     failures = failure_counts(ingest, answer, judge)
-    write_json(METRICS, build_metrics(scores, answer, cost, flags, failures))
+    check = _read_json(Path("data/judge_check/summary.json"))
+    warning = judge_warning(check, load_params("judge_check", JudgeCheckParams).min_agreement)
+    write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
     write_plots(scores, cost)
     pins = {
         "dataset": f"{fetch.repo_id}@{fetch.revision}:{fetch.filename}",
@@ -594,6 +623,8 @@ def make_report() -> None:
         cost=cost,
         flags=flags,
         failures=failures,
+        judge_check=check,
+        judge_warning=warning,
         confidence=params.confidence,
     )
     write_atomic(RECORD, record)
@@ -605,6 +636,8 @@ def make_report() -> None:
         f"stages.report --print` shows it), and the run's page {VIEWER} (open it in a browser)",
         file=sys.stderr,
     )
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 if __name__ == "__main__":

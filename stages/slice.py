@@ -5,7 +5,8 @@ Produces, under `data/slice/`:
   role, content), grouped by session, each session with its number and date (the `time_anchor`
   of its first user message). The plan, profile, narratives, user questions and reference
   answers never enter a slice. lite keeps only the messages that hold the answers of its
-  questions; full keeps whole sessions (each session is one document, see `render_session`).
+  questions; full and all keep whole sessions (each session is one document, see
+  `render_session`).
 - `questions.jsonl`: `Question` rows, what the agent sees (no rubric, no answer).
 - `rubrics.jsonl`: `Rubric` rows for the judge (rubric, normalized `source_chat_ids`,
   `known_bad_rubric` with its reason).
@@ -14,7 +15,9 @@ Produces, under `data/slice/`:
 and `metrics/slice.json` (`chat.*`, the totals: conversations, sessions, messages, tokens).
 
 The fixture (params `slice.fixture`) pins, per mode, the question ids, the message ids of each
-slice and the sha256 of each slice file; any difference stops the stage. Those pins were made
+slice and the sha256 of each slice file (one per conversation); any difference stops the stage.
+Params `slice.conversations` keeps only some of the mode's conversations (empty: all), with their
+questions and rubrics; each kept slice is checked against its own pins. Those pins were made
 from the public repository's copy of the chats (`../shared/beam`). After a person has looked at
 a difference, `python -m stages.slice --repin` rewrites the fixture's message ids and hashes
 (question ids and known-bad rubrics are choices and stay as they are).
@@ -37,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clients.tokens import count_tokens
 from schemas.errors import DataError, IntegrityError, ParamsError
-from schemas.params import SliceParams
+from schemas.params import Mode, SliceParams
 from schemas.records import ABILITIES, Ability, ChatMessage, ChatSlice, Question, Rubric, Session
 from stages.common import (
     UMASK,
@@ -62,7 +65,6 @@ PIN_PROVENANCE = (
     "release file differs from that copy even though it passed verify-hash"
 )
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
-Mode = Literal["lite", "full"]
 
 
 class _Strict(BaseModel):
@@ -346,6 +348,29 @@ def check_fixture_ids(
             )
 
 
+def restrict(pin: ModePin, conversations: Sequence[str], mode: str) -> ModePin:
+    """The mode's pin cut down to `conversations` (params `slice.conversations`; empty: all of
+    them): their question ids and slice pins, in the mode's order. ParamsError naming the ids the
+    mode has when one is not among them."""
+    if not conversations:
+        return pin
+    unknown = [c for c in conversations if c not in pin.conversations]
+    if unknown:
+        raise ParamsError(
+            f"params.yaml: slice.conversations names conversation id(s) {unknown} that mode "
+            f"{mode} does not have; its conversations are {pin.conversations} (an empty list "
+            "keeps them all)"
+        )
+    kept = [c for c in pin.conversations if c in conversations]
+    return pin.model_copy(
+        update={
+            "conversations": kept,
+            "question_ids": [q for q in pin.question_ids if split_question_id(q)[0] in kept],
+            "slices": {c: p for c, p in pin.slices.items() if c in kept},
+        }
+    )
+
+
 def check_pins(built: Built, pin: ModePin, mode: str) -> None:
     """IntegrityError listing every slice whose message ids or hash differ from the fixture."""
     problems = []
@@ -463,13 +488,20 @@ def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
 
 
 def make_slices(
-    source: Path, fixture_path: Path, mode: str, tokenizer: str, out: Path, metrics: Path
+    source: Path,
+    fixture_path: Path,
+    mode: str,
+    tokenizer: str,
+    out: Path,
+    metrics: Path,
+    conversations: Sequence[str] = (),
 ) -> Built:
+    """The mode's slices (only `conversations`, when given), checked against the fixture."""
     remove_outputs(out, metrics)
     fixture = load_fixture(fixture_path)
     if mode not in fixture.modes:
         raise ParamsError(f"slice fixture {fixture_path} has no mode {mode!r}")
-    pin = fixture.modes[mode]
+    pin = restrict(fixture.modes[mode], conversations, mode)
     rows = read_rows(source)
     check_fixture_ids(rows, pin, mode, fixture_path)
     built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
@@ -511,11 +543,18 @@ def main() -> None:
         return
     mode = load_mode()
     built = make_slices(
-        REPAIR_OUT, Path(params.fixture), mode, params.tokenizer, SLICE_OUT, METRICS
+        REPAIR_OUT,
+        Path(params.fixture),
+        mode,
+        params.tokenizer,
+        SLICE_OUT,
+        METRICS,
+        params.conversations,
     )
     total = sizes(built)["total"]
+    only = f", conversations {', '.join(params.conversations)} only" if params.conversations else ""
     print(
-        f"slice ({mode}): {total['questions']} questions, {total['messages']} messages in "
+        f"slice ({mode}{only}): {total['questions']} questions, {total['messages']} messages in "
         f"{total['sessions']} sessions, {total['tokens']:,} tokens -> {SLICE_OUT}"
     )
 

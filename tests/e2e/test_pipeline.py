@@ -28,8 +28,18 @@ from tests.support.estimates import actual_of, estimate_of
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.beam, pytest.mark.neo4j, pytest.mark.slow]
-STAGES = ("fetch", "verify-hash", "repair", "slice", "ingest", "answer", "judge", "report")
-METRICS = ("slice", "ingest", "answer", "judge", "report")
+STAGES = (
+    "fetch",
+    "verify-hash",
+    "repair",
+    "slice",
+    "ingest",
+    "answer",
+    "judge",
+    "judge-check",
+    "report",
+)
+METRICS = ("slice", "ingest", "answer", "judge", "judge_check", "report")
 PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge")
 
 README_KEEP = (
@@ -57,9 +67,10 @@ HEADLINE_KEYS = {
 }
 STAGE_METRICS = {
     "slice": {"chat": {"conversations", "sessions", "messages", "tokens"}},
-    "ingest": {"seconds": {"ingest_extraction", "ingest_resolution", "stage"}},
-    "answer": {"seconds": {"agent", "stage"}},
-    "judge": {"seconds": {"judge", "stage"}},
+    "ingest": {"seconds": {"ingest_extraction", "ingest_resolution", "stage_ingest"}},
+    "answer": {"seconds": {"agent", "stage_answer"}},
+    "judge": {"seconds": {"judge", "stage_judge"}},
+    "judge_check": {"seconds": {"judge_check", "stage_judge_check"}},
 }
 
 

@@ -1,8 +1,8 @@
 """The data stages on the real BEAM conversations (../shared/beam): the facts the issue lists.
 
 The pipeline runs once per module: fetch for real from a loopback Hub serving the mirror (pins
-overridden to the mirror's size and sha256), verify-hash, repair, and both modes' slices,
-checked against the repository's fixture.
+overridden to the mirror's size and sha256), verify-hash, repair, and every mode's slices
+(lite, full, all), checked against the repository's fixture.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from schemas.errors import IntegrityError
+from schemas.errors import IntegrityError, ParamsError
 from schemas.params import FetchParams, RepairParams, SliceParams, VerifyHashParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import load_params, read_jsonl
@@ -34,6 +34,7 @@ from tests.support.hub_mirror import MIRROR_ROOT, HubMirror, hub_mirror_fixture 
 pytestmark = [pytest.mark.beam, pytest.mark.usefixtures("mirror_parquet")]
 
 FULL_CONVERSATIONS = ["1", "4", "6", "13", "17"]
+ALL_CONVERSATIONS = [str(c) for c in range(1, 21)]
 KNOWN_BAD = {
     "conv17:temporal_reasoning:1",
     "conv1:temporal_reasoning:0",
@@ -57,6 +58,10 @@ class Run:
     repair_metrics: Path
     lite: Path
     full: Path
+    all: Path
+
+    def folder(self, mode: str) -> Path:
+        return {"lite": self.lite, "full": self.full, "all": self.all}[mode]
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +84,14 @@ def run(shared_beam: Path, mirror_parquet: Path, tmp_path_factory: pytest.TempPa
     slice_params = load_params("slice", SliceParams, params_file)
     fixture = REPO_ROOT / slice_params.fixture
     outs = {}
-    for mode in ("lite", "full"):
+    for mode in ("lite", "full", "all"):
         outs[mode] = root / mode
         make_slices(
             repaired, fixture, mode, slice_params.tokenizer, outs[mode], root / f"{mode}.json"
         )
-    return Run(root, fetched, receipt, repaired, repair_metrics, outs["lite"], outs["full"])
+    return Run(
+        root, fetched, receipt, repaired, repair_metrics, outs["lite"], outs["full"], outs["all"]
+    )
 
 
 def original_rows() -> dict[str, dict[str, Any]]:
@@ -199,9 +206,19 @@ def test_lite_slice_is_the_three_answer_messages(run: Run) -> None:
     assert 1_200 <= metrics["chat"]["tokens"] <= 1_350  # "about 1.28k"
 
 
-def test_full_slices_are_whole_sessions(run: Run) -> None:
-    got = slices(run.full)
-    assert sorted(got, key=int) == FULL_CONVERSATIONS
+@pytest.mark.parametrize(
+    ("mode", "conversations", "messages", "sessions", "tokens"),
+    [
+        ("full", FULL_CONVERSATIONS, 1_254, 21, 569_000),  # "about 569k"
+        ("all", ALL_CONVERSATIONS, 5_732, 90, 2_617_000),  # "about 2.62M"
+    ],
+)
+def test_whole_conversation_slices_are_whole_sessions(
+    run: Run, mode: str, conversations: list[str], messages: int, sessions: int, tokens: int
+) -> None:
+    folder = run.folder(mode)
+    got = slices(folder)
+    assert sorted(got, key=int) == conversations
     rows = original_rows()
     for conv, chat_slice in got.items():
         row = rows[conv]
@@ -213,33 +230,61 @@ def test_full_slices_are_whole_sessions(run: Run) -> None:
             assert session[0]["role"] == "user" and session[0]["time_anchor"]
             assert not any(m["time_anchor"] for m in session[1:])
         assert all(m.content for s in chat_slice.sessions for m in s.messages)
-    metrics = json.loads((run.full / "sizes.json").read_text())
-    assert json.loads((run.root / "full.json").read_text())["chat"] == {
+    metrics = json.loads((folder / "sizes.json").read_text())
+    assert json.loads((run.root / f"{mode}.json").read_text())["chat"] == {
         k: metrics["total"][k] for k in ("conversations", "sessions", "messages", "tokens")
     }
-    assert metrics["total"]["messages"] == 1_254
-    assert metrics["total"]["sessions"] == 21
-    assert 0.97 * 569_000 <= metrics["total"]["tokens"] <= 1.03 * 569_000  # "about 569k"
-    assert metrics["total"]["questions"] == 100
-    assert metrics["questions"] == {a: 10 for a in ABILITIES}
+    assert metrics["total"]["conversations"] == len(conversations)
+    assert metrics["total"]["messages"] == messages
+    assert metrics["total"]["sessions"] == sessions
+    assert 0.97 * tokens <= metrics["total"]["tokens"] <= 1.03 * tokens
+    assert metrics["total"]["questions"] == 20 * len(conversations)
+    assert metrics["questions"] == {a: 2 * len(conversations) for a in ABILITIES}
     assert metrics["total"]["known_bad_rubric"] == 4
 
 
-def test_full_questions_are_both_of_each_ability_of_each_conversation(run: Run) -> None:
-    questions = read_jsonl(run.full / "questions.jsonl", Question)
+@pytest.mark.parametrize(
+    ("mode", "conversations"), [("full", FULL_CONVERSATIONS), ("all", ALL_CONVERSATIONS)]
+)
+def test_questions_are_both_of_each_ability_of_each_conversation(
+    run: Run, mode: str, conversations: list[str]
+) -> None:
+    folder = run.folder(mode)
+    questions = read_jsonl(folder / "questions.jsonl", Question)
     assert [q.id for q in questions] == [
-        f"conv{c}:{a}:{i}" for c in FULL_CONVERSATIONS for a in ABILITIES for i in (0, 1)
+        f"conv{c}:{a}:{i}" for c in conversations for a in ABILITIES for i in (0, 1)
     ]
-    assert Counter(q.ability for q in questions) == {a: 10 for a in ABILITIES}
-    rubrics = {r.question_id: r for r in read_jsonl(run.full / "rubrics.jsonl", Rubric)}
+    assert Counter(q.ability for q in questions) == {a: 2 * len(conversations) for a in ABILITIES}
+    rubrics = {r.question_id: r for r in read_jsonl(folder / "rubrics.jsonl", Rubric)}
+    assert list(rubrics) == [q.id for q in questions]
+    # the four documented ones (all in full's conversations); no other rubric has been checked
     assert {q for q, r in rubrics.items() if r.known_bad_rubric} == KNOWN_BAD
     assert all(rubrics[q].known_bad_reason for q in KNOWN_BAD)
 
 
+def test_all_holds_every_conversation_and_question_of_the_split(run: Run) -> None:
+    rows = original_rows()
+    assert sorted(rows, key=int) == ALL_CONVERSATIONS
+    asked = {
+        f"conv{conv}:{ability}:{index}"
+        for conv, row in rows.items()
+        for ability, items in ast.literal_eval(row["probing_questions"]).items()
+        for index in range(len(items))
+    }
+    questions = read_jsonl(run.all / "questions.jsonl", Question)
+    assert len(asked) == 400 and {q.id for q in questions} == asked
+    for conv, chat_slice in slices(run.all).items():
+        ids = [m.id for s in chat_slice.sessions for m in s.messages]
+        assert ids == sorted(messages_of(rows[conv]))
+    for conv in FULL_CONVERSATIONS:  # the same whole conversations, byte for byte
+        name = f"chats/conv{conv}.json"
+        assert (run.all / name).read_bytes() == (run.full / name).read_bytes()
+
+
 def test_every_real_source_id_shape_normalizes_to_existing_messages(run: Run) -> None:
     rows, shapes = original_rows(), set()
-    rubrics = {r.question_id: r for r in read_jsonl(run.full / "rubrics.jsonl", Rubric)}
-    for conv in FULL_CONVERSATIONS:
+    rubrics = {r.question_id: r for r in read_jsonl(run.all / "rubrics.jsonl", Rubric)}
+    for conv in ALL_CONVERSATIONS:
         present = set(messages_of(rows[conv]))
         for ability, items in ast.literal_eval(rows[conv]["probing_questions"]).items():
             for index, item in enumerate(items):
@@ -252,7 +297,7 @@ def test_every_real_source_id_shape_normalizes_to_existing_messages(run: Run) ->
 
 def test_no_plan_profile_narrative_or_answer_text_in_any_slice(run: Run) -> None:
     rows = original_rows()
-    for folder in (run.lite, run.full):
+    for folder in (run.lite, run.full, run.all):
         for conv, chat_slice in slices(folder).items():
             text = "\n".join(m.content for s in chat_slice.sessions for m in s.messages)
             row = rows[conv]
@@ -280,11 +325,109 @@ def test_no_plan_profile_narrative_or_answer_text_in_any_slice(run: Run) -> None
             )
 
 
+def test_questions_the_agent_reads_hold_no_answer_rubric_plan_or_profile(run: Run) -> None:
+    rows = original_rows()
+    for folder in (run.lite, run.full, run.all):
+        raw = (folder / "questions.jsonl").read_text()
+        assert {k for line in raw.splitlines() for k in json.loads(line)} == {
+            "id",
+            "conversation_id",
+            "ability",
+            "index",
+            "question",
+        }
+        for conv in {q.conversation_id for q in read_jsonl(folder / "questions.jsonl", Question)}:
+            row = rows[conv]
+            probing = ast.literal_eval(row["probing_questions"])
+            hidden = [
+                row["conversation_plan"],
+                row["user_profile"]["user_info"],
+                *(r for items in probing.values() for q in items for r in q.get("rubric", [])),
+                *(
+                    str(q.get(k))
+                    for items in probing.values()
+                    for q in items
+                    for k in ("answer", "ideal_answer", "ideal_response", "ideal_summary")
+                    if q.get(k)
+                ),
+            ]
+            lines = {ln.strip() for h in hidden for ln in h.splitlines() if len(ln.strip()) >= 40}
+            assert len(lines) > 20
+            leaked = [ln for ln in lines if ln in raw]
+            assert leaked == [], (folder.name, conv, leaked[:3])
+
+
+def test_one_conversation_of_all_keeps_exactly_its_questions_and_messages(
+    run: Run, tmp_path: Path
+) -> None:
+    slice_params = load_params("slice", SliceParams, REPO_ROOT / "params.yaml")
+    out, metrics = tmp_path / "slice", tmp_path / "slice.json"
+
+    make_slices(  # checks conversation 4's own pins, as the slice stage does
+        run.repaired,
+        REPO_ROOT / slice_params.fixture,
+        "all",
+        slice_params.tokenizer,
+        out,
+        metrics,
+        ["4"],
+    )
+
+    assert [p.name for p in (out / "chats").iterdir()] == ["conv4.json"]
+    assert (out / "chats" / "conv4.json").read_bytes() == (
+        run.all / "chats" / "conv4.json"
+    ).read_bytes()
+    (chat,) = slices(out).values()
+    assert [m.id for s in chat.sessions for m in s.messages] == sorted(
+        messages_of(original_rows()["4"])
+    )
+    whole = read_jsonl(run.all / "questions.jsonl", Question)
+    assert read_jsonl(out / "questions.jsonl", Question) == [
+        q for q in whole if q.conversation_id == "4"
+    ]
+    rubrics = read_jsonl(out / "rubrics.jsonl", Rubric)
+    assert [r.question_id for r in rubrics] == [q.id for q in whole if q.conversation_id == "4"]
+    assert [r.question_id for r in rubrics if r.known_bad_rubric] == [
+        "conv4:multi_session_reasoning:1"
+    ]
+    sizes = json.loads((out / "sizes.json").read_text())
+    assert sizes["conv4"] == json.loads((run.all / "sizes.json").read_text())["conv4"]
+    assert json.loads(metrics.read_text())["chat"] == {
+        "conversations": 1,
+        "messages": 212,
+        "sessions": 3,
+        "tokens": sizes["conv4"]["tokens"],
+    }
+
+
+def test_a_conversation_all_does_not_have_is_refused_naming_its_twenty(
+    run: Run, tmp_path: Path
+) -> None:
+    slice_params = load_params("slice", SliceParams, REPO_ROOT / "params.yaml")
+    with pytest.raises(ParamsError) as info:
+        make_slices(
+            run.repaired,
+            REPO_ROOT / slice_params.fixture,
+            "all",
+            slice_params.tokenizer,
+            tmp_path / "slice",
+            tmp_path / "slice.json",
+            ["4", "21"],
+        )
+    assert (
+        f"conversation id(s) ['21'] that mode all does not have; its conversations are "
+        f"{ALL_CONVERSATIONS}" in str(info.value)
+    )
+    assert not (tmp_path / "slice").exists()
+
+
 def test_fixture_lists_the_slices_it_pins(run: Run) -> None:
     fixture = SliceFixture.model_validate_json(
         (REPO_ROOT / "fixtures" / "slices.json").read_bytes()
     )
-    for mode, folder in (("lite", run.lite), ("full", run.full)):
+    for mode in ("lite", "full", "all"):
+        folder = run.folder(mode)
+        assert sorted(fixture.modes[mode].slices) == sorted(slices(folder))  # type: ignore[index]
         for conv, pin in fixture.modes[mode].slices.items():  # type: ignore[index]
             chat = folder / "chats" / f"conv{conv}.json"
             assert hashlib.sha256(chat.read_bytes()).hexdigest() == pin.sha256

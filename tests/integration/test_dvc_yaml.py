@@ -73,6 +73,20 @@ EXPECTED_PARAMS = {
         "models.agent",  # the judge's model when models.judge.model is null
         "llm.seed",
     ],
+    "judge-check": [
+        "mode",  # written in run.json
+        "judge_check.recipe",  # which cases
+        "judge_check.max_failed_share",  # whether failed calls are accepted
+        # the scorer's prompt it asks the judge with, and the pins it checks
+        "judge.scorer_repo",
+        "judge.scorer_commit",
+        "judge.prompts",
+        "judge.compute_metrics",
+        "judge.scorer_dir",
+        "models.judge",
+        "models.agent",  # the judge's model when models.judge.model is null
+        "llm.seed",
+    ],
     "report": [
         "mode",
         "report",  # bootstrap samples, seed and confidence of the intervals
@@ -94,6 +108,7 @@ EXPECTED_PARAMS = {
         "judge.compute_metrics",
         "judge.scorer_dir",
         "estimate",  # the estimate column of the record's cost table
+        "judge_check.min_agreement",  # below it the record warns about the judge
     ],
 }
 ORDER = list(EXPECTED_PARAMS)
@@ -123,6 +138,7 @@ METRICS_FILES = {
     "ingest": "metrics/ingest.json",
     "answer": "metrics/answer.json",
     "judge": "metrics/judge.json",
+    "judge-check": "metrics/judge_check.json",
     "report": "metrics/report.json",
 }
 

@@ -102,6 +102,7 @@ def test_settings_take_the_pair_cap_of_the_mode() -> None:
     params = load_params("ingest", IngestParams, PARAMS)
     assert settings_for(params, "lite").max_llm_pairs == params.max_llm_pairs.lite
     assert settings_for(params, "full").max_llm_pairs == params.max_llm_pairs.full
+    assert settings_for(params, "all").max_llm_pairs == params.max_llm_pairs.all
     assert settings_for(params, "full").chunk_tokens == params.chunk_tokens
 
 

@@ -239,7 +239,7 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
     assert usage["judge"]["prompt_tokens"] > 0
     # the stage's metrics file holds its wall time only
     timing = json.loads((workdir / "metrics" / "judge.json").read_text())
-    assert list(timing) == ["seconds"] and list(timing["seconds"]) == ["judge", "stage"]
+    assert list(timing) == ["seconds"] and list(timing["seconds"]) == ["judge", "stage_judge"]
 
     # the scripted judge saw the question, the rubric item and the answer in each item prompt
     calls = [json.loads(line) for line in (workdir.parent / "calls.jsonl").read_text().splitlines()]
@@ -264,7 +264,7 @@ def test_a_second_run_makes_no_model_call_and_identical_outputs(workdir: Path) -
     assert (workdir / "metrics" / "usage" / "judge.json").read_bytes() == usage
     metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
     assert metrics["seconds"]["judge"] == 0.0  # no call waited on the model
-    assert metrics["seconds"]["stage"] > 0  # the stage's own wall time
+    assert metrics["seconds"]["stage_judge"] > 0  # the stage's own wall time
 
 
 @pytest.mark.slow

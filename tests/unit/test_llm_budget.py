@@ -96,6 +96,7 @@ def test_ledger_is_shared_by_budgets_and_reset_by_a_new_run_id(
     other = Budget("lite", 10, 1_000, tmp_path)  # e.g. the next stage's process
     assert other.spent().calls == 1 and other.remaining().calls == 9
     assert Budget("full", 10, 1_000, tmp_path).spent().calls == 0  # keyed by mode
+    assert Budget("all", 10, 1_000, tmp_path).spent().calls == 0
     monkeypatch.setenv(RUN_ID_ENV, "run-2")
     assert other.spent().calls == 0  # a new run starts from zero
     other.reserve(10)

@@ -158,7 +158,9 @@ def llm_params(tmp_path: Path, **over: object) -> LlmParams:
 
 
 def test_build_model_wires_cache_budget_and_judge_flag(tmp_path: Path) -> None:
-    budget = BudgetParams(lite=Cap(calls=40, tokens=120_000), full=Cap(calls=1, tokens=1))
+    budget = BudgetParams(
+        lite=Cap(calls=40, tokens=120_000), full=Cap(calls=1, tokens=1), all=Cap(calls=1, tokens=1)
+    )
     client = build_model(
         "judge", models=models_params(), llm=llm_params(tmp_path), budget=budget, mode="lite"
     )
@@ -197,7 +199,8 @@ models:
   judge: {{model: null}}
 llm: {{timeout_seconds: 5, max_attempts: 2, concurrency: 2, seed: 0, cache: true,
       cache_dir: "{tmp_path / "cache"}"}}
-budget: {{lite: {{calls: 40, tokens: 120000}}, full: {{calls: 1, tokens: 1}}}}
+budget: {{lite: {{calls: 40, tokens: 120000}}, full: {{calls: 1, tokens: 1}},
+         all: {{calls: 1, tokens: 1}}}}
 """,
         encoding="utf-8",
     )

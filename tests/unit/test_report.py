@@ -27,6 +27,20 @@ GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "report_record.md"
 PARAMS = ReportParams(bootstrap_samples=2000, seed=0, confidence=0.95)
 
 
+JUDGE_CHECK = {
+    "cases": {"overall": 10, "stated": 2, "other_fact": 2, "altered": 2, "empty": 2, "buried": 2},
+    "agreement": {
+        "overall": 0.6,
+        "stated": 1.0,
+        "other_fact": 1.0,
+        "altered": 0.0,
+        "empty": 1.0,
+        "buried": 0.0,
+    },
+    "parse_failure_rate": 0.1,
+}
+
+
 def _rows() -> list[dict[str, object]]:
     return [
         {
@@ -185,6 +199,7 @@ def _metrics(rows: list[dict[str, object]]) -> dict[str, dict[str, float]]:
         i["cost"],  # type: ignore[arg-type]
         {"known_bad_rubric": sum("known_bad_rubric" in r["flags"] for r in rows)},  # type: ignore[operator, misc]
         i["failures"],  # type: ignore[arg-type]
+        JUDGE_CHECK,
     )
 
 
@@ -198,6 +213,7 @@ HEADLINE = {
     "questions",
     "agent",
     "failures",
+    "judge_check",
     "cost_calls",
     "cost_tokens",
 }
@@ -227,6 +243,7 @@ def test_metrics_are_the_headline_two_levels_of_numbers_without_null() -> None:
     assert metrics["agent"] == {"context_tokens_median": 900.0, "context_tokens_p95": 1400}
     assert metrics["failures"]["judge_calls"] == 2
     assert metrics["score_beam_code"] == {"overall": 0.5}  # the 0.5 item truncated to 0
+    assert metrics["judge_check"] == {"agreement": 0.6, "cases": 10}
     phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
     assert set(metrics["cost_calls"]) == set(metrics["cost_tokens"]) == phases
     # no wall time: the stages' own metrics files hold their seconds
@@ -256,6 +273,8 @@ def test_record_matches_the_golden_file() -> None:
         cost=i["cost"],
         flags=i["flags"],
         failures=i["failures"],
+        judge_check=JUDGE_CHECK,
+        judge_warning="the judge gave the known score on 60% of 10 calibration cases",
         confidence=0.95,  # type: ignore[arg-type]
     )
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -264,6 +283,8 @@ def test_record_matches_the_golden_file() -> None:
     assert _numbers_close(record, expected), "record differs from tests/golden/report_record.md"
     assert record.index("measure nothing") < record.index("## Pins")
     assert record.index("3 model calls failed after retries") < record.index("## Pins")
+    assert record.index("Judge agreement 60% on 10 known cases") < record.index("## Pins")
+    assert "**Warning: the judge gave the known score on 60%" in record
     assert "biases scores upward" in record
     assert "smoke test" in record
 
@@ -284,8 +305,10 @@ def test_the_printed_record_adds_each_stages_wall_time_from_its_metrics(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "metrics").mkdir()
-    (tmp_path / "metrics" / "ingest.json").write_text('{"seconds": {"stage": 12.5}}')
-    (tmp_path / "metrics" / "judge.json").write_text('{"seconds": {"judge": 1.0, "stage": 3.25}}')
+    (tmp_path / "metrics" / "ingest.json").write_text('{"seconds": {"stage_ingest": 12.5}}')
+    (tmp_path / "metrics" / "judge.json").write_text(
+        '{"seconds": {"judge": 1.0, "stage_judge": 3.25}}'
+    )
     times = read_times()
     assert times == {"ingest": 12.5, "judge": 3.25}  # answer has not run: left out
     printed = render_times(times)
@@ -335,6 +358,8 @@ def test_the_graph_table_lists_conversations_in_numeric_order() -> None:
         cost=i["cost"],  # type: ignore[arg-type]
         flags=i["flags"],  # type: ignore[arg-type]
         failures=i["failures"],  # type: ignore[arg-type]
+        judge_check=JUDGE_CHECK,
+        judge_warning=None,
         confidence=0.95,
     )
     graph = record[record.index("## Graph") : record.index("## Cost")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,13 +13,15 @@ from pathlib import Path
 import pytest
 
 from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.params import SliceParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
-from stages.common import read_jsonl, write_json
+from stages.common import read_jsonl, validate_section, write_json
 from stages.slice import (
     REPIN_COMMAND,
     SliceFixture,
     build_mode,
     from_ranges,
+    main,
     make_slices,
     normalize_ids,
     parse_date,
@@ -386,6 +389,121 @@ def test_stage_process_exits_2_when_the_fixture_does_not_match(
     assert "do not match the fixture" in done.stderr and "--repin" in done.stderr
     assert not (work / "data" / "slice").exists()
     assert not (work / "metrics" / "slice.json").exists()
+
+
+# ---- restricting a mode to chosen conversations (params slice.conversations) ---------------
+
+
+def test_restriction_keeps_one_conversation_with_its_questions_and_checks_its_pins(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    raw = json.loads(pinned.read_text())
+    raw["modes"]["full"]["slices"]["17"]["sha256"] = "f" * 64  # a conversation that is not kept
+    write_json(pinned, raw)
+    out, metrics = tmp_path / "slice", tmp_path / "slice.json"
+
+    built = make_slices(data, pinned, "full", "cl100k_base", out, metrics, ["4"])
+
+    assert sorted(p.name for p in (out / "chats").iterdir()) == ["conv4.json"]
+    chat = (out / "chats" / "conv4.json").read_bytes()
+    assert hashlib.sha256(chat).hexdigest() == raw["modes"]["full"]["slices"]["4"]["sha256"]
+    assert built.slices[0].message_ids == list(range(110))
+    conv4 = [q for q in FULL_QUESTIONS if q.startswith("conv4:")]
+    assert [q.id for q in read_jsonl(out / "questions.jsonl", Question)] == conv4
+    assert [r.question_id for r in read_jsonl(out / "rubrics.jsonl", Rubric)] == conv4
+    summary = json.loads((out / "sizes.json").read_text())
+    assert set(summary) == {"conv4", "total", "questions"}
+    assert summary["total"]["questions"] == 20 and summary["total"]["known_bad_rubric"] == 0
+    assert summary["questions"] == {a: 2 for a in ABILITIES}
+    assert json.loads(metrics.read_text())["chat"]["conversations"] == 1
+    assert json.loads(metrics.read_text())["chat"]["messages"] == 110
+
+    raw["modes"]["full"]["slices"]["4"]["sha256"] = "e" * 64  # the kept one's pin still holds
+    write_json(pinned, raw)
+    with pytest.raises(IntegrityError) as info:
+        make_slices(data, pinned, "full", "cl100k_base", out, metrics, ["4"])
+    assert "conv4: slice sha256 expected " + "e" * 64 in str(info.value)
+    assert "conv17" not in str(info.value)
+    assert not out.exists() and not metrics.exists()
+
+
+def test_restriction_to_every_conversation_is_the_whole_mode(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    whole, _ = run(data, pinned, "full", tmp_path / "a")
+    out = tmp_path / "b" / "slice"
+    make_slices(data, pinned, "full", "cl100k_base", out, tmp_path / "b.json", ["17", "4", "4"])
+    for path in sorted(whole.rglob("*")):
+        if path.is_file():
+            assert path.read_bytes() == (out / path.relative_to(whole)).read_bytes()
+
+
+def test_restriction_to_a_conversation_the_mode_lacks_names_the_ones_it_has(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    out, metrics = tmp_path / "slice", tmp_path / "slice.json"
+    for mode, ids, unknown, available in (
+        ("full", ["4", "5"], "['5']", "['4', '17']"),
+        ("lite", ["4"], "['4']", "['17']"),  # in the data, but not in the mode
+    ):
+        with pytest.raises(ParamsError) as info:
+            make_slices(data, pinned, mode, "cl100k_base", out, metrics, ids)
+        text = str(info.value)
+        assert f"slice.conversations names conversation id(s) {unknown}" in text
+        assert f"mode {mode} does not have; its conversations are {available}" in text
+        assert not out.exists() and not metrics.exists()
+
+
+def test_conversations_param_takes_numbers_or_text_and_defaults_to_all() -> None:
+    base = {"fixture": "fixtures/slices.json", "tokenizer": "cl100k_base"}
+    assert validate_section("slice", base, SliceParams).conversations == []
+    # `dvc exp run -S 'slice.conversations=[4]'` writes a number
+    chosen = validate_section("slice", base | {"conversations": [4, "17"]}, SliceParams)
+    assert chosen.conversations == ["4", "17"]
+    for bad in ("4", [True], [None]):
+        with pytest.raises(ParamsError, match=r"slice\.conversations"):
+            validate_section("slice", base | {"conversations": bad}, SliceParams)
+
+
+def test_stage_reads_the_restriction_from_params(
+    tmp_path: Path,
+    data: Path,
+    pinned: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "data" / "repair").mkdir(parents=True)
+    shutil.copy(data, tmp_path / "data" / "repair" / "dataset.parquet")
+    (tmp_path / "params.yaml").write_text(
+        f"mode: full\nslice:\n  fixture: {pinned}\n  tokenizer: cl100k_base\n"
+        "  conversations: [17]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["stages.slice"])
+
+    main()
+
+    assert "slice (full, conversations 17 only): 20 questions" in capsys.readouterr().out
+    assert [p.name for p in (tmp_path / "data" / "slice" / "chats").iterdir()] == ["conv17.json"]
+
+
+def test_estimate_counts_only_the_kept_conversations(
+    tmp_path: Path, data: Path, pinned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stages.estimate import estimate_mode
+
+    (tmp_path / "data" / "repair").mkdir(parents=True)
+    shutil.copy(data, tmp_path / "data" / "repair" / "dataset.parquet")
+    params = (REPO_ROOT / "params.yaml").read_text()
+    monkeypatch.chdir(tmp_path)
+    agent_calls = {}
+    for kept in ("[]", "[4]"):
+        text = params.replace("  fixture: fixtures/slices.json\n", f"  fixture: {pinned}\n")
+        text = text.replace("  conversations: []", f"  conversations: {kept}")
+        (tmp_path / "params.yaml").write_text(text)
+        agent_calls[kept] = estimate_mode("full")["agent"].calls
+    per_question = agent_calls["[]"] / 40
+    assert agent_calls["[4]"] == 20 * per_question
 
 
 def _collect_keys(value: object, keys: set[str]) -> None:

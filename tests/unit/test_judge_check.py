@@ -1,0 +1,396 @@
+"""The judge check: calibration cases built from the real rubrics (../shared/beam), checked against
+the recipe's hashes, and judged by scripted judges whose right answers are known.
+
+- `scripted/faithful` (clients/scripted.py) gives 1 only when every content word of the item is in
+  the answer: on these cases it must agree 100%.
+- `scripted/lenient` (registered here, test-only) passes everything: its agreement must fall below
+  `min_agreement` and the warning must say so.
+- `scripted/rules` (the overlap judge the pipeline's tests use) is measured too: its overlap score
+  counts the item's lead-in words ("LLM response should state") and cannot tell a fact from the
+  same fact with its number changed, so the check must warn about it as well.
+The hand-made statements below are made up; no dataset text is in this file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from clients import scripted
+from clients.accounting import Accounting
+from clients.llm import ChatRequest, Completion, LlmClient
+from schemas.errors import IntegrityError
+from schemas.judging import JudgePrompts
+from schemas.params import BudgetParams, Cap, LlmParams, ModelRef
+from schemas.records import Question, Rubric
+from stages import judge_check as jc
+from stages.judge import JUDGE_TASK, JudgeVerdict, extract_judge_prompts
+from stages.slice import load_fixture
+from tests.conftest import REPO_ROOT
+
+RECIPE = REPO_ROOT / "fixtures" / "judge_check.json"
+SCORER_COMMIT = "b2a3ee8ba12d68f83143dda191097dc3e028ddd3"
+MIN_AGREEMENT = jc.JudgeCheckParams().min_agreement
+
+
+def _lenient_rule(request: ChatRequest) -> scripted.ScriptedReply:
+    return scripted.ScriptedReply(value={"score": 1.0, "reason": "lenient: everything passes"})
+
+
+scripted.register_rule(JUDGE_TASK, _lenient_rule, model="scripted/lenient")
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recipe() -> jc.Recipe:
+    return jc.load_recipe(RECIPE)
+
+
+@pytest.fixture(scope="module")
+def items(mirror_parquet: Path, recipe: jc.Recipe) -> tuple[list[Rubric], list[Question]]:
+    """The rubrics and questions the recipe names, from the rebuilt release parquet."""
+    return jc.read_items(mirror_parquet, jc.recipe_question_ids(recipe))
+
+
+@pytest.fixture(scope="module")
+def cases(
+    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
+) -> list[jc.CalibrationCase]:
+    return jc.build_cases(recipe, *items)
+
+
+@pytest.fixture(scope="module")
+def prompts(shared_beam: Path) -> JudgePrompts:
+    root = shared_beam / "scorer" / "mohammadtavakoli78" / "BEAM" / SCORER_COMMIT / "src"
+    return extract_judge_prompts(
+        (root / "prompts.py").read_text(encoding="utf-8"),
+        (root / "evaluation" / "compute_metrics.py").read_text(encoding="utf-8"),
+    )
+
+
+def judge_client(model: str, cache_dir: Path) -> LlmClient:
+    params = LlmParams(
+        timeout_seconds=60,
+        max_attempts=2,
+        concurrency=4,
+        seed=0,
+        cache=True,
+        cache_dir=str(cache_dir),
+    )
+    return LlmClient("judge", ModelRef(model=model), params, accounting=Accounting())
+
+
+# -- building the set -----------------------------------------------------------------------------
+
+
+def test_cases_are_built_the_same_twice_match_the_recipe_and_are_fast(
+    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
+) -> None:
+    started = time.perf_counter()
+    first = jc.build_cases(recipe, *items)
+    seconds = time.perf_counter() - started
+    second = jc.build_cases(recipe, *items)
+    assert first == second
+    assert [c.sha256 for c in first] == [e.sha256 for e in recipe.cases]
+    assert len({c.id for c in first}) == len(first) == 5 * recipe.n_per_kind
+    assert {c.kind for c in first} == set(jc.KINDS)
+    assert all(sum(c.kind == k for c in first) == recipe.n_per_kind for k in jc.KINDS)
+    assert {c.ability for c in first} == set(jc.CHECK_ABILITIES)
+    assert len({c.question_id for c in first}) >= 30
+    assert seconds < 1.0, f"building {len(first)} cases took {seconds:.3f} s"
+    print(f"\nbuilt {len(first)} calibration cases in {seconds * 1000:.1f} ms")
+
+
+def test_the_recipe_is_what_make_recipe_draws(mirror_parquet: Path, recipe: jc.Recipe) -> None:
+    full = load_fixture(REPO_ROOT / "fixtures" / "slices.json").modes["full"].question_ids
+    rubrics, questions = jc.read_items(mirror_parquet, full)
+    assert jc.make_recipe(rubrics, questions, recipe.n_per_kind, recipe.seed) == recipe
+
+
+def test_labels_hold_by_construction(cases: list[jc.CalibrationCase]) -> None:
+    for case in cases:
+        statement = jc.statement_of(case.rubric_item)
+        assert statement is not None
+        plain = jc.as_sentence(statement)
+        assert case.expected == jc.EXPECTED[case.kind]
+        if case.kind == "stated":
+            assert case.answer == plain
+        elif case.kind == "buried":
+            sentences = case.answer.count(". ") + 1
+            assert plain in case.answer and sentences >= jc.BURIED_DONORS
+            assert not case.answer.startswith(plain) and not case.answer.endswith(plain)
+        elif case.kind == "altered":
+            assert case.answer != plain
+            assert not jc.key_tokens(case.answer, names=False) & jc.key_tokens(
+                statement, names=False
+            )
+        elif case.kind == "other_fact":
+            assert jc.overlap(statement, case.answer) <= jc.DONOR_MAX_OVERLAP
+            assert not jc.key_tokens(statement) & jc.key_tokens(case.answer)
+        else:
+            assert case.answer in jc.EMPTY_ANSWERS
+
+
+def test_a_tampered_rubric_names_the_case(
+    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
+) -> None:
+    rubrics, questions = items
+    target = next(e for e in recipe.cases if e.kind == "stated")
+    tampered = []
+    for rubric in rubrics:
+        if rubric.question_id == target.question_id:
+            texts = list(rubric.rubric)
+            texts[target.item_index] += " (edited)"
+            rubric = rubric.model_copy(update={"rubric": texts})
+        tampered.append(rubric)
+    case_id = f"{target.question_id}#{target.item_index}:stated"
+    with pytest.raises(IntegrityError, match="dataset's rubric text changed") as caught:
+        jc.build_cases(recipe, tampered, questions)
+    assert case_id in str(caught.value)
+    assert "--make-recipe" in str(caught.value)
+
+
+def test_a_missing_question_names_the_case(
+    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
+) -> None:
+    rubrics, questions = items
+    gone = recipe.cases[0].question_id
+    with pytest.raises(IntegrityError, match=f"no question {gone}"):
+        jc.build_cases(recipe, [r for r in rubrics if r.question_id != gone], questions)
+
+
+# -- altering (made-up statements) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "the quiz score went from 65% to 82%",
+        "from March 8 till June 30",
+        "from January 15, 2024 till March 15, 2024",
+        "on Tuesdays and Thursdays",
+        "Two cats and 3 dogs",
+        "$1,250 per month",
+        "improved by 20 percentage points",
+        "You said you met Dana at the library",
+    ],
+)
+def test_alter_changes_every_value_under_any_seed(statement: str) -> None:
+    names = not any(ch.isdigit() for ch in statement) and "day" not in statement
+    original = jc.key_tokens(statement, names=names)
+    assert original
+    built = 0
+    for seed in range(200):
+        altered = jc.alter(statement, seed)
+        if altered is None:
+            continue
+        built += 1
+        assert altered != statement
+        assert not jc.key_tokens(altered, names=names) & original, (statement, altered)
+        assert jc.alter(statement, seed) == altered  # a function of the seed
+    assert built >= 150
+
+
+@pytest.mark.parametrize(
+    "statement", ["password hashing", "Flask-Login v0.6.2 was integrated", "which one is correct?"]
+)
+def test_alter_refuses_what_it_cannot_alter(statement: str) -> None:
+    assert all(jc.alter(statement, seed) is None for seed in range(20))
+
+
+def test_a_changed_number_is_never_a_near_miss() -> None:
+    for seed in range(100):
+        altered = jc.alter("20 percentage points", seed)
+        assert altered is not None
+        value = int(altered.split()[0])
+        assert value < 10 or value > 30
+        year = jc.alter("by May 3, 2024", seed)
+        assert year is not None and "2024" not in year and " 3," not in year
+
+
+# -- running it -----------------------------------------------------------------------------------
+
+
+def test_a_faithful_judge_agrees_on_every_case(
+    cases: list[jc.CalibrationCase], prompts: JudgePrompts, tmp_path: Path
+) -> None:
+    client = judge_client("scripted/faithful", tmp_path / "cache")
+    results = jc.run_check(cases, client, prompts)
+    summary = jc.summarize_check(results)
+    assert sorted(summary["agreement"]) == sorted(["overall", *jc.KINDS])
+    assert set(summary["agreement"].values()) == {1.0}
+    assert summary["parse_failure_rate"] == 0.0 and summary["failed_calls"] == 0
+    assert jc.judge_warning(summary, MIN_AGREEMENT) is None
+    # The judge was asked exactly as the judge stage asks: its prompt, its verdict schema.
+    assert isinstance(client.backend, scripted.ScriptedBackend)
+    asked = client.backend.history
+    assert len(asked) == len(cases)
+    assert all(a["task"] == JUDGE_TASK and a["schema"] == JudgeVerdict.__name__ for a in asked)
+    first = next(a for a in asked if cases[0].answer in a["messages"][0]["content"])
+    assert (
+        f"RUBRIC CRITERION (what to check): {cases[0].rubric_item}"
+        in (first["messages"][0]["content"])
+    )
+    # A second run is served by the model layer's cache: no new request reaches the model.
+    again = jc.run_check(cases, judge_client("scripted/faithful", tmp_path / "cache"), prompts)
+    assert again == results and len(asked) == len(cases)
+
+
+def test_a_lenient_judge_falls_below_the_threshold_and_warns(
+    cases: list[jc.CalibrationCase], prompts: JudgePrompts, tmp_path: Path
+) -> None:
+    summary = jc.summarize_check(
+        jc.run_check(cases, judge_client("scripted/lenient", tmp_path), prompts)
+    )
+    share_of_ones = sum(c.expected == 1.0 for c in cases) / len(cases)
+    assert summary["agreement"]["overall"] == pytest.approx(share_of_ones)
+    assert summary["agreement"]["overall"] < MIN_AGREEMENT
+    assert summary["agreement"]["altered"] == 0.0 and summary["agreement"]["stated"] == 1.0
+    assert summary["confusion"]["expected_0_given_1"] == sum(c.expected == 0 for c in cases)
+    warning = jc.judge_warning(summary, MIN_AGREEMENT)
+    assert warning is not None and "not to be trusted" in warning
+
+
+def test_the_overlap_judge_is_caught_too(
+    cases: list[jc.CalibrationCase], prompts: JudgePrompts, tmp_path: Path
+) -> None:
+    summary = jc.summarize_check(
+        jc.run_check(cases, judge_client("scripted/rules", tmp_path), prompts)
+    )
+    print(f"\nscripted/rules: {json.dumps(summary['agreement'], sort_keys=True)}")
+    assert summary["agreement"]["overall"] < MIN_AGREEMENT
+    assert jc.judge_warning(summary, MIN_AGREEMENT) is not None
+
+
+# -- reading replies and summarizing (hand-made) --------------------------------------------------
+
+
+def _case(kind: jc.Kind) -> jc.CalibrationCase:
+    fields: dict[str, Any] = {
+        "id": f"conv3:knowledge_update:0#0:{kind}",
+        "kind": kind,
+        "question_id": "conv3:knowledge_update:0",
+        "ability": "knowledge_update",
+        "item_index": 0,
+        "question": "How many plants do I have?",
+        "rubric_item": "LLM response should state: 12 plants",
+        "answer": "12 plants.",
+        "expected": jc.EXPECTED[kind],
+    }
+    return jc.CalibrationCase(**fields, sha256=jc.case_sha256(fields))
+
+
+@pytest.mark.parametrize(
+    ("completion", "outcome", "given"),
+    [
+        (Completion(model="m", text='{"score": 0.5, "reason": "r"}'), "verdict", 0.5),
+        (Completion(model="m", text="the answer is fine"), "no_verdict", None),
+        (
+            Completion(model="m", error="gave up after 4 attempts on m at e: unusable reply: x"),
+            "no_verdict",
+            None,
+        ),
+        (Completion(model="m", error="request refused: context too long"), "call_failed", None),
+        (
+            Completion(model="m", error="gave up after 4 attempts on m at e: TransientError: 503"),
+            "call_failed",
+            None,
+        ),
+    ],
+)
+def test_each_reply_is_read_as_the_judge_stage_reads_it(
+    completion: Completion, outcome: str, given: float | None
+) -> None:
+    result = jc.result_of(_case("stated"), completion)
+    assert (result.outcome, result.given, result.agrees) == (outcome, given, False)
+
+
+def test_the_summary_has_the_same_numbers_only_keys_whatever_the_results() -> None:
+    empty = jc.summarize_check([])
+    stated, altered = _case("stated"), _case("altered")
+    full = jc.summarize_check(
+        [
+            jc.result_of(stated, Completion(model="m", text='{"score": 1}')),
+            jc.result_of(altered, Completion(model="m", text='{"score": 0.5}')),
+            jc.result_of(altered, Completion(model="m", text="no verdict here")),
+            jc.result_of(altered, Completion(model="m", error="request refused: 400")),
+        ]
+    )
+
+    def shape(summary: dict[str, Any]) -> dict[str, Any]:
+        return {k: sorted(v) if isinstance(v, dict) else None for k, v in summary.items()}
+
+    assert shape(empty) == shape(full)
+    numbers = [
+        v
+        for group in full.values()
+        for v in (group.values() if isinstance(group, dict) else [group])
+    ]
+    assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers)
+    assert full["agreement"]["overall"] == 0.25 and full["agreement"]["empty"] == 0.0
+    assert full["confusion"]["expected_0_given_0_5"] == 1
+    assert full["confusion"]["expected_0_given_none"] == 2
+    assert full["parse_failure_rate"] == 0.25 and full["failed_calls"] == 1
+
+
+# -- the stage shell ------------------------------------------------------------------------------
+
+
+def _stage_folder(tmp_path: Path, mirror_parquet: Path, shared_beam: Path, model: str) -> Path:
+    """A working folder with the repo's params (judge: `model`), the rebuilt parquet as the
+    repaired data and the real scorer files."""
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["models"]["judge"] = {"model": model, "api_base": None}
+    params["llm"].update(cache_dir=str(tmp_path / "cache"), max_attempts=1)
+    for mode, field in BudgetParams.model_fields.items():  # every mode's cap, whatever they are
+        if field.annotation is Cap:
+            params["budget"][mode] = {"calls": 1000, "tokens": 10_000_000}
+    params["judge_check"] = {"recipe": "fixtures/judge_check.json", "min_agreement": 0.8}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    (tmp_path / "fixtures").mkdir()
+    shutil.copy(REPO_ROOT / "fixtures" / "slices.json", tmp_path / "fixtures" / "slices.json")
+    (tmp_path / "data" / "repair").mkdir(parents=True)
+    shutil.copy(mirror_parquet, tmp_path / "data" / "repair" / "dataset.parquet")
+    scorer = shared_beam / "scorer" / "mohammadtavakoli78" / "BEAM" / SCORER_COMMIT
+    for pinned in ("prompts", "compute_metrics"):
+        path = params["judge"][pinned]["path"]
+        target = tmp_path / params["judge"]["scorer_dir"] / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(scorer / path, target)
+    return tmp_path
+
+
+def test_the_stage_draws_the_recipe_then_checks_the_judge(
+    tmp_path: Path,
+    mirror_parquet: Path,
+    shared_beam: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder = _stage_folder(tmp_path, mirror_parquet, shared_beam, "scripted/lenient")
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "argv", ["judge_check", "--make-recipe"])
+    jc.main()
+    assert (folder / "fixtures" / "judge_check.json").read_bytes() == RECIPE.read_bytes()
+
+    monkeypatch.setattr(sys, "argv", ["judge_check"])
+    jc.main()
+    cases = (folder / "data" / "judge_check" / "cases.jsonl").read_text().splitlines()
+    results = (folder / "data" / "judge_check" / "results.jsonl").read_text().splitlines()
+    assert len(cases) == len(results) == len(jc.load_recipe(RECIPE).cases)
+    metrics = json.loads((folder / "metrics" / "judge_check.json").read_text())
+    assert sorted(metrics["seconds"]) == ["judge_check", "stage_judge_check"]  # wall time only
+    summary = json.loads((folder / "data" / "judge_check" / "summary.json").read_text())
+    assert summary["agreement"]["overall"] < 0.8 and summary["failed_calls"] == 0
+    usage = json.loads((folder / "metrics" / "usage" / "judge_check.json").read_text())
+    assert usage["judge"]["calls"] == len(cases)
+    assert "warning: the judge gave the known score" in capsys.readouterr().err
