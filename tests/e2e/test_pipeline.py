@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -64,6 +65,7 @@ HEADLINE_KEYS = {
     },
     "cost_calls": {*PHASES, "total"},
     "cost_tokens": {*PHASES, "total"},
+    "judge_check": {"agreement", "cases"},
 }
 STAGE_METRICS = {
     "slice": {"chat": {"conversations", "sessions", "messages", "tokens"}},
@@ -147,6 +149,18 @@ def assert_plots(repo: RepoCopy) -> None:
             assert all({"ci_low", "ci_high", "n"} <= set(row) for row in values)
 
 
+def assert_both_scores_and_the_judge_check(record: str, report: dict[str, Any]) -> None:
+    """Issue 14: our score and beam_code, and the judge check with its warning for the test
+    model's overlap judge, in the headline of the record and metrics/report.json."""
+    head = record[: record.index("## Pins")]
+    beam = report["score_beam_code"]["overall"]
+    assert "Benchmark-code score (`beam_code`" in head and f"**{beam:.3f}**" in head
+    agreement = report["judge_check"]["agreement"]
+    assert f"Judge agreement {agreement:.0%} on 80 known cases" in head
+    assert agreement < 0.8 and "**Warning: the judge gave the known score" in head
+    assert "## Ours and the benchmark's code" in record
+
+
 def _stdout(repo: RepoCopy, *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "dvc", *args],
@@ -184,11 +198,14 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
         assert_metrics_layout(repo, {"information_extraction", "multi_session_reasoning"})
         record = (repo.path / "reports" / "memory.md").read_text()
         assert "measure nothing" in record and "conv17:information_extraction:0" in record
+        assert_both_scores_and_the_judge_check(record, report)
         calls = repo.model_calls()
         tasks = Counter(str(c["task"]) for c in calls)
         assert tasks["extract"] == repo.read_json("data/ingest/graphs.json")["total"]["chunks"] == 4
         assert tasks["agent"] >= 2 and tasks["judge"] >= 2
-        assert report["cost_calls"]["total"] == len(calls)
+        # every call of the pipeline's phases, besides the judge check's own (one per case)
+        assert report["cost_calls"]["total"] == len(calls) - report["judge_check"]["cases"]
+        assert report["judge_check"]["cases"] == 80
         printed = subprocess.run(
             [sys.executable, "-m", "stages.report", "--print"],
             cwd=repo.path,
@@ -271,10 +288,10 @@ def test_a_forced_repro_from_the_call_cache_changes_no_out_and_settings_rerun_no
         repo.update_params({"estimate": {"agent": {"calls_per_question": 3}}})
         assert stale_stages(repo) == {"report"}
         (repo.path / "params.yaml").write_text(params)
-        # What changes a result does: the agent's model re-runs answer (and the judge, whose
-        # model falls back to the agent's).
+        # What changes a result does: the agent's model re-runs answer (and the judge and its
+        # check, whose model falls back to the agent's).
         repo.update_params({"models": {"agent": {"model": "scripted/other", "api_base": None}}})
-        assert stale_stages(repo) == {"answer", "judge"}
+        assert stale_stages(repo) == {"answer", "judge", "judge-check"}
         (repo.path / "params.yaml").write_text(params)
         assert stale_stages(repo) == set()
 
@@ -360,3 +377,5 @@ def test_full_mode_experiment_completes(tmp_path: Path, hub_mirror: HubMirror) -
         assert_metrics_layout(repo, set(ABILITIES))
         assert_plots(repo)
         assert_estimate_close(repo)
+        record = (repo.path / "reports" / "memory.md").read_text()
+        assert_both_scores_and_the_judge_check(record, report)
