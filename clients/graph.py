@@ -120,13 +120,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 import neo4j
-from clients import cypher
-from clients.cypher import QueryRejected, check_read_only, escape_fulltext
 from neo4j import GraphDatabase, Query
 from neo4j import exceptions as neo4j_errors
+from pydantic import BaseModel, ConfigDict
+
+from clients import cypher
+from clients.cypher import QueryRejected, check_read_only, escape_fulltext
 from schemas.errors import BeamError, DataError, IntegrityError, ServiceError
 from schemas.memory import (
     ENTITY_LABELS,
