@@ -43,7 +43,8 @@ Using it from a stage
   schema reply that comes back unusable twice alike gets one repair turn (its reply and the
   problem) in place of the same request. Every attempt has the timeout `llm.timeout_seconds`.
 - Failures: a request whose attempts are spent (or that got a 4xx other than 401/403/404/408/
-  429: bad request, context too long) comes back as a `Completion` with `error`, never raised;
+  429: bad request, context too long) comes back as a `Completion` with `error` and its kind in
+  `failure` (transport, refused, unusable), never raised;
   the stage counts them and stops unless its `max_failed_share` tolerates them (see
   schemas.errors.check_failed_share). Raised instead: `ServiceError` for a problem that affects
   every call (401/403/404: key or model name wrong; missing key variable), `ModelFailures` once
@@ -227,6 +228,9 @@ class Completion(_Frozen):
     """With a schema: the reply parsed and validated (JSON form)."""
     error: str | None = None
     """Set when the request failed; the other fields are then empty."""
+    failure: Literal["transport", "refused", "unusable"] | None = None
+    """Why it failed: the endpoint (429/5xx/timeouts/connection) to the last attempt, a 4xx
+    refusal, or a last reply that could not be used (no valid JSON where a schema is due)."""
     finish_reason: str | None = None
     model: str
     prompt_tokens: int = 0
@@ -817,6 +821,7 @@ class LlmClient:
         last_unusable: str | None = None
         repaired = False
         problem = ""
+        last_failure: Literal["transport", "unusable"] = "transport"
         transport_failures = 0
         for attempt in range(1, self.params.max_attempts + 1):
             try:
@@ -824,11 +829,14 @@ class LlmClient:
             except TransientError as exc:
                 transport_failures += 1
                 problem = f"{type(exc).__name__}: {exc}"
+                last_failure = "transport"
                 await self._backoff(attempt, exc.retry_after)
                 continue
             except PermanentError as exc:
                 self._failures_in_a_row = 0
-                return Completion(**base, error=f"request refused: {exc}", attempts=attempt)
+                return Completion(
+                    **base, error=f"request refused: {exc}", failure="refused", attempts=attempt
+                )
             prompt_tokens += reply.prompt_tokens or 0
             completion_tokens += reply.completion_tokens or 0
             completion, unusable = _interpret(request, reply)
@@ -844,6 +852,7 @@ class LlmClient:
                     attempts=attempt,
                 )
             problem = f"unusable reply: {unusable}"
+            last_failure = "unusable"
             if (
                 request.schema is not None
                 and not repaired
@@ -876,6 +885,7 @@ class LlmClient:
             attempts=self.params.max_attempts,
             error=f"gave up after {self.params.max_attempts} attempts on {self.ref.model} at "
             f"{self.endpoint}: {problem}",
+            failure=last_failure,
         )
 
     def _check_endpoint_alive(self) -> None:

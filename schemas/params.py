@@ -261,5 +261,5 @@ class JudgeCheckParams(_Section):
     min_agreement: float = Field(default=0.8, ge=0, le=1)
     """Below this overall agreement the record warns that the judge is not to be trusted."""
     max_failed_share: float = Field(default=0.0, ge=0, le=1)
-    """Share of the check's judge calls that may fail after their retries (transport, refused)
-    before the stage stops (exit 3). Replies without a verdict are measured, not failures."""
+    """Share of the check's judge calls that may fail after their retries (transport, refused,
+    a reply still unusable) before the stage stops (exit 3), as in every stage."""

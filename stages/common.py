@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from schemas.errors import BeamError, ParamsError
+from schemas.errors import BeamError, DataError, ParamsError
 from schemas.params import MODES, Mode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,6 +125,32 @@ def write_jsonl(path: Path, rows: Iterable[BaseModel | Mapping[str, Any]]) -> No
         obj = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
         lines.append(json.dumps(obj, sort_keys=True, ensure_ascii=False))
     write_atomic(path, "".join(line + "\n" for line in lines))
+
+
+def _missing(path: Path) -> DataError:
+    return DataError(f"{path} is missing: run `dvc repro` up to the stage that makes it")
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file an earlier stage wrote (a DataError naming it when it is not there yet)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise _missing(path) from exc
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """A JSONL file of plain rows an earlier stage wrote."""
+    if not path.is_file():
+        raise _missing(path)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def read_records(path: Path, model: type[M]) -> list[M]:
+    """`read_jsonl` of a file an earlier stage wrote (a DataError naming it when missing)."""
+    if not path.is_file():
+        raise _missing(path)
+    return read_jsonl(path, model)
 
 
 def read_jsonl(path: Path, model: type[M]) -> list[M]:

@@ -700,11 +700,6 @@ def case_request(case: CalibrationCase, prompts: JudgePrompts) -> ChatRequest:
     return item_request(item_messages(prompts, case.question, case.rubric_item, case.answer))
 
 
-def _is_unusable(error: str) -> bool:
-    # The model layer's words for a reply that never held a valid verdict (clients/llm.py).
-    return "unusable reply" in error
-
-
 def result_of(case: CalibrationCase, completion: Completion) -> CheckResult:
     """The judge's score on one case, read as the judge stage reads it (`score_item`)."""
     base: dict[str, Any] = {
@@ -714,7 +709,7 @@ def result_of(case: CalibrationCase, completion: Completion) -> CheckResult:
         "expected": case.expected,
     }
     if completion.error is not None:
-        outcome: Outcome = "no_verdict" if _is_unusable(completion.error) else "call_failed"
+        outcome: Outcome = "no_verdict" if completion.failure == "unusable" else "call_failed"
         return CheckResult(
             **base, given=None, agrees=False, outcome=outcome, error=completion.error
         )
@@ -938,7 +933,10 @@ def main() -> None:
     counted = CountedModel(judge)
     results = run_check(cases, counted, prompts)
     summary = summarize_check(results)
-    failed = [r for r in results if r.outcome == "call_failed"]
+    # A call that failed after the layer's retries, its last reply unusable included, is a model
+    # failure like in every stage (stop unless tolerated); a reply that came back and holds no
+    # verdict for score_item (it has a reply) is the judge's measured parse failure.
+    failed = [r for r in results if r.error is not None and r.reply is None]
     check_failed_share(
         "judge_check",
         "judge calls",

@@ -36,7 +36,10 @@ from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import (
     load_mode,
     load_params,
+    read_json,
     read_jsonl,
+    read_records,
+    read_rows,
     remove_outputs,
     run_stage,
     write_atomic,
@@ -68,21 +71,6 @@ TEST_MODEL_WARNING = (
     "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
     "that the pipeline runs end to end, not how good any memory system is."
 )
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise DataError(
-            f"{path} is missing: run `dvc repro` up to the stage that makes it"
-        ) from exc
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise DataError(f"{path} is missing: run `dvc repro judge` first")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def bootstrap_interval(
@@ -567,21 +555,17 @@ def make_report() -> None:
     verify = load_params("verify_hash", VerifyHashParams)
     judge_params = load_params("judge", JudgeParams)
     answer_params = load_params("answer", AnswerParams)
-    ingest = _read_json(Path("data/ingest/graphs.json"))
-    answer = _read_json(Path("data/answer/summary.json"))
-    judge = _read_json(Path("data/judge/summary.json"))
-    rows = _read_rows(Path("data/judge/questions.jsonl"))
+    ingest = read_json(Path("data/ingest/graphs.json"))
+    answer = read_json(Path("data/answer/summary.json"))
+    judge = read_json(Path("data/judge/summary.json"))
+    rows = read_rows(Path("data/judge/questions.jsonl"))
     stages = ("ingest", "answer", "judge")
-    run = run_info(*[_read_json(Path(f"data/{stage}/run.json")) for stage in stages])
-    usage = {role: used for stage in stages for role, used in _read_json(usage_path(stage)).items()}
+    run = run_info(*[read_json(Path(f"data/{stage}/run.json")) for stage in stages])
+    usage = {role: used for stage in stages for role, used in read_json(usage_path(stage)).items()}
     remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
 
     chats: list[ChatSlice] = load_chats(Path("data/slice/chats"))
-    rubrics = [
-        Rubric.model_validate_json(line)
-        for line in Path("data/slice/rubrics.jsonl").read_text(encoding="utf-8").splitlines()
-        if line
-    ]
+    rubrics = read_records(Path("data/slice/rubrics.jsonl"), Rubric)
     settings = settings_for(ingest_params, mode)
     rates = load_params("estimate", EstimateParams)
     questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
@@ -596,7 +580,7 @@ def make_report() -> None:
         for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
     }
     failures = failure_counts(ingest, answer, judge)
-    check = _read_json(Path("data/judge_check/summary.json"))
+    check = read_json(Path("data/judge_check/summary.json"))
     warning = judge_warning(check, load_params("judge_check", JudgeCheckParams).min_agreement)
     write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
     write_plots(scores, cost)

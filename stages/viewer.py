@@ -31,7 +31,15 @@ from schemas.errors import DataError
 from schemas.judging import FLAGS, Judgement
 from schemas.params import ReportParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
-from stages.common import PARAMS_FILE, load_params, read_jsonl, run_stage, write_atomic
+from stages.common import (
+    PARAMS_FILE,
+    load_params,
+    read_json,
+    read_records,
+    read_rows,
+    run_stage,
+    write_atomic,
+)
 from stages.ingest import load_chats
 
 OUT = Path("reports/run.html")
@@ -61,29 +69,11 @@ LICENCE = (
 
 
 # -- reading the run ------------------------------------------------------------------------------
-def _json(path: Path) -> Any:
-    if not path.is_file():
-        raise DataError(f"{path} is missing: run `dvc repro` up to the stage that makes it")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _records(path: Path, model: Any) -> list[Any]:
-    if not path.is_file():
-        raise DataError(f"{path} is missing: run `dvc repro` up to the stage that makes it")
-    return read_jsonl(path, model)
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise DataError(f"{path} is missing: run `dvc repro judge` first")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
 def _graph_counts() -> Any:
     """The counts of each conversation's graph (the ingest stage's data/ingest/graphs.json)."""
     if not GRAPHS.is_file():
         raise DataError(f"no graph counts in {GRAPHS}: run `dvc repro ingest` first")
-    return _json(GRAPHS)
+    return read_json(GRAPHS)
 
 
 def _confidence() -> float | None:
@@ -334,18 +324,18 @@ def render_page(data: Mapping[str, Any]) -> str:
 
 def write_viewer(out: Path = OUT) -> Path:
     """Read the run's files in the working directory and write its page to `out` (atomically)."""
-    questions = _records(Path("data/slice/questions.jsonl"), Question)
+    questions = read_records(Path("data/slice/questions.jsonl"), Question)
     data = page_data(
         questions=questions,
-        rubrics=_records(Path("data/slice/rubrics.jsonl"), Rubric),
+        rubrics=read_records(Path("data/slice/rubrics.jsonl"), Rubric),
         chats=load_chats(Path("data/slice/chats")),
-        traces=_records(Path("data/answer/traces.jsonl"), Trace),
-        judgements=_records(Path("data/judge/judgements.jsonl"), Judgement),
-        rows=_rows(Path("data/judge/questions.jsonl")),
-        report=_json(Path("metrics/report.json")),
-        judge_summary=_json(Path("data/judge/summary.json")),
+        traces=read_records(Path("data/answer/traces.jsonl"), Trace),
+        judgements=read_records(Path("data/judge/judgements.jsonl"), Judgement),
+        rows=read_rows(Path("data/judge/questions.jsonl")),
+        report=read_json(Path("metrics/report.json")),
+        judge_summary=read_json(Path("data/judge/summary.json")),
         graphs=_graph_counts(),
-        runs=[_json(Path(f"data/{stage}/run.json")) for stage in ("ingest", "answer", "judge")],
+        runs=[read_json(Path(f"data/{stage}/run.json")) for stage in ("ingest", "answer", "judge")],
         confidence=_confidence(),
     )
     write_atomic(out, render_page(data))

@@ -190,6 +190,7 @@ def test_malformed_json_is_asked_for_again_then_repaired_then_a_failure_value(
     failed = client.complete(ask("third", schema=Verdict))
     assert failed.error is not None and "gave up after 4 attempts" in failed.error
     assert "unusable reply" in failed.error and len(server.log) == 4
+    assert failed.failure == "unusable"
     stats = client.accounting.stats("judge")
     assert (stats.calls, stats.errors) == (2 + 3 + 4, 1)
     assert client.complete(ask("third", schema=Verdict)).error is not None  # never cached
@@ -226,6 +227,7 @@ def test_server_errors_are_retried_then_returned_as_a_failure(
     server.push(*[Action.server_error()] * 3)
     failed = client.complete(ask("always"))
     assert failed.error is not None and "gave up after 3 attempts" in failed.error
+    assert failed.failure == "transport"
     stats = client.accounting.stats("judge")
     assert (stats.calls, stats.retries, stats.errors) == (5, 3, 1) == (len(server.log), 3, 1)
 
@@ -302,6 +304,7 @@ def test_bad_request_is_not_retried_and_auth_failure_stops(
     server.set_responder(lambda body: Action.status(400))
     refused = client.complete(ask("x"))
     assert refused.error is not None and refused.error.startswith("request refused")
+    assert refused.failure == "refused"
     assert len(server.log) == 1
     server.push(Action.status(401))
     with pytest.raises(ServiceError, match="refused the credentials"):

@@ -295,13 +295,25 @@ def _case(kind: jc.Kind) -> jc.CalibrationCase:
         (Completion(model="m", text='{"score": 0.5, "reason": "r"}'), "verdict", 0.5),
         (Completion(model="m", text="the answer is fine"), "no_verdict", None),
         (
-            Completion(model="m", error="gave up after 4 attempts on m at e: unusable reply: x"),
+            Completion(
+                model="m",
+                error="gave up after 4 attempts on m at e: unusable reply: x",
+                failure="unusable",
+            ),
             "no_verdict",
             None,
         ),
-        (Completion(model="m", error="request refused: context too long"), "call_failed", None),
         (
-            Completion(model="m", error="gave up after 4 attempts on m at e: TransientError: 503"),
+            Completion(model="m", error="request refused: too long", failure="refused"),
+            "call_failed",
+            None,
+        ),
+        (
+            Completion(
+                model="m",
+                error="gave up after 4 attempts on m at e: TransientError: 503",
+                failure="transport",
+            ),
             "call_failed",
             None,
         ),
