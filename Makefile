@@ -80,6 +80,7 @@ bench: setup
 	$(PY) python scripts/bench_answer_judge.py
 	$(PY) python scripts/bench_pipeline.py
 	$(PY) python scripts/bench_viewer.py
+	$(PY) python scripts/bench_judge_check.py
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache
