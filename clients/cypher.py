@@ -399,7 +399,7 @@ def check_plan(query_type: str | None, plan: Mapping[str, Any] | None) -> None:
                 )
 
 
-# -- the agent's tools (memory/agent.py): parameterized reads only, run through `store.read` ----
+# -- the agent's tools (systems/graphrag/agent.py): parameterized reads only, run through `store.read` ----
 _LABEL_OF = "[l IN labels({0}) WHERE l <> 'Memory'][0]"
 AGENT_SEARCH_STATEMENTS = (
     f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "

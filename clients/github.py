@@ -12,8 +12,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from clients.files import write_atomic
 from schemas.errors import FetchError, IntegrityError
-from stages.common import write_atomic
 
 DEFAULT_BASE_URL = "https://raw.githubusercontent.com"
 MAX_BYTES = 32 * 1024 * 1024

@@ -127,6 +127,8 @@ from pydantic import BaseModel, ConfigDict
 
 from clients import cypher
 from clients.cypher import QueryRejected, check_read_only, escape_fulltext
+from clients.files import write_atomic
+from clients.params_file import ROOT
 from schemas.errors import BeamError, DataError, IntegrityError, ServiceError
 from schemas.memory import (
     ENTITY_LABELS,
@@ -141,7 +143,6 @@ from schemas.memory import (
     node_properties,
 )
 from schemas.params import GraphParams
-from stages.common import ROOT, write_atomic
 
 __all__ = [
     "GraphCounts",

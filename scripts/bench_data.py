@@ -27,10 +27,10 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.fetch import pinned_file  # noqa: E402
 from clients.hub import download_pinned  # noqa: E402
+from clients.params_file import load_params  # noqa: E402
 from schemas.params import FetchParams  # noqa: E402
-from stages.common import load_params  # noqa: E402
-from stages.fetch import pinned_file  # noqa: E402
 from tests.conftest import MIRROR_PARQUET, SHARED_BEAM  # noqa: E402
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror  # noqa: E402
 

@@ -26,7 +26,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from clients.files import write_json  # noqa: E402
 from clients.graph import LocalServer, Neo4jGraphStore, start_graph  # noqa: E402
+from clients.params_file import load_params  # noqa: E402
 from schemas.memory import (  # noqa: E402
     ENTITY_LABELS,
     NODE_ADAPTER,
@@ -34,7 +36,7 @@ from schemas.memory import (  # noqa: E402
     Relationship,
 )
 from schemas.params import GraphParams  # noqa: E402
-from stages.common import load_params, run_stage, write_json  # noqa: E402
+from stages.common import run_stage  # noqa: E402
 
 WORDS = (
     "garden",

@@ -38,29 +38,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from clients.llm import LlmClient  # noqa: E402
-from memory.chunk import chunk_conversation  # noqa: E402
-from memory.estimate import estimate_ingest  # noqa: E402
-from memory.ingest import IngestSettings, build_graph  # noqa: E402
+from bench.repair import load_table, repair_table  # noqa: E402
+from bench.slice import REQUIRED_COLUMNS, Built, build_mode, check_pins, load_fixture  # noqa: E402
+from clients.files import write_json  # noqa: E402
+from clients.llm.client import LlmClient  # noqa: E402
+from clients.params_file import load_params  # noqa: E402
 from schemas.errors import DataError  # noqa: E402
 from schemas.params import (  # noqa: E402
     EstimateParams,
     IngestParams,
+    Mode,
     RepairParams,
     SliceParams,
 )
 from schemas.records import ChatSlice  # noqa: E402
-from stages.common import load_params, run_stage, write_json  # noqa: E402
+from stages.common import run_stage  # noqa: E402
 from stages.ingest import settings_for  # noqa: E402
-from stages.repair import load_table, repair_table  # noqa: E402
-from stages.slice import (  # noqa: E402
-    REQUIRED_COLUMNS,
-    Built,
-    Mode,
-    build_mode,
-    check_pins,
-    load_fixture,
-)
+from systems.graphrag.chunk import chunk_conversation  # noqa: E402
+from systems.graphrag.estimate import estimate_ingest  # noqa: E402
+from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402
 from tests.support.models import scripted_client  # noqa: E402
 
 PARAMS = ROOT / "params.yaml"

@@ -22,14 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.judge import EVENT_ORDERING, Message, extract_judge_prompts, judge_question, summarize  # noqa: E402
 from schemas.records import Question, Rubric  # noqa: E402
-from stages.judge import (  # noqa: E402
-    EVENT_ORDERING,
-    Message,
-    extract_judge_prompts,
-    judge_question,
-    summarize,
-)
 from tests.support import scorer_standin as standin  # noqa: E402
 
 BEAM = ROOT.parent / "shared" / "beam" / "100K"

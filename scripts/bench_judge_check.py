@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from stages.judge_check import build_cases, load_recipe, read_items, recipe_question_ids
+from bench.judge_check import build_cases, load_recipe, read_items, recipe_question_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 MIRROR = (

@@ -35,11 +35,13 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
 
-from clients.accounting import Accounting, Budget  # noqa: E402
-from clients.llm import ChatRequest, LlmClient, Message, _import_litellm  # noqa: E402
-from clients.llm_cache import LlmCache  # noqa: E402
+from clients.files import write_json  # noqa: E402
+from clients.llm.accounting import Accounting, Budget  # noqa: E402
+from clients.llm.cache import LlmCache  # noqa: E402
+from clients.llm.client import LlmClient  # noqa: E402
+from clients.llm.litellm_door import _import_litellm  # noqa: E402
+from clients.llm.port import ChatRequest, Message  # noqa: E402
 from schemas.params import LlmParams, ModelRef  # noqa: E402
-from stages.common import write_json  # noqa: E402
 from tests.support.openai_server import LoopbackServer  # noqa: E402
 
 

@@ -31,7 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memory.agent import RESULT_CHARS, ToolCallRecord, Trace
+from bench.viewer import write_viewer
+from clients.files import write_json, write_jsonl
 from schemas.judging import EventAlignment, ItemScore, Judgement
 from schemas.records import (
     ABILITIES,
@@ -41,8 +42,7 @@ from schemas.records import (
     Rubric,
     Session,
 )
-from stages.common import write_json, write_jsonl
-from stages.viewer import write_viewer
+from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
 
 CONVERSATIONS = {"1": 5, "4": 4, "6": 4, "13": 4, "17": 4}  # sessions each: 21 in all
 MESSAGES = 1254

@@ -23,13 +23,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from clients.params_file import load_params  # noqa: E402
 from clients.tokens import count_tokens  # noqa: E402
-from memory.decide import LINK_SYSTEM, RESOLVE_SYSTEM  # noqa: E402
-from memory.estimate import entity_pairs_in_label, statement_pairs_in_label  # noqa: E402
 from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS  # noqa: E402
 from schemas.params import IngestParams  # noqa: E402
-from stages.common import load_params  # noqa: E402
 from stages.ingest import settings_for  # noqa: E402
+from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM  # noqa: E402
+from systems.graphrag.estimate import entity_pairs_in_label, statement_pairs_in_label  # noqa: E402
 from tests.conftest import SHARED_BEAM  # noqa: E402
 from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
 from tests.support.hub_mirror import HubMirror  # noqa: E402

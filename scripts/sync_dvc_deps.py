@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT_PACKAGES = ("stages", "schemas", "clients", "memory")
+PROJECT_PACKAGES = ("stages", "bench", "systems", "clients", "schemas")
 DATA_PREFIXES = ("data/", "fixtures/", "metrics/")
 
 

@@ -1,7 +1,7 @@
 """answer: the agent answers each question from its conversation's graph.
 
 Per conversation: start its own Neo4j, import the ingest stage's graph file, answer that
-conversation's questions with the tool-using agent (memory/agent.py), stop the server. Writes
+conversation's questions with the tool-using agent (systems/graphrag/agent.py), stop the server. Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
 (traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the model),
 `data/answer/summary.json` (counts, steps and the agent's context size),
@@ -19,28 +19,21 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from clients.accounting import Accounting
+from bench.usage import usage_path, write_usage
+from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.graph import start_graph
-from clients.llm import open_model
-from memory.agent import SYSTEM_PROMPT, GraphTools, Trace, answer_question
-from memory.cost import estimate_answer
+from clients.llm.accounting import Accounting
+from clients.llm.client import open_model
+from clients.params_file import load_mode, load_params
+from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
 from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
 from schemas.params import AnswerParams, EstimateParams, GraphParams
 from schemas.records import Question
-from stages.common import (
-    load_mode,
-    load_params,
-    progress,
-    read_jsonl,
-    remove_outputs,
-    run_stage,
-    stage_seconds,
-    write_json,
-    write_jsonl,
-)
-from stages.usage import usage_path, write_usage
-from stages.workdir import stage_workdir
+from schemas.traces import Trace
+from stages.common import progress, run_stage, stage_seconds
+from systems.graphrag.agent import SYSTEM_PROMPT, GraphTools, answer_question
+from systems.graphrag.cost import estimate_answer
 
 QUESTIONS = Path("data/slice/questions.jsonl")
 GRAPHS = Path("data/ingest")

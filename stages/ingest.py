@@ -1,11 +1,11 @@
 """ingest: build each conversation's knowledge graph with the model (the GraphRAG write path).
 
-Per conversation of the current slice: chunk, extract, resolve, link (memory/ingest.py), then
+Per conversation of the current slice: chunk, extract, resolve, link (systems/graphrag/ingest.py), then
 start its own Neo4j server, write the graph, export it to the deterministic JSONL file that is this
 stage's out (`data/ingest/conv<N>.jsonl`), and stop the server. Also writes `data/ingest/run.json`
 (the models used, and whether a test model made this run), `data/ingest/graphs.json` (the counts
 of each conversation's graph, and their total), `metrics/usage/ingest.json` (the model calls and
-tokens the graphs took, stages/usage.py) and `metrics/ingest.json` (the seconds of each phase:
+tokens the graphs took, bench/usage.py) and `metrics/ingest.json` (the seconds of each phase:
 wall time never goes into a DVC out).
 
 Interrupted and run again: every finished model call comes from the call cache, and the graph is
@@ -19,25 +19,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clients.accounting import Accounting
+from bench.usage import CountedModel, usage_path, write_usage
+from clients.files import remove_outputs, write_json
 from clients.graph import start_graph
-from clients.llm import ChatModel, LlmClient, open_model
-from memory.estimate import estimate_ingest
-from memory.ingest import ConversationGraph, IngestSettings, build_graph
+from clients.llm.accounting import Accounting
+from clients.llm.client import LlmClient, open_model
+from clients.llm.port import ChatModel
+from clients.params_file import load_mode, load_params
+from clients.workdir import stage_workdir
 from schemas.errors import check_failed_share
 from schemas.params import EstimateParams, GraphParams, IngestParams
 from schemas.records import ChatSlice
-from stages.common import (
-    ProgressBar,
-    load_mode,
-    load_params,
-    remove_outputs,
-    run_stage,
-    stage_seconds,
-    write_json,
-)
-from stages.usage import CountedModel, usage_path, write_usage
-from stages.workdir import stage_workdir
+from stages.common import ProgressBar, run_stage, stage_seconds
+from systems.graphrag.estimate import estimate_ingest
+from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 
 SLICE_CHATS = Path("data/slice/chats")
 OUT_DIR = Path("data/ingest")

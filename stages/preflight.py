@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import sys
 
-from clients.llm import check_all_endpoints
+from clients.llm.client import check_all_endpoints
+from clients.params_file import load_params
 from schemas.params import ModelsParams
-from stages.common import load_params, run_stage
+from stages.common import run_stage
 
 
 def main() -> None:

@@ -1,26 +1,44 @@
 """report: the record of a run — metrics for `dvc metrics show`, plots, and reports/memory.md.
 
-Reads the results the other stages wrote (data/judge/questions.jsonl and summary.json,
-data/answer/summary.json, data/ingest/graphs.json, the run.json of ingest, answer and judge with
-the models), the calls and tokens each phase took (metrics/usage/<stage>.json) and the pins in
-params.yaml, never the stages' metrics files: those hold wall time, which would make the report
-stale after a re-run that changed no result. Computes seeded bootstrap confidence intervals
-(resampling questions) per ability and overall, and the dry-run estimate per phase beside the
-actual figures. Writes `metrics/report.json` (the headline), `metrics/plots/abilities.csv`,
-`metrics/plots/cost.csv` and `reports/memory.md`.
-`python -m stages.report --print` prints the record in the terminal.
+The entry point only: it reads params, calls the core in bench/report.py (whose docstring says what
+the stage reads and writes, and how) and writes the outs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from bench.report import (
+    ABILITY_PLOT,
+    COST_PLOT,
+    METRICS,
+    RECORD,
+    VIEWER,
+    _fmt,
+    build_metrics,
+    code_commit,
+    cost_table,
+    failure_counts,
+    failure_line,
+    read_times,
+    render_record,
+    render_times,
+    run_info,
+    score_table,
+    write_plots,
+)
+from clients.files import (
+    read_json,
+    read_jsonl,
+    read_records,
+    read_rows,
+    remove_outputs,
+    write_atomic,
+    write_json,
+)
+from clients.params_file import load_mode, load_params
 from schemas.errors import DataError
 from schemas.params import (
     AnswerParams,
@@ -32,496 +50,8 @@ from schemas.params import (
     ReportParams,
     VerifyHashParams,
 )
-from schemas.records import ABILITIES, ChatSlice, Question, Rubric
-from stages.common import (
-    load_mode,
-    load_params,
-    read_json,
-    read_jsonl,
-    read_records,
-    read_rows,
-    remove_outputs,
-    run_stage,
-    write_atomic,
-    write_json,
-)
-
-if TYPE_CHECKING:
-    from memory.cost import PhaseEstimate
-
-# The stage's heavy imports (numpy, the estimator, the judge's and ingest's modules) are made
-# inside the functions that use them, so `python -m stages.report --print` starts at once.
-
-RECORD = Path("reports/memory.md")
-VIEWER = Path("reports/run.html")
-STAGE_METRICS = ("ingest", "answer", "judge", "judge_check")
-"""Stages whose metrics file holds `seconds.stage_<stage>`, the wall time of their last run (a
-key of its own in each file: DVC shows every metrics file's numbers side by side)."""
-METRICS = Path("metrics/report.json")
-ABILITY_PLOT = Path("metrics/plots/abilities.csv")
-COST_PLOT = Path("metrics/plots/cost.csv")
-COST_PHASES = {
-    "ingest_extraction": "extraction",
-    "ingest_resolution": "resolution",
-    "agent": "agent",
-    "judge": "judge",
-}
-"""Phase in the report -> the model role whose usage (run.json) and estimate it shows."""
-TEST_MODEL_WARNING = (
-    "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
-    "that the pipeline runs end to end, not how good any memory system is."
-)
-
-
-def bootstrap_interval(
-    values: Sequence[float], *, samples: int, confidence: float, seed: Sequence[int]
-) -> tuple[float | None, float | None]:
-    """Percentile interval of the mean, resampling the values with replacement (seeded)."""
-    if not values:
-        return None, None
-    import numpy as np
-
-    data = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(list(seed))
-    means = data[rng.integers(0, len(data), size=(samples, len(data)))].mean(axis=1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def score_table(
-    rows: Sequence[Mapping[str, Any]], params: ReportParams
-) -> dict[str, dict[str, Any]]:
-    """Per ability (all ten) and overall: n, score, CI, score excluding known-bad, recall."""
-    table: dict[str, dict[str, Any]] = {}
-    for index, group in enumerate([*ABILITIES, "overall"]):
-        members = [r for r in rows if group == "overall" or r["ability"] == group]
-        scores = [float(r["score"]) for r in members]
-        kept = [
-            float(r["score_excluding_known_bad"])
-            for r in members
-            if r["score_excluding_known_bad"] is not None
-        ]
-        recalls = [float(r["evidence_recall"]) for r in members if r["evidence_recall"] is not None]
-        low, high = bootstrap_interval(
-            scores,
-            samples=params.bootstrap_samples,
-            confidence=params.confidence,
-            seed=(params.seed, index),
-        )
-        beam = [float(r["score_beam_code"]) for r in members if "score_beam_code" in r]
-        table[group] = {
-            "n": len(members),
-            "score": _mean(scores),
-            "score_beam_code": _mean(beam),
-            "ci_low": low,
-            "ci_high": high,
-            "score_excluding_known_bad": _mean(kept),
-            "evidence_recall": _mean(recalls),
-        }
-    return table
-
-
-def cost_table(
-    usage: Mapping[str, Mapping[str, int]], estimate: Mapping[str, PhaseEstimate]
-) -> dict[str, dict[str, int]]:
-    """Calls and tokens per phase (and total) that the results took, from metrics/usage/ (the
-    same whether made in this run or served from the call cache), the estimate beside them."""
-    table: dict[str, dict[str, int]] = {}
-    for phase, role in COST_PHASES.items():
-        used = usage.get(role) or {}
-        planned = estimate[role]
-        table[phase] = {
-            "calls": int(used.get("calls", 0)),
-            "tokens": int(used.get("prompt_tokens", 0) + used.get("completion_tokens", 0)),
-            "estimate_calls": planned.calls,
-            "estimate_tokens": planned.tokens,
-        }
-    table["total"] = {
-        key: sum(row[key] for row in table.values())
-        for key in ("calls", "tokens", "estimate_calls", "estimate_tokens")
-    }
-    return table
-
-
-FAILURE_LABELS = {
-    "extraction_calls": "extraction calls",
-    "resolution_calls": "resolution and link calls",
-    "questions_in_error": "questions whose agent call failed",
-    "judge_calls": "judge calls",
-    "tool_errors": "tool calls that returned an error to the agent",
-}
-
-
-def failure_counts(
-    ingest: Mapping[str, Any], answer: Mapping[str, Any], judge: Mapping[str, Any]
-) -> dict[str, int]:
-    """What failed in the run, stage by stage: model calls that failed after their retries (a
-    run has them only where `max_failed_share` tolerated them) and tool errors the agent saw.
-    From data/ingest/graphs.json, data/answer/summary.json and data/judge/summary.json."""
-    total = ingest["total"]
-    return {
-        "extraction_calls": int(total.get("failed_extractions", 0)),
-        "resolution_calls": int(
-            total.get("failed_resolution_calls", 0) + total.get("failed_link_calls", 0)
-        ),
-        "questions_in_error": int(answer.get("errors", 0)),
-        "judge_calls": int(judge["overall"].get("failed_calls", 0)),
-        "tool_errors": int(answer.get("tool_errors", 0)),
-    }
-
-
-def failure_line(failures: Mapping[str, int]) -> str:
-    """One line for the headline: every count, failed model calls first."""
-    failed = sum(v for k, v in failures.items() if k != "tool_errors")
-    parts = ", ".join(f"{failures[k]:,} {label}" for k, label in FAILURE_LABELS.items())
-    verdict = (
-        f"**{failed:,} model calls failed after retries; their items scored 0**"
-        if failed
-        else "No model call failed"
-    )
-    return f"{verdict} (failed: {parts})."
-
-
-def _numbers(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries that hold a number (DVC drops nulls from its tables, so none is written)."""
-    return {k: v for k, v in values.items() if v is not None}
-
-
-def build_metrics(
-    scores: Mapping[str, Mapping[str, Any]],
-    answer: Mapping[str, Any],
-    cost: Mapping[str, Mapping[str, int]],
-    flags: Mapping[str, int],
-    failures: Mapping[str, int],
-    judge_check: Mapping[str, Any],
-) -> dict[str, Any]:
-    """metrics/report.json, the headline: numbers only, two levels, no null.
-
-    `questions` counts every ability, 0 where the mode asks none; `score` and its interval exist
-    for an ability only where it has questions (a missing number, not a null or a made-up 0).
-    Every other key is written in every mode. Wall time is not here: each stage's metrics file
-    holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
-    cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
-    event F1 and tau, flags) is in the record and data/judge/summary.json."""
-    asked = [g for g in (*ABILITIES, "overall") if scores[g]["n"]]
-    overall = scores["overall"]
-    return {
-        "score": {g: scores[g]["score"] for g in asked},
-        # an interval needs two questions to resample (with one it would be the score twice)
-        "score_ci_low": {g: scores[g]["ci_low"] for g in asked if scores[g]["n"] >= 2},
-        "score_ci_high": {g: scores[g]["ci_high"] for g in asked if scores[g]["n"] >= 2},
-        "score_excluding_known_bad": _numbers({"overall": overall["score_excluding_known_bad"]}),
-        "score_beam_code": _numbers({"overall": overall.get("score_beam_code")}),
-        "evidence_recall": _numbers({"overall": overall["evidence_recall"]}),
-        "questions": {
-            **{g: scores[g]["n"] for g in (*ABILITIES, "overall")},
-            "known_bad_rubric": flags.get("known_bad_rubric", 0),
-        },
-        "agent": _numbers(
-            {
-                "context_tokens_median": answer.get("context_tokens_median"),
-                "context_tokens_p95": answer.get("context_tokens_p95"),
-            }
-        ),
-        "failures": dict(failures),
-        "judge_check": {
-            "agreement": judge_check["agreement"]["overall"],
-            "cases": judge_check["cases"]["overall"],
-        },
-        "cost_calls": {p: row["calls"] for p, row in cost.items()},
-        "cost_tokens": {p: row["tokens"] for p, row in cost.items()},
-    }
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def judge_check_line(summary: Mapping[str, Any], warning: str | None) -> str:
-    """The judge check beside the headline: agreement on the known cases, per kind, and the
-    warning when it is below judge_check.min_agreement."""
-    kinds = ", ".join(
-        f"{kind} {share:.0%}" for kind, share in summary["agreement"].items() if kind != "overall"
-    )
-    line = (
-        f"Judge agreement {summary['agreement']['overall']:.0%} on "
-        f"{summary['cases']['overall']} known cases ({kinds}; parse failures "
-        f"{summary['parse_failure_rate']:.0%})."
-    )
-    return line if warning is None else f"{line} **Warning: {warning}.**"
-
-
-def _conversation_number(name: str) -> int:
-    digits = name.removeprefix("conv")
-    return int(digits) if digits.isdigit() else -1
-
-
-def _interval(row: Mapping[str, Any]) -> str:
-    """`low–high`; with one question there is nothing to resample: `n = 1`."""
-    if row["n"] == 0:
-        return "–"
-    if row["n"] == 1:
-        return "n = 1"
-    return f"{_fmt(row['ci_low'])}–{_fmt(row['ci_high'])}"
-
-
-def read_times() -> dict[str, float]:
-    """The wall time of each stage's last run, from its metrics file."""
-    times: dict[str, float] = {}
-    for stage in STAGE_METRICS:
-        path = Path("metrics") / f"{stage}.json"
-        try:
-            seconds = json.loads(path.read_text(encoding="utf-8")).get("seconds", {})
-        except (OSError, ValueError):
-            continue
-        value = seconds.get(f"stage_{stage}") if isinstance(seconds, dict) else None
-        if isinstance(value, int | float):
-            times[stage] = float(value)
-    return times
-
-
-def render_times(times: Mapping[str, float]) -> str:
-    """What `--print` adds below the record: wall time lives in the metrics, never in the
-    record, so that the record of unchanged results stays byte-identical."""
-    if not times:
-        return ""
-    rows = [f"| {stage} | {seconds:,.1f} |" for stage, seconds in times.items()]
-    return "\n".join(
-        [
-            "",
-            "## Wall time of the last run (from `metrics/<stage>.json`)",
-            "",
-            "| stage | seconds |",
-            "|---|---:|",
-            *rows,
-            "",
-        ]
-    )
-
-
-def render_record(
-    *,
-    run: Mapping[str, Any],
-    pins: Mapping[str, str],
-    settings: Mapping[str, Any],
-    scores: Mapping[str, Mapping[str, Any]],
-    rows: Sequence[Mapping[str, Any]],
-    judge: Mapping[str, Any],
-    ingest: Mapping[str, Any],
-    cost: Mapping[str, Mapping[str, int]],
-    flags: Mapping[str, int],
-    failures: Mapping[str, int],
-    judge_check: Mapping[str, Any],
-    judge_warning: str | None,
-    confidence: float,
-) -> str:
-    """The Markdown record a reader needs to trust (or distrust) a run."""
-    from stages.beam_code import DIFFERENCES, OUR_CHOICES  # imports the judge: not for --print
-
-    out: list[str] = [f"# BEAM memory benchmark: {run['mode']} run", ""]
-    if run["test_model"]:
-        out += [TEST_MODEL_WARNING, ""]
-    overall = scores["overall"]
-    out += [
-        f"Overall score **{_fmt(overall['score'])}** "
-        f"({confidence:.0%} CI {_interval(overall)}) over "
-        f"{overall['n']} questions; excluding known-bad rubrics "
-        f"{_fmt(overall['score_excluding_known_bad'])}.",
-        "",
-        f"Benchmark-code score (`beam_code`, what BEAM's published code computes from the same "
-        f"verdicts; line it up with published tables): **{_fmt(overall.get('score_beam_code'))}**"
-        ' (see "Ours and the benchmark\'s code" below).',
-        "",
-        failure_line(failures),
-        "",
-        judge_check_line(judge_check, judge_warning),
-        "",
-        "## Pins",
-        "",
-        "| what | value |",
-        "|---|---|",
-        *[f"| {k} | `{v}` |" for k, v in pins.items()],
-        "",
-        "## Models and settings",
-        "",
-        "| role | model | endpoint |",
-        "|---|---|---|",
-        *[f"| {m['role']} | `{m['model']}` | {m['api_base'] or '–'} |" for m in run["models"]],
-        "",
-        f"Judge is the agent's model: **{'yes' if run['judge_is_agent'] else 'no'}**.",
-        "",
-        *[f"- {k}: {v}" for k, v in settings.items()],
-        "",
-        "## Scores per ability",
-        "",
-        f"| ability | n | score | {confidence:.0%} CI | beam_code | excl. known-bad | "
-        "evidence recall |",
-        "|---|---:|---:|---|---:|---:|---:|",
-    ]
-    for group in [*ABILITIES, "overall"]:
-        row = scores[group]
-        interval = _interval(row)
-        out.append(
-            f"| {group} | {row['n']} | {_fmt(row['score'])} | {interval} | "
-            f"{_fmt(row.get('score_beam_code'))} | "
-            f"{_fmt(row['score_excluding_known_bad'])} | {_fmt(row['evidence_recall'])} |"
-        )
-    events = judge["event_ordering"]
-    out += [
-        "",
-        f"Event ordering: event_f1 {_fmt(events.get('event_f1'))}, "
-        f"event_tau_norm {_fmt(events.get('event_tau_norm'))} (score = F1 × tau_norm).",
-        "",
-        "Flagged questions: " + ", ".join(f"{k} {v}" for k, v in flags.items()) + ".",
-        "",
-        "## Questions",
-        "",
-        "| question | ability | score | flags | evidence recall |",
-        "|---|---|---:|---|---:|",
-        *[
-            f"| {r['question_id']} | {r['ability']} | {_fmt(r['score'])} | "
-            f"{', '.join(r['flags']) or '–'} | {_fmt(r['evidence_recall'])} |"
-            for r in rows
-        ],
-        "",
-        "## Graph",
-        "",
-        "| conversation | chunks | entities | statements | relationships | supersedes | "
-        "contradicts | empty extractions |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, counts in sorted(ingest.items(), key=lambda item: _conversation_number(item[0])):
-        out.append(
-            f"| {name} | {_fmt(counts['chunks'])} | {_fmt(counts['entities'])} | "
-            f"{_fmt(counts['statements'])} | {_fmt(counts['relationships'])} | "
-            f"{_fmt(counts['supersedes'])} | {_fmt(counts['contradicts'])} | "
-            f"{_fmt(counts['empty_extractions'])} |"
-        )
-    out += [
-        "",
-        "## Cost",
-        "",
-        "| phase | calls | tokens | estimated calls | estimated tokens |",
-        "|---|---:|---:|---:|---:|",
-        *[
-            f"| {phase} | {_fmt(int(r['calls']))} | {_fmt(int(r['tokens']))} | "
-            f"{_fmt(int(r['estimate_calls']))} | {_fmt(int(r['estimate_tokens']))} |"
-            for phase, r in cost.items()
-        ],
-        "",
-        "Calls and tokens are what these results took, whether made in this run or served from "
-        "the call cache (a retried request counts once). The seconds of each phase are in the "
-        "metrics of its stage (`dvc metrics show`), never here: a re-run changes no byte of "
-        "this record.",
-        "",
-        "## Ours and the benchmark's code",
-        "",
-        "Both scores come from the same judge verdicts (no extra model call). What differs:",
-        "",
-        *[f"- {line}" for line in DIFFERENCES],
-        "",
-        "Choices of ours that neither score shares with the benchmark's code:",
-        "",
-        *[f"- {line}" for line in OUR_CHOICES],
-        "",
-        "## Caveats",
-        "",
-    ]
-    caveats = []
-    if run["mode"] == "lite":
-        caveats.append(
-            "The lite set is a smoke test of the pipeline (2 questions), not a sample: its score "
-            "says nothing about memory."
-        )
-    if run["test_model"]:
-        caveats.append("A test model made this run: it measures nothing.")
-    if run["judge_is_agent"]:
-        caveats.append(
-            "The judge is the agent's own model, which biases scores upward; set "
-            "`models.judge` to another model for a fair score."
-        )
-    caveats += [
-        "Event ordering is scored as event_f1 × event_tau_norm, stricter than the paper's "
-        "tau-only number.",
-        "Two defects of the benchmark's scorer are corrected: the judge prompt's `<question>` "
-        "is filled, and a 0.5 item score is kept (the original `int()` made it 0).",
-        f"Intervals are {confidence:.0%} bootstrap intervals over questions: with few questions "
-        "they are wide, and abilities whose intervals overlap cannot be told apart.",
-        "Traces and graphs quote the chat: they are CC BY-SA 4.0 material (see NOTICE).",
-    ]
-    out += [f"- {c}" for c in caveats]
-    return "\n".join(out) + "\n"
-
-
-def write_plots(
-    scores: Mapping[str, Mapping[str, Any]], cost: Mapping[str, Mapping[str, int]]
-) -> None:
-    """The data of dvc.yaml's three plots: score per ability (asked ones) with its interval and
-    n; calls and tokens per phase."""
-    lines = ["ability,score,ci_low,ci_high,n"]
-    for ability in ABILITIES:
-        row = scores[ability]
-        if row["n"]:
-            lines.append(
-                f"{ability},{row['score']:.6f},{row['ci_low']:.6f},{row['ci_high']:.6f},{row['n']}"
-            )
-    write_atomic(ABILITY_PLOT, "\n".join(lines) + "\n")
-    cost_lines = ["phase,calls,tokens"]
-    cost_lines += [
-        f"{p},{int(r['calls'])},{int(r['tokens'])}" for p, r in cost.items() if p != "total"
-    ]
-    write_atomic(COST_PLOT, "\n".join(cost_lines) + "\n")
-
-
-CLEAN_EXCEPT = (":!dvc.lock", ":!metrics", ":!reports", ":!params.yaml")
-"""What a run itself changes (and `dvc exp run -S` edits): not a change of the code."""
-
-
-def code_commit() -> str:
-    """HEAD, marked dirty when tracked code differs from it (a run's own records aside)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
-        )
-        if head.returncode != 0:
-            return "unknown (not a git checkout)"
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *CLEAN_EXCEPT],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown (no git)"
-    commit = head.stdout.strip()
-    files = [line[3:] for line in changed.stdout.splitlines() if line.strip()]
-    if files:
-        return f"{commit} (dirty: {len(files)} changed file(s), e.g. {', '.join(files[:3])})"
-    return commit
-
-
-def run_info(
-    ingest_run: Mapping[str, Any], answer_run: Mapping[str, Any], judge_run: Mapping[str, Any]
-) -> dict[str, Any]:
-    models = [*ingest_run["models"], *answer_run["models"], *judge_run["models"]]
-    return {
-        "mode": judge_run["mode"],
-        "models": models,
-        "test_model": any(m["test_model"] for m in models),
-        "judge_is_agent": any(m["role"] == "judge" and m["judge_is_agent"] for m in models),
-    }
+from schemas.records import ChatSlice, Question, Rubric
+from stages.common import run_stage
 
 
 def main() -> None:
@@ -541,12 +71,12 @@ def main() -> None:
 
 
 def make_report() -> None:
-    from memory.estimate import estimate_run
+    from bench.judge import load_prompts, scorer_present
+    from bench.judge_check import judge_warning
+    from bench.usage import usage_path
+    from bench.viewer import write_viewer
     from stages.ingest import load_chats, settings_for
-    from stages.judge import load_prompts, scorer_present
-    from stages.judge_check import judge_warning
-    from stages.usage import usage_path
-    from stages.viewer import write_viewer
+    from systems.graphrag.estimate import estimate_run
 
     mode = load_mode()
     params = load_params("report", ReportParams)

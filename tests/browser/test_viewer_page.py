@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from memory.agent import Trace
+from bench.viewer import write_viewer
+from clients.files import read_jsonl, write_jsonl
 from schemas.judging import Judgement
 from schemas.records import Rubric
-from stages.common import read_jsonl, write_jsonl
-from stages.viewer import write_viewer
+from schemas.traces import Trace
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import repo_copy
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror

@@ -34,11 +34,7 @@ from typing import Any
 
 import pytest
 
-from clients import llm as llm_module
-from clients.llm import ChatRequest, LlmClient, Message
-from memory import agent, decide, extract
-from schemas.params import LlmParams, ModelRef
-from stages.judge import (
+from bench.judge import (
     EQUIVALENCE_TASK,
     JUDGE_TASK,
     _request,
@@ -46,6 +42,11 @@ from stages.judge import (
     extract_judge_prompts,
     item_messages,
 )
+from clients.llm import client as llm_module
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Message
+from schemas.params import LlmParams, ModelRef
+from systems.graphrag import agent, decide, extract
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import COMMAND_TIMEOUT_SECONDS, RepoCopy, repo_copy
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror

@@ -19,11 +19,16 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.judge import evidence_recall
 from clients.graph import Neo4jGraphStore, start_graph
-from clients.llm import ChatRequest, Completion, LlmClient, ToolCall
-from memory.agent import (
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Completion, ToolCall
+from schemas.memory import GraphBatch, validate_batch
+from schemas.params import GraphParams
+from schemas.records import Question
+from schemas.traces import RESULT_CHARS, Trace
+from systems.graphrag.agent import (
     FINAL_NUDGE,
-    RESULT_CHARS,
     EntityNeighbourhood,
     GraphTools,
     ReadOnlyCypher,
@@ -32,13 +37,8 @@ from memory.agent import (
     StandingInstructions,
     StatementsAbout,
     Timeline,
-    Trace,
     answer_question,
 )
-from schemas.memory import GraphBatch, validate_batch
-from schemas.params import GraphParams
-from schemas.records import Question
-from stages.judge import evidence_recall
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left

@@ -35,10 +35,10 @@ import pytest
 import clients.graph as graph
 from clients.cypher import QueryRejected, check_read_only
 from clients.graph import LocalServer, Neo4jGraphStore, QueryFailed, start_graph
-from clients.llm import ToolCall
-from memory.agent import GraphTools, ToolOutcome
+from clients.llm.port import ToolCall
 from schemas.memory import GraphBatch, validate_batch
 from schemas.params import GraphParams
+from systems.graphrag.agent import GraphTools, ToolOutcome
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 
 # Fixtures shared through tests/support (pytest finds them in this module's namespace).

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clients.params_file import read_params_file
 from scripts.sync_dvc_deps import code_deps, sync
-from stages.common import read_params_file
 from tests.conftest import REPO_ROOT
 
 # Only what can change what a stage writes is a param of it: changing anything else re-runs

@@ -16,9 +16,9 @@ import pytest
 
 import clients.graph as graph
 from clients.graph import LocalServer, Neo4jGraphStore, live_servers, start_graph
+from clients.params_file import ROOT
 from schemas.errors import ServiceError
 from schemas.params import GraphParams
-from stages.common import ROOT
 from tests.support.neo4j_fixtures import (
     graph_params,
     java_pids_under,

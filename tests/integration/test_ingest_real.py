@@ -32,17 +32,18 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.repair import cut_filler
+from bench.slice import build_slice, from_ranges, load_fixture
+from clients.files import stable_json
 from clients.graph import Neo4jGraphStore, start_graph
-from clients.llm import LlmClient
-from clients.scripted import ScriptedBackend, read_record
-from memory.ingest import ConversationGraph, IngestSettings, build_graph
+from clients.llm.client import LlmClient
+from clients.params_file import load_params
+from clients.scripted.backend import ScriptedBackend, read_record
 from schemas.memory import ENTITY_LABELS, REL_TYPES, STATEMENT_LABELS
-from schemas.params import GraphParams, IngestParams, RepairParams
+from schemas.params import GraphParams, IngestParams, Mode, RepairParams
 from schemas.records import ChatSlice
-from stages.common import load_params, stable_json
 from stages.ingest import settings_for
-from stages.repair import cut_filler
-from stages.slice import Mode, build_slice, from_ranges, load_fixture
+from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left

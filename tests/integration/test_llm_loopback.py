@@ -10,21 +10,15 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from clients import llm as llm_module
-from clients.accounting import Accounting, Budget
-from clients.llm import (
-    BatchStopped,
-    ChatRequest,
-    LlmClient,
-    Message,
-    check_all_endpoints,
-    check_endpoint_ref,
-    tool_from_model,
-)
-from clients.llm_cache import LlmCache
+from clients.files import write_json
+from clients.llm import client as llm_module
+from clients.llm.accounting import Accounting, Budget
+from clients.llm.cache import LlmCache
+from clients.llm.client import BatchStopped, LlmClient, check_all_endpoints
+from clients.llm.litellm_door import check_endpoint_ref
+from clients.llm.port import ChatRequest, Message, tool_from_model
 from schemas.errors import BudgetError, ModelFailures, ServiceError
 from schemas.params import LlmParams, ModelRef, ModelsParams
-from stages.common import write_json
 from tests.support.openai_server import Action, LoopbackServer
 
 SECRET = "sk-loopback-SECRET-7f3a9c1e"

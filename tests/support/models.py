@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clients.llm import LlmClient, Role
+from clients.llm.client import LlmClient
+from clients.llm.port import Role
 from schemas.params import LlmParams, ModelRef
 
 

@@ -41,13 +41,13 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
-import memory.scripted_rules  # noqa: F401  (registers the rules for extract, resolve, link)
-from clients.llm import ChatRequest, Message, Tool, ToolCall, schema_instruction
-from clients.llm_cache import canonical_json
-from clients.scripted import ScriptedBackend
-from memory import agent, decide, extract
+from bench.judge import JudgeVerdict, extract_judge_prompts, with_question_slot
+from clients.llm.cache import canonical_json
+from clients.llm.port import ChatRequest, Message, Tool, ToolCall
+from clients.llm.replies import schema_instruction
+from clients.scripted.backend import ScriptedBackend
 from schemas.judging import JudgePrompts
-from stages.judge import JudgeVerdict, extract_judge_prompts, with_question_slot
+from systems.graphrag import agent, decide, extract
 from tests.support.openai_server import Action, LoopbackServer
 from tests.support.scorer_standin import compute_metrics_py, prompts_py
 

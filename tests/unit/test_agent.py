@@ -17,23 +17,22 @@ import pytest
 from clients import cypher
 from clients.cypher import check_read_only
 from clients.graph import QueryFailed, Rows, WriteReceipt
-from clients.llm import ChatRequest, Completion, ToolCall
-from memory.agent import (
+from clients.llm.port import ChatRequest, Completion, ToolCall
+from schemas.errors import ServiceError
+from schemas.memory import GraphBatch
+from schemas.records import Question
+from schemas.traces import RESULT_CHARS, Trace
+from systems.graphrag.agent import (
     FINAL_NUDGE,
-    RESULT_CHARS,
     SYSTEM_PROMPT,
     TEXT_CHARS,
     TOOLS,
     GraphTools,
     ReadOnlyCypher,
     SearchMemory,
-    Trace,
     answer_question,
     messages_in,
 )
-from schemas.errors import ServiceError
-from schemas.memory import GraphBatch
-from schemas.records import Question
 
 
 class FakeStore:

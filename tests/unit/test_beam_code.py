@@ -13,10 +13,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from schemas.errors import DataError
-from schemas.judging import Judgement, JudgePrompts
-from schemas.records import ABILITIES, Ability, Question, Rubric
-from stages.beam_code import (
+from bench.beam_code import (
     DIFFERENCES,
     OUR_CHOICES,
     align_raw_lines,
@@ -25,14 +22,10 @@ from stages.beam_code import (
     beam_code_score,
     beam_code_summary,
 )
-from stages.judge import (
-    Ask,
-    Message,
-    extract_judge_prompts,
-    judge_question,
-    order_scores,
-    summarize,
-)
+from bench.judge import Ask, Message, extract_judge_prompts, judge_question, order_scores, summarize
+from schemas.errors import DataError
+from schemas.judging import Judgement, JudgePrompts
+from schemas.records import ABILITIES, Ability, Question, Rubric
 from tests.support import scorer_standin as standin
 
 EVENTS = ["Signed the lease", "Painted the kitchen", "Moved in"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from clients.tokens import count_tokens
-from memory.chunk import chunk_conversation, split_text
 from schemas.records import ChatMessage, ChatSlice, Session
+from systems.graphrag.chunk import chunk_conversation, split_text
 
 
 def _session(number: int, messages: list[tuple[int, str]]) -> Session:

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from memory.cost import estimate_answer, tool_result_rows
-from memory.estimate import (
+from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
+from schemas.params import AgentRates, IngestRates
+from schemas.records import Question
+from stages.answer import searchable_items
+from systems.graphrag.cost import estimate_answer, tool_result_rows
+from systems.graphrag.estimate import (
     _pair_calls,
     capped_poisson_mean,
     entity_pairs_in_label,
     statement_pairs_in_label,
 )
-from memory.resolve import StatementRef, statement_pairs
-from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
-from schemas.params import AgentRates, IngestRates
-from schemas.records import Question
-from stages.answer import searchable_items
+from systems.graphrag.resolve import StatementRef, statement_pairs
 
 INGEST_RATES = IngestRates(
     entities_per_chunk=1,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.judge import extract_judge_prompts
 from clients.github import download_pinned, fetch_bytes, raw_url
+from clients.params_file import load_params
 from schemas.errors import FetchError, IntegrityError
 from schemas.params import JudgeParams
-from stages.common import load_params
-from stages.judge import extract_judge_prompts
 from tests.conftest import REPO_ROOT
 from tests.support import scorer_standin as standin
 

@@ -25,9 +25,9 @@ from clients.graph import (
     server_environment,
     start_graph,
 )
+from clients.params_file import ROOT, load_params
 from schemas.errors import ServiceError
 from schemas.params import GraphParams
-from stages.common import ROOT, load_params
 
 
 @pytest.fixture

@@ -8,12 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from clients.llm import ChatRequest, Completion, LlmClient
-from memory.extract import ExtractedEntity, ExtractedStatement, ExtractionReply, reply_to_graph
-from memory.ingest import IngestSettings, build_graph, session_id
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Completion
 from schemas.errors import ModelFailures
 from schemas.memory import validate_batch
 from schemas.records import ChatMessage, ChatSlice, Chunk, Session
+from systems.graphrag.extract import (
+    ExtractedEntity,
+    ExtractedStatement,
+    ExtractionReply,
+    reply_to_graph,
+)
+from systems.graphrag.ingest import IngestSettings, build_graph, session_id
 from tests.support.models import scripted_client
 
 SETTINGS = IngestSettings(

@@ -21,14 +21,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clients.llm import LlmClient
-from memory.ingest import ConversationGraph, IngestSettings, build_graph
+from clients.files import stable_json
+from clients.llm.client import LlmClient
+from clients.params_file import load_params
 from schemas.errors import DataError
 from schemas.memory import ENTITY_LABELS, GraphBatch
 from schemas.params import IngestParams
 from schemas.records import ChatMessage, ChatSlice, Session
-from stages.common import load_params, stable_json
 from stages.ingest import load_chats, settings_for, summarize
+from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 

@@ -1,7 +1,7 @@
 """The judge check: calibration cases built from the real rubrics (../shared/beam), checked against
 the recipe's hashes, and judged by scripted judges whose right answers are known.
 
-- `scripted/faithful` (clients/scripted.py) gives 1 only when every content word of the item is in
+- `scripted/faithful` (clients/scripted/rules.py) gives 1 only when every content word of the item is in
   the answer: on these cases it must agree 100%.
 - `scripted/lenient` (registered here, test-only) passes everything: its agreement must fall below
   `min_agreement` and the warning must say so.
@@ -23,21 +23,24 @@ from typing import Any
 import pytest
 import yaml
 
-from clients import scripted
-from clients.accounting import Accounting
-from clients.llm import ChatRequest, Completion, LlmClient
+from bench import judge_check as jc
+from bench.judge import JUDGE_TASK, JudgeVerdict, extract_judge_prompts
+from bench.slice import load_fixture
+from clients.llm.accounting import Accounting
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Completion
+from clients.scripted import backend as scripted_backend
+from clients.scripted import rules as scripted
 from schemas.errors import IntegrityError
 from schemas.judging import JudgePrompts
-from schemas.params import BudgetParams, Cap, LlmParams, ModelRef
+from schemas.params import BudgetParams, Cap, JudgeCheckParams, LlmParams, ModelRef
 from schemas.records import Question, Rubric
-from stages import judge_check as jc
-from stages.judge import JUDGE_TASK, JudgeVerdict, extract_judge_prompts
-from stages.slice import load_fixture
+from stages import judge_check as judge_check_stage
 from tests.conftest import REPO_ROOT
 
 RECIPE = REPO_ROOT / "fixtures" / "judge_check.json"
 SCORER_COMMIT = "b2a3ee8ba12d68f83143dda191097dc3e028ddd3"
-MIN_AGREEMENT = jc.JudgeCheckParams().min_agreement
+MIN_AGREEMENT = JudgeCheckParams().min_agreement
 
 
 def _lenient_rule(request: ChatRequest) -> scripted.ScriptedReply:
@@ -231,7 +234,7 @@ def test_a_faithful_judge_agrees_on_every_case(
     assert summary["parse_failure_rate"] == 0.0 and summary["failed_calls"] == 0
     assert jc.judge_warning(summary, MIN_AGREEMENT) is None
     # The judge was asked exactly as the judge stage asks: its prompt, its verdict schema.
-    assert isinstance(client.backend, scripted.ScriptedBackend)
+    assert isinstance(client.backend, scripted_backend.ScriptedBackend)
     asked = client.backend.history
     assert len(asked) == len(cases)
     assert all(a["task"] == JUDGE_TASK and a["schema"] == JudgeVerdict.__name__ for a in asked)
@@ -391,11 +394,11 @@ def test_the_stage_draws_the_recipe_then_checks_the_judge(
     folder = _stage_folder(tmp_path, mirror_parquet, shared_beam, "scripted/lenient")
     monkeypatch.chdir(folder)
     monkeypatch.setattr(sys, "argv", ["judge_check", "--make-recipe"])
-    jc.main()
+    judge_check_stage.main()
     assert (folder / "fixtures" / "judge_check.json").read_bytes() == RECIPE.read_bytes()
 
     monkeypatch.setattr(sys, "argv", ["judge_check"])
-    jc.main()
+    judge_check_stage.main()
     cases = (folder / "data" / "judge_check" / "cases.jsonl").read_text().splitlines()
     results = (folder / "data" / "judge_check" / "results.jsonl").read_text().splitlines()
     assert len(cases) == len(results) == len(jc.load_recipe(RECIPE).cases)

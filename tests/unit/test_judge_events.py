@@ -9,9 +9,7 @@ import math
 
 import pytest
 
-from schemas.judging import EventAlignment, JudgePrompts
-from schemas.records import Question, Rubric
-from stages.judge import (
+from bench.judge import (
     Message,
     align_events,
     extract_judge_prompts,
@@ -20,6 +18,8 @@ from stages.judge import (
     score_event_ordering,
     split_answer_lines,
 )
+from schemas.judging import EventAlignment, JudgePrompts
+from schemas.records import Question, Rubric
 from tests.support import scorer_standin as standin
 
 EVENTS = ["Signed the lease", "Painted the kitchen", "Moved in", "Hosted a party"]

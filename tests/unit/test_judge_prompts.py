@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.errors import IntegrityError
-from stages.judge import (
+from bench.judge import (
     equivalence_messages,
     extract_equivalence_messages,
     extract_item_prompt,
@@ -14,6 +13,7 @@ from stages.judge import (
     item_messages,
     with_question_slot,
 )
+from schemas.errors import IntegrityError
 from tests.support import scorer_standin as standin
 
 

@@ -6,16 +6,16 @@ from collections.abc import Callable
 
 import pytest
 
-from schemas.errors import DataError
-from schemas.judging import JudgePrompts
-from schemas.records import Question, Rubric
-from stages.judge import (
+from bench.judge import (
     Message,
     extract_judge_prompts,
     judge_question,
     parse_equivalence_reply,
     score_item,
 )
+from schemas.errors import DataError
+from schemas.judging import JudgePrompts
+from schemas.records import Question, Rubric
 from tests.support import scorer_standin as standin
 
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from memory.agent import Trace
+from bench.judge import evidence_recall
 from schemas.judging import Judgement
 from schemas.records import ABILITIES, Question, Rubric
-from stages.judge import evidence_recall
+from schemas.traces import Trace
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_models
 from tests.support.scorer_standin import (

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from bench.judge import summarize
+from clients.files import stable_json
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, Flag, ItemScore, Judgement
 from schemas.records import ABILITIES, Rubric
-from stages.common import stable_json
-from stages.judge import summarize
 
 
 def _pair(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clients.accounting import (
+from clients.llm.accounting import (
     PHASES,
     RUN_ID_ENV,
     Accounting,
@@ -22,17 +22,19 @@ from clients.accounting import (
     Ledger,
     Spend,
     current_owner,
-    main,
     owner_alive,
     process_start,
     release_dead,
     run_key_of,
 )
-from clients.llm import BatchStopped, ChatRequest, LlmClient, Message
-from clients.llm_cache import LlmCache
-from clients.scripted import RECORD_ENV, read_record
+from clients.llm.cache import LlmCache
+from clients.llm.client import BatchStopped, LlmClient
+from clients.llm.port import ChatRequest, Message
+from clients.scripted.backend import read_record
+from clients.scripted.rules import RECORD_ENV
 from schemas.errors import BudgetError
 from schemas.params import LlmParams, ModelRef
+from stages.budget import main
 from tests.conftest import REPO_ROOT
 
 

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from clients.accounting import Accounting
-from clients.llm import ChatRequest, LlmClient, Message
-from clients.llm_cache import LlmCache, cache_key
-from clients.scripted import RECORD_ENV, read_record
+from clients.llm.accounting import Accounting
+from clients.llm.cache import LlmCache, cache_key
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Message
+from clients.scripted.backend import read_record
+from clients.scripted.rules import RECORD_ENV
 from schemas.params import LlmParams, ModelRef
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,10 +97,11 @@ def test_unreadable_entry_is_a_miss_and_is_rewritten(tmp_path: Path) -> None:
 SLOW_RUN = """
 import sys, time
 from pathlib import Path
-from clients import scripted
-from clients.accounting import Accounting
-from clients.llm import ChatRequest, LlmClient, Message
-from clients.llm_cache import LlmCache
+from clients.scripted import rules as scripted
+from clients.llm.accounting import Accounting
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Message
+from clients.llm.cache import LlmCache
 from schemas.params import LlmParams, ModelRef
 
 def slow(request):

@@ -9,23 +9,18 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from clients.llm import (
-    BACKOFF_MAX_SECONDS,
-    ChatRequest,
+from clients.llm.client import (
     LlmClient,
-    Message,
-    UnusableReply,
-    _parse_retry_after,
     backoff_seconds,
     build_model,
     check_endpoint,
     judge_is_agent,
     open_model,
-    parse_json_reply,
-    parse_tool_arguments,
     resolve_model,
-    tool_from_model,
 )
+from clients.llm.litellm_door import _parse_retry_after
+from clients.llm.port import BACKOFF_MAX_SECONDS, ChatRequest, Message, tool_from_model
+from clients.llm.replies import UnusableReply, parse_json_reply, parse_tool_arguments
 from schemas.errors import ParamsError, ServiceError
 from schemas.params import BudgetParams, Cap, LlmParams, ModelRef, ModelsParams
 
@@ -265,7 +260,7 @@ def refuse(*a, **k):
     raise RuntimeError("network used at import")
 socket.socket.connect = refuse
 socket.create_connection = refuse
-import clients.llm, clients.scripted, clients.accounting, clients.llm_cache
+import clients.llm.client, clients.scripted.backend, clients.llm.accounting, clients.llm.cache
 print("litellm" in sys.modules)
 """
     out = subprocess.run(
@@ -283,7 +278,7 @@ def refuse(*a, **k):
     raise RuntimeError("network used at import")
 socket.socket.connect = refuse
 socket.create_connection = refuse
-from clients.llm import _import_litellm
+from clients.llm.litellm_door import _import_litellm
 litellm = _import_litellm()
 print(os.environ["LITELLM_LOCAL_MODEL_COST_MAP"])
 """

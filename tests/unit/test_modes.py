@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from clients.accounting import Budget
+from bench.slice import load_fixture
+from clients.llm.accounting import Budget
+from clients.params_file import load_mode, load_params
 from schemas.errors import ParamsError
 from schemas.params import MODES, BudgetParams, IngestParams, Mode, SliceParams
-from stages.common import load_mode, load_params
-from stages.slice import load_fixture
 from tests.conftest import REPO_ROOT
 
 PARAMS = REPO_ROOT / "params.yaml"

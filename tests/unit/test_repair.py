@@ -13,9 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from schemas.errors import DataError, IntegrityError, ParamsError
-from schemas.params import RepairParams
-from stages.repair import (
+from bench.repair import (
     REPIN_COMMAND,
     cut_filler,
     load_table,
@@ -25,7 +23,9 @@ from stages.repair import (
     repin,
     repin_params_text,
 )
-from stages.verify_hash import Receipt
+from bench.verify_hash import Receipt
+from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.params import RepairParams
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
 

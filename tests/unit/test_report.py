@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.cost import PhaseEstimate
-from schemas.params import ReportParams
-from schemas.records import ABILITIES
-from stages.report import (
+from bench.report import (
     bootstrap_interval,
     build_metrics,
     code_commit,
@@ -22,6 +19,9 @@ from stages.report import (
     render_times,
     score_table,
 )
+from schemas.params import ReportParams
+from schemas.records import ABILITIES
+from systems.graphrag.cost import PhaseEstimate
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "report_record.md"
 PARAMS = ReportParams(bootstrap_samples=2000, seed=0, confidence=0.95)

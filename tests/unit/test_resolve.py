@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from memory.resolve import (
+from systems.graphrag.resolve import (
     CandidatePair,
     Mention,
     batched,
@@ -76,7 +76,7 @@ def test_merge_map_points_every_member_at_the_earliest_mention() -> None:
 
 
 def test_statement_pairs_link_newer_to_older_facts_that_share_an_entity() -> None:
-    from memory.resolve import StatementRef, statement_pairs
+    from systems.graphrag.resolve import StatementRef, statement_pairs
 
     facts = [
         StatementRef("f1", "Fact", frozenset({"rent"}), 0),

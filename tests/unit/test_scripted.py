@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from clients import scripted
-from clients.accounting import Accounting
-from clients.llm import ChatRequest, LlmClient, Message, tool_from_model
+from clients.llm.accounting import Accounting
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Message, tool_from_model
+from clients.scripted import backend as scripted_backend
+from clients.scripted import rules as scripted
 from schemas.params import LlmParams, ModelRef
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,12 +169,12 @@ def test_record_history_tokens_and_test_model_marker(
     ]
     replies = client.run_batch(reqs)
     assert all(r.test_model and r.prompt_tokens > 50 and r.completion_tokens > 5 for r in replies)
-    rows = scripted.read_record(record)
+    rows = scripted_backend.read_record(record)
     assert sorted(r["prompt_version"] for r in rows) == ["v0", "v1", "v2"]
     assert all(
         r["task"] == "judge" and "RUBRIC CRITERION" in r["messages"][0]["content"] for r in rows
     )
-    assert isinstance(client.backend, scripted.ScriptedBackend)
+    assert isinstance(client.backend, scripted_backend.ScriptedBackend)
     assert len(client.backend.history) == 3
     stats = client.accounting.stats("judge")
     assert stats.calls == 3
@@ -183,7 +185,8 @@ def test_record_history_tokens_and_test_model_marker(
 def test_scripted_model_does_not_import_litellm(tmp_path: Path) -> None:
     code = f"""
 import sys
-from clients.llm import ChatRequest, LlmClient, Message
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Message
 from schemas.params import LlmParams, ModelRef
 p = LlmParams(timeout_seconds=5, max_attempts=1, concurrency=1, seed=0, cache=False,
               cache_dir={str(tmp_path)!r})

@@ -12,16 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import DataError, IntegrityError, ParamsError
-from schemas.params import SliceParams
-from schemas.records import ABILITIES, ChatSlice, Question, Rubric
-from stages.common import read_jsonl, validate_section, write_json
-from stages.slice import (
+from bench.slice import (
     REPIN_COMMAND,
     SliceFixture,
     build_mode,
     from_ranges,
-    main,
     make_slices,
     normalize_ids,
     parse_date,
@@ -33,6 +28,12 @@ from stages.slice import (
     summarize,
     to_ranges,
 )
+from clients.files import read_jsonl, write_json
+from clients.params_file import validate_section
+from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.params import SliceParams
+from schemas.records import ABILITIES, ChatSlice, Question, Rubric
+from stages.slice import main
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
 
@@ -490,7 +491,7 @@ def test_stage_reads_the_restriction_from_params(
 def test_estimate_counts_only_the_kept_conversations(
     tmp_path: Path, data: Path, pinned: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stages.estimate import estimate_mode
+    from bench.estimate import estimate_mode
 
     (tmp_path / "data" / "repair").mkdir(parents=True)
     shutil.copy(data, tmp_path / "data" / "repair" / "dataset.parquet")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clients.llm import ChatRequest, LlmClient, Message
-from clients.llm_cache import LlmCache
+from bench.usage import CountedModel
+from clients.llm.cache import LlmCache
+from clients.llm.client import LlmClient
+from clients.llm.port import ChatRequest, Message
 from schemas.params import LlmParams, ModelRef
 from stages.answer import nearest_rank
-from stages.usage import CountedModel
 
 
 def _cached_judge(cache_dir: Path) -> LlmClient:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.verify_hash import check_digest, digest_file, read_receipt, verify
 from schemas.errors import DataError, IntegrityError
 from schemas.params import VerifyHashParams
-from stages.verify_hash import check_digest, digest_file, read_receipt, verify
 from tests.conftest import REPO_ROOT
 
 PAYLOAD = b"synthetic parquet stand-in " * 100_000  # ~2.7 MB: several read chunks

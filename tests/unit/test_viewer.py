@@ -13,12 +13,7 @@ from typing import Any
 
 import pytest
 
-from memory.agent import ToolCallRecord, Trace
-from schemas.errors import DataError
-from schemas.judging import EventAlignment, ItemScore, Judgement
-from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
-from stages.common import write_json, write_jsonl
-from stages.viewer import (
+from bench.viewer import (
     CSS,
     EVIDENCE_CHARS,
     REACHED_CHARS,
@@ -27,6 +22,11 @@ from stages.viewer import (
     render_page,
     write_viewer,
 )
+from clients.files import write_json, write_jsonl
+from schemas.errors import DataError
+from schemas.judging import EventAlignment, ItemScore, Judgement
+from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
+from schemas.traces import ToolCallRecord, Trace
 
 HOSTILE = '</script><script>window.pwned = 1</script><!-- <img src=x onerror="alert(1)">'
 LONG = "word " * 2000

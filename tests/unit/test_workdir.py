@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.workdir import (
+from clients.workdir import (
     OWNER_FILE,
     Owner,
     format_owner,
@@ -122,7 +122,7 @@ def test_workdir_is_removed_when_the_block_fails(tmp: Path, error: type[BaseExce
 
 CHILD = """
 import sys
-from stages.workdir import stage_workdir
+from clients.workdir import stage_workdir
 with stage_workdir(sys.argv[1]) as folder:
     print(folder, flush=True)
     sys.stdin.read()  # until the parent closes stdin (or kills this process)

@@ -17,7 +17,7 @@ Using it from a stage
 
 - Roles (= accounting phases): extraction, resolution, agent, judge. `models.<role>` names any
   litellm model (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`) or `scripted/rules` (the
-  deterministic test model of clients/scripted.py). A judge with `model: null` uses the agent's
+  deterministic test model of clients/scripted/rules.py). A judge with `model: null` uses the agent's
   model; `LlmClient.judge_is_agent` / `judge_is_agent(models)` say so, and the report must warn
   that scores are then biased upward.
 - Requests (`ChatRequest`): messages, optional tools (`tool_from_model(PydanticModel)` makes the
@@ -54,10 +54,10 @@ Using it from a stage
   stage cleanly; finished calls are cached.
 - Concurrency: one asyncio semaphore of `llm.concurrency` per endpoint (api_base), shared by all
   roles that use it; `run_batch` runs a list of requests on it from sync code.
-- Cache (clients/llm_cache.py): `llm.cache_dir` (default .cache/llm, git-ignored), off with
+- Cache (clients/llm/cache.py): `llm.cache_dir` (default .cache/llm, git-ignored), off with
   `llm.cache: false`. Only successful completions are stored, so a re-run retries failures and
   repeats nothing else. Cache hits cost nothing against the budget.
-- Budget and ledger: clients/accounting.py.
+- Budget and ledger: clients/llm/accounting.py.
 - Keys: from the environment only, by litellm's provider defaults (OPENAI_API_KEY, ...) or the
   variable named in `models.<role>.api_key_env`. No key is written anywhere by this layer.
 """
@@ -65,552 +65,38 @@ Using it from a stage
 from __future__ import annotations
 
 import asyncio
-import copy
-import email.utils
-import functools
-import json
 import os
-import re
 import time
-import urllib.error
-import urllib.request
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal
 
-import json_repair
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
-from clients.accounting import PHASES, Accounting, Budget, Phase, run_key_of
-from clients.llm_cache import LlmCache, cache_key, canonical_json
+from clients.llm.accounting import Accounting, Budget, run_key_of
+from clients.llm.cache import LlmCache, cache_key, canonical_json
+from clients.llm.litellm_door import LitellmBackend, check_endpoint_ref
+from clients.llm.port import (
+    BACKOFF_FIRST_SECONDS,
+    BACKOFF_MAX_SECONDS,
+    OLLAMA_DEFAULT_BASE,
+    RETRY_AFTER_MAX_SECONDS,
+    ROLES,
+    SCRIPTED_PREFIX,
+    TEMPERATURE,
+    Backend,
+    ChatRequest,
+    Completion,
+    PermanentError,
+    RawReply,
+    Role,
+    TransientError,
+)
+from clients.llm.replies import _interpret, schema_instruction, schema_json
 from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
 from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams
-
-Role = Phase
-ROLES: tuple[Role, ...] = PHASES
-SCRIPTED_PREFIX = "scripted/"
-OLLAMA_DEFAULT_BASE = "http://localhost:11434"
-PREFLIGHT_TIMEOUT_SECONDS = 5.0
-BACKOFF_FIRST_SECONDS = 1.0
-BACKOFF_MAX_SECONDS = 30.0
-RETRY_AFTER_MAX_SECONDS = 120.0
-TEMPERATURE = 0.0
-
-M = TypeVar("M", bound=BaseModel)
-
-
-# --------------------------------------------------------------------------------------------
-# Request and reply types
-# --------------------------------------------------------------------------------------------
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ToolCall(_Frozen):
-    id: str
-    name: str
-    raw_arguments: str
-    """The arguments exactly as the model wrote them (JSON text)."""
-    arguments: dict[str, Any] | None = None
-    """Parsed and validated against the tool's model; None when `error` is set."""
-    error: str | None = None
-
-
-class Message(_Frozen):
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
-    name: str | None = None
-
-    @classmethod
-    def system(cls, text: str) -> Message:
-        return cls(role="system", content=text)
-
-    @classmethod
-    def user(cls, text: str) -> Message:
-        return cls(role="user", content=text)
-
-    @classmethod
-    def assistant(cls, text: str | None, tool_calls: Sequence[ToolCall] = ()) -> Message:
-        return cls(role="assistant", content=text, tool_calls=tuple(tool_calls))
-
-    @classmethod
-    def tool_result(cls, call: ToolCall, content: str) -> Message:
-        return cls(role="tool", content=content, tool_call_id=call.id, name=call.name)
-
-    def to_openai(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            out["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.raw_arguments},
-                }
-                for c in self.tool_calls
-            ]
-        if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
-        if self.name is not None and self.role == "tool":
-            out["name"] = self.name
-        return out
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A tool the model may call, generated from a pydantic model of its arguments."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    model: type[BaseModel]
-
-    def to_openai(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-def tool_from_model(
-    model: type[BaseModel], *, name: str | None = None, description: str | None = None
-) -> Tool:
-    """OpenAI tool JSON from a pydantic model: name from the class (snake_case), description from
-    its docstring, parameters from its JSON schema."""
-    doc = description or (model.__doc__ or "").strip()
-    if not doc:
-        raise ParamsError(f"tool model {model.__name__} needs a docstring (the tool description)")
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    schema.pop("description", None)
-    return Tool(
-        name=name or _snake(model.__name__), description=doc, parameters=schema, model=model
-    )
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    messages: tuple[Message, ...]
-    task: str
-    """What the request is for (extract, resolve, agent, judge, equivalence, ...)."""
-    prompt_version: str
-    """Part of the cache key: bump it when the prompt template changes."""
-    tools: tuple[Tool, ...] = ()
-    schema: type[BaseModel] | None = None
-    instruct_schema: bool = True
-    """False when the prompt itself asks for the schema's JSON (the benchmark's judge prompt):
-    the reply is still validated against `schema`, but no schema instruction is added."""
-    max_tokens: int | None = None
-
-
-class Completion(_Frozen):
-    """One request's outcome. `cached`, `seconds` and `attempts` differ between a run, a run that
-    recovered from a fault, and a replay: keep them out of DVC outputs (Accounting counts them)
-    so outputs stay identical. The tokens are those of the reply used (a failure: of all its
-    attempts)."""
-
-    text: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    value: dict[str, Any] | list[Any] | None = None
-    """With a schema: the reply parsed and validated (JSON form)."""
-    error: str | None = None
-    """Set when the request failed; the other fields are then empty."""
-    failure: Literal["transport", "refused", "unusable"] | None = None
-    """Why it failed: the endpoint (429/5xx/timeouts/connection) to the last attempt, a 4xx
-    refusal, or a last reply that could not be used (no valid JSON where a schema is due)."""
-    finish_reason: str | None = None
-    model: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached: bool = False
-    test_model: bool = False
-    """True for scripted models: a run using one measures nothing."""
-    attempts: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def as_model(self, model: type[M]) -> M:
-        if self.error is not None or self.value is None:
-            raise ValueError(f"completion has no structured value (error: {self.error})")
-        return model.model_validate(self.value)
-
-
-# --------------------------------------------------------------------------------------------
-# Backends (internal): how one attempt is sent
-# --------------------------------------------------------------------------------------------
-@dataclass
-class RawReply:
-    text: str | None
-    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)
-    """(id, name, arguments JSON text) as the model sent them."""
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-class TransientError(Exception):
-    """Worth another attempt (429, 5xx, timeout, connection)."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class PermanentError(Exception):
-    """This request cannot succeed as sent (4xx other than 401/403/404/408/429)."""
-
-
-class Backend(Protocol):
-    test_model: bool
-
-    def prepare(self) -> None:
-        """Slow one-time set-up (importing litellm), done outside the per-attempt timeout."""
-
-    async def send(
-        self, request: ChatRequest, messages: list[dict[str, Any]], *, native_schema: bool
-    ) -> RawReply: ...
-
-
-_litellm: ModuleType | None = None
-
-
-def _import_litellm() -> ModuleType:
-    global _litellm
-    if _litellm is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
-
-        litellm.suppress_debug_info = True
-        litellm.telemetry = False
-        _litellm = litellm
-    return _litellm
-
-
-def _parse_retry_after(headers: Any) -> float | None:
-    if headers is None:
-        return None
-    try:
-        ms = headers.get("retry-after-ms")
-        if ms is not None:
-            return max(0.0, float(ms) / 1000)
-        value = headers.get("retry-after")
-    except AttributeError:
-        return None
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        when = email.utils.parsedate_to_datetime(str(value))
-        return max(0.0, when.timestamp() - time.time()) if when else None
-
-
-class LitellmBackend:
-    test_model = False
-
-    def __init__(self, ref: ModelRef, params: LlmParams, role: str) -> None:
-        if ref.model is None:
-            raise ParamsError(f"models.{role}.model is null (only the judge may fall back)")
-        self.ref = ref
-        self.model = ref.model
-        self.params = params
-        self.role = role
-        self._extra: dict[str, Any] | None = None
-
-    def prepare(self) -> None:
-        self._static_kwargs()
-
-    def _static_kwargs(self) -> dict[str, Any]:
-        if self._extra is None:
-            litellm = _import_litellm()
-            extra: dict[str, Any] = {}
-            model, provider, _, _ = litellm.get_llm_provider(self.model)
-            supported = litellm.get_supported_openai_params(
-                model=model, custom_llm_provider=provider
-            )
-            if supported and "seed" in supported:
-                extra["seed"] = self.params.seed
-            if self.ref.api_base:
-                extra["api_base"] = self.ref.api_base
-            if provider not in ("ollama", "ollama_chat"):
-                _register_unknown_model(litellm, self.model, provider)
-            self._extra = extra
-        out = dict(self._extra)
-        if self.ref.api_key_env:  # read per call, never stored
-            key = os.environ.get(self.ref.api_key_env)
-            if not key:
-                raise ServiceError(
-                    f"models.{self.role}.api_key_env names {self.ref.api_key_env}, which is not "
-                    "set in the environment: export it (keys never go in params.yaml)"
-                )
-            out["api_key"] = key
-        return out
-
-    def supports_schema(self) -> bool:
-        if self.ref.structured_output != "auto":
-            return self.ref.structured_output == "json_schema"
-        litellm = _import_litellm()
-        try:
-            return bool(litellm.supports_response_schema(model=self.model))
-        except Exception:  # unknown model: litellm raises rather than answering
-            return False
-
-    async def send(
-        self, request: ChatRequest, messages: list[dict[str, Any]], *, native_schema: bool
-    ) -> RawReply:
-        litellm = _import_litellm()
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": TEMPERATURE,
-            "timeout": self.params.timeout_seconds,
-            "num_retries": 0,
-            "max_retries": 0,
-            "drop_params": True,
-            # tokens are counted, not dollars: spares litellm a cost-map search per call
-            "input_cost_per_token": 0.0,
-            "output_cost_per_token": 0.0,
-            **self._static_kwargs(),
-        }
-        if request.tools:
-            kwargs["tools"] = [t.to_openai() for t in request.tools]
-        if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
-        if native_schema and request.schema is not None:
-            kwargs["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": request.schema.__name__,
-                    "schema": copy.deepcopy(schema_json(request.schema)),  # litellm may edit it
-                    "strict": False,
-                },
-            }
-        try:
-            response = await litellm.acompletion(**kwargs)
-        except Exception as exc:
-            raise _classify(exc, self.model, self.ref.api_base, self.role) from exc
-        choice = response.choices[0]
-        message = choice.message
-        calls = [
-            (c.id or f"call_{i}", c.function.name or "", c.function.arguments or "")
-            for i, c in enumerate(getattr(message, "tool_calls", None) or [])
-        ]
-        usage = getattr(response, "usage", None)
-        return RawReply(
-            text=message.content,
-            tool_calls=calls,
-            finish_reason=choice.finish_reason,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
-        )
-
-
-def _register_unknown_model(litellm: ModuleType, model: str, provider: str) -> None:
-    """Give a model litellm's cost map does not know a zero-cost entry. Otherwise litellm searches
-    its map for it several times per call (measured: ~1.5 ms of a ~6 ms call). Capabilities stay
-    unknown (supports_response_schema is still False). Ollama models are left alone: litellm
-    reads their capabilities (tool calling) from the server, and an entry would mask that."""
-    try:
-        litellm.get_model_info(model=model)
-        return
-    except Exception:  # litellm raises a plain Exception for an unmapped model
-        pass
-    zero = 0.0
-    litellm.register_model(
-        {
-            model: {
-                "litellm_provider": provider,
-                "mode": "chat",
-                "input_cost_per_token": zero,
-                "output_cost_per_token": zero,
-                "cache_creation_input_token_cost": zero,
-                "cache_read_input_token_cost": zero,
-            }
-        }
-    )
-
-
-def _classify(exc: Exception, model: str, api_base: str | None, role: str) -> Exception:
-    litellm = _import_litellm()
-    status = getattr(exc, "status_code", None)
-    where = f"{model} at {api_base or 'the provider default endpoint'}"
-    text = f"{type(exc).__name__}: {str(exc)[:300]}"
-    if isinstance(exc, litellm.RateLimitError) or status == 429:
-        headers = getattr(exc, "litellm_response_headers", None)
-        if headers is None and getattr(exc, "response", None) is not None:
-            headers = exc.response.headers  # type: ignore[attr-defined]
-        return TransientError(text, _parse_retry_after(headers))
-    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError | asyncio.TimeoutError):
-        return TransientError(text)
-    if isinstance(status, int) and (status >= 500 or status == 408):
-        return TransientError(text)
-    if status in (401, 403) or isinstance(exc, litellm.AuthenticationError):
-        return ServiceError(
-            f"{where} refused the credentials ({text}); export the provider's key variable "
-            f"(or set models.{role}.api_key_env), or choose another model in params.yaml"
-        )
-    if status == 404 or isinstance(exc, litellm.NotFoundError):
-        return ServiceError(
-            f"{where} does not know the model ({text}); pull it (`ollama pull ...`) or set "
-            f"another model in params.yaml models.{role}"
-        )
-    return PermanentError(text)
-
-
-# --------------------------------------------------------------------------------------------
-# Robust JSON parsing: syntax is repaired (json_repair, string-aware), a cut-off reply never is
-# --------------------------------------------------------------------------------------------
-_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
-
-
-class UnusableReply(ValueError):
-    """A reply that cannot be used as it is (retried like a transient fault)."""
-
-
-def json_is_cut_off(text: str) -> bool:
-    """True when the JSON value that starts `text` ends inside a string or with brackets open:
-    a reply cut at the token limit or mid-transfer. Repairing it would invent the missing end
-    (`{"score": [{"score": 1.0}, {"score": 0.` would become a complete list), so it is refused."""
-    depth = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-            if depth <= 0:
-                return False  # the first value closed: what follows is trailing prose
-    return in_string or depth > 0
-
-
-def _json_body(text: str) -> str | None:
-    """The reply from its first `{` or `[` on, inside a code fence if there is one."""
-    fenced = _FENCE.search(text)
-    candidate = fenced.group(1) if fenced else text
-    starts = [i for i in (candidate.find("{"), candidate.find("[")) if i >= 0]
-    return candidate[min(starts) :].strip() if starts else None
-
-
-def parse_json_reply(text: str) -> Any:
-    """The first JSON value of a model's reply. Code fences, prose around it and syntax slips
-    (trailing commas, single quotes, Python's True/None, a missing comma) are repaired with
-    json_repair, which leaves string contents alone; a value that is cut off is not completed.
-    Raises UnusableReply."""
-    body = _json_body(text)
-    if body is None:
-        raise UnusableReply(f"no JSON object in the reply: {text[:200]!r}")
-    try:
-        value, _ = json.JSONDecoder().raw_decode(body)
-        return value
-    except json.JSONDecodeError:
-        pass
-    if json_is_cut_off(body):
-        raise UnusableReply(f"the reply's JSON is cut off: ...{body[-120:]!r}")
-    value = json_repair.loads(body)
-    if value in ("", None):
-        raise UnusableReply(f"no JSON object in the reply: {text[:200]!r}")
-    return value
-
-
-def _validate_schema(text: str | None, schema: type[BaseModel]) -> tuple[Any, str | None]:
-    if not text or not text.strip():
-        return None, "empty reply where JSON was expected"
-    try:
-        raw = parse_json_reply(text)
-        return schema.model_validate(raw).model_dump(mode="json"), None
-    except ValueError as exc:  # UnusableReply and ValidationError are ValueErrors
-        return None, f"reply does not match {schema.__name__}: {str(exc)[:500]}"
-
-
-def parse_tool_arguments(raw: str) -> dict[str, Any]:
-    """A tool call's arguments: JSON text, syntax slips repaired, never completed when cut off.
-    Raises UnusableReply (the reply is asked for again) when they are not a JSON object."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        if json_is_cut_off(raw.strip()):
-            raise UnusableReply(f"tool arguments are cut off: {raw[:200]!r}") from None
-        value = json_repair.loads(raw)
-    if not isinstance(value, dict):
-        raise UnusableReply(f"tool arguments are not a JSON object: {raw[:200]!r}")
-    return value
-
-
-def _parse_tool_call(call_id: str, name: str, raw: str, tools: Sequence[Tool]) -> ToolCall:
-    """A tool call validated against its tool's model; an unknown tool or arguments of the wrong
-    shape set `error` (the agent sends it back to the model). Arguments that are not JSON at
-    all raise UnusableReply: the reply is broken, not the model's choice."""
-    arguments = parse_tool_arguments(raw)
-    tool = next((t for t in tools if t.name == name), None)
-    if tool is None:
-        return ToolCall(id=call_id, name=name, raw_arguments=raw, error=f"unknown tool {name!r}")
-    try:
-        args = tool.model.model_validate(arguments).model_dump(mode="json")
-    except ValidationError as exc:
-        return ToolCall(
-            id=call_id, name=name, raw_arguments=raw, error=f"invalid arguments: {str(exc)[:300]}"
-        )
-    return ToolCall(id=call_id, name=name, raw_arguments=raw, arguments=args)
-
-
-@functools.lru_cache(maxsize=256)
-def schema_json(model: type[BaseModel]) -> dict[str, Any]:
-    """A model's JSON schema, built once (pydantic rebuilds it on every call, ~0.1-1 ms).
-    Callers must not mutate the result."""
-    return model.model_json_schema()
-
-
-def schema_instruction(schema: type[BaseModel]) -> str:
-    return (
-        "Reply with only one JSON object (no prose, no code fence) that matches this JSON "
-        f"schema:\n{json.dumps(schema_json(schema), sort_keys=True)}"
-    )
-
-
-def _interpret(request: ChatRequest, reply: RawReply) -> tuple[dict[str, Any], str | None]:
-    """A reply as Completion fields, or why it is unusable (then the fields are empty)."""
-    try:
-        calls = tuple(_parse_tool_call(i, n, a, request.tools) for i, n, a in reply.tool_calls)
-    except UnusableReply as exc:
-        return {}, str(exc)
-    text = reply.text
-    if not calls and not (text and text.strip()):
-        return {}, "empty reply"
-    fields: dict[str, Any] = {"text": text, "finish_reason": reply.finish_reason}
-    if request.schema is None or calls:
-        return {**fields, "tool_calls": calls}, None
-    value, problem = _validate_schema(text, request.schema)
-    if problem is not None:
-        return {}, problem
-    return {**fields, "value": value}, None
-
 
 # --------------------------------------------------------------------------------------------
 # Retry waiting, switchable for tests (like hynek/stamina's set_testing)
@@ -655,23 +141,6 @@ def _semaphore(endpoint: str, size: int) -> asyncio.Semaphore:
 # --------------------------------------------------------------------------------------------
 # The client: one per role
 # --------------------------------------------------------------------------------------------
-class ChatModel(Protocol):
-    """The port stages use. `LlmClient` implements it (real and scripted models alike)."""
-
-    role: Role
-    test_model: bool
-
-    def complete(self, request: ChatRequest) -> Completion: ...
-
-    def run_batch(
-        self,
-        requests: Sequence[ChatRequest],
-        on_done: Callable[[Completion], None] | None = None,
-    ) -> list[Completion]: ...
-
-    async def acomplete(self, request: ChatRequest) -> Completion: ...
-
-
 class BatchStopped(BudgetError):
     """The budget stopped a batch: `completions` holds the finished ones (None: not made)."""
 
@@ -720,7 +189,7 @@ class LlmClient:
         self._sleep = sleep or asyncio.sleep
         self.backend: Backend
         if ref.model.startswith(SCRIPTED_PREFIX):
-            from clients.scripted import ScriptedBackend
+            from clients.scripted.backend import ScriptedBackend
 
             self.backend = ScriptedBackend(ref.model)
         else:
@@ -1044,7 +513,7 @@ def open_model(
     role: Role, *, accounting: Accounting | None = None, params_path: Path | None = None
 ) -> LlmClient:
     """An LlmClient for one role from params.yaml (sections models, llm, budget and mode)."""
-    from stages.common import load_mode, read_params_file, validate_section
+    from clients.params_file import load_mode, read_params_file, validate_section
 
     data = read_params_file(params_path)
     source = str(params_path or "params.yaml")
@@ -1059,64 +528,6 @@ def open_model(
         mode=load_mode(params_path),
         accounting=accounting,
     )
-
-
-def _get(url: str, headers: dict[str, str] | None = None) -> bytes:
-    req = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(req, timeout=PREFLIGHT_TIMEOUT_SECONDS) as response:
-        body: bytes = response.read()
-        return body
-
-
-def check_endpoint_ref(role: str, ref: ModelRef) -> None:
-    """Preflight before a stage's first call: one clear ServiceError if the model is unusable."""
-    model = ref.model or ""
-    if model.startswith(SCRIPTED_PREFIX):
-        return
-    provider, _, name = model.partition("/")
-    advice = f"or set another model in params.yaml models.{role}"
-    if ref.api_key_env and not os.environ.get(ref.api_key_env):
-        raise ServiceError(
-            f"{model} ({role}) needs the key variable {ref.api_key_env}, which is not set: "
-            f"export it, {advice}"
-        )
-    if provider in ("ollama", "ollama_chat"):
-        base = (ref.api_base or OLLAMA_DEFAULT_BASE).rstrip("/")
-        try:
-            tags = json.loads(_get(f"{base}/api/tags"))
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ServiceError(
-                f"the {role} model {model} is unreachable at {base} ({exc}): start Ollama "
-                f"(`ollama serve`) and `ollama pull {name}`, {advice}"
-            ) from exc
-        names = {m.get("name") for m in tags.get("models", []) if isinstance(m, dict)}
-        if name not in names and f"{name}:latest" not in names:
-            raise ServiceError(
-                f"Ollama at {base} is running but has no model {name!r} (it has: "
-                f"{', '.join(sorted(n for n in names if n)) or 'none'}): run "
-                f"`ollama pull {name}`, {advice}"
-            )
-        return
-    if ref.api_base:
-        base = ref.api_base.rstrip("/")
-        try:
-            _get(f"{base}/models")
-        except urllib.error.HTTPError:
-            return  # it answered: reachable (auth is checked by the first call)
-        except (urllib.error.URLError, OSError) as exc:
-            raise ServiceError(
-                f"the {role} model {model} is unreachable at {base} ({exc}): start the server, "
-                f"{advice}"
-            ) from exc
-        return
-    litellm = _import_litellm()
-    env = litellm.validate_environment(model=model)
-    if not env.get("keys_in_environment", False):
-        missing = ", ".join(env.get("missing_keys", [])) or "the provider's API key"
-        raise ServiceError(
-            f"the {role} model {model} needs {missing} in the environment (keys never go in "
-            f"params.yaml): export it, {advice}"
-        )
 
 
 def check_all_endpoints(models: ModelsParams) -> None:
@@ -1142,7 +553,7 @@ def check_all_endpoints(models: ModelsParams) -> None:
 
 def check_endpoint(role: Role, *, params_path: Path | None = None) -> None:
     """Preflight for a role named in params.yaml (see check_endpoint_ref)."""
-    from stages.common import read_params_file, validate_section
+    from clients.params_file import read_params_file, validate_section
 
     data = read_params_file(params_path)
     models = validate_section("models", data.get("models"), ModelsParams)

@@ -1,6 +1,6 @@
 """Expected model calls and tokens of a phase, and the estimates of the agent and the judge.
 
-Kept apart from the ingest estimate (memory/estimate.py) so the answer and judge stages depend
+Kept apart from the ingest estimate (systems/graphrag/estimate.py) so the answer and judge stages depend
 only on what they use. The rates are assumptions about a real model; the report shows each
 estimate beside the actual figures of the run.
 """

@@ -19,7 +19,7 @@ Updates are read-modify-write under an exclusive `fcntl.flock` on the ledger its
 place as one fixed-size record, so concurrent processes never lose an update and never read half
 of one. The ledger holds `run_id`: when the environment variable BEAM_RUN_ID is set and differs
 from the ledger's, the ledger starts from zero (a new run of the same models); without it, spend
-accumulates across invocations until reset with `python -m clients.accounting reset` (or
+accumulates across invocations until reset with `python -m stages.budget reset` (or
 `Budget.reset()`). This is deliberate: a run killed and started again is the same run, and cached
 calls are free, so a resumed run is charged only for the calls it really makes.
 
@@ -38,14 +38,13 @@ takes them off the spend: a killed call is NOT charged. No reply reached the pro
 was cached and the resumed run sends the same request again and is charged for it then; keeping
 the lost reservation too would charge one request twice (issue 11: 4 calls charged for 3 done).
 The provider may still have billed the lost prompt, so the released amounts are kept in the
-ledger (`released_calls`, `released_tokens`) and shown by `python -m clients.accounting show`.
+ledger (`released_calls`, `released_tokens`) and shown by `python -m stages.budget show`.
 (An attempt that failed in a live process, e.g. a timeout before a retry, stays charged as a call:
 the request was sent and the process went on.)
 """
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import hashlib
 import json
@@ -300,7 +299,7 @@ class Budget:
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
             raise BudgetError(
                 f"budget ledger {self.path} is not a valid ledger ({exc}); delete it or run "
-                f"`python -m clients.accounting reset --mode {self.mode}`"
+                f"`python -m stages.budget reset --mode {self.mode}`"
             ) from exc
 
     def _render(self, ledger: Ledger) -> bytes:
@@ -351,7 +350,7 @@ class Budget:
     def _advice(self) -> str:
         return (
             f"raise budget.{self.mode} in params.yaml, or start a new budget with "
-            f"`uv run --frozen python -m clients.accounting reset --mode {self.mode}`"
+            f"`uv run --frozen python -m stages.budget reset --mode {self.mode}`"
             f" (or a new {RUN_ID_ENV}); calls already made are cached and will not be repeated"
         )
 
@@ -456,42 +455,3 @@ def describe(budget: Budget) -> str:
         f"{flight.calls} calls / {flight.tokens} tokens; released {released.calls} calls / "
         f"{released.tokens} tokens reserved by processes killed mid-call (not charged)"
     )
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description="Show or reset the spend ledger of the run params.yaml describes (its mode "
-        "and models), or with --all every ledger of the mode."
-    )
-    parser.add_argument("action", choices=["show", "reset"])
-    parser.add_argument("--mode", choices=MODES, help="default: params.yaml's mode")
-    parser.add_argument("--all", action="store_true", help="every run's ledger of the mode")
-    args = parser.parse_args(argv)
-
-    from clients.llm import run_identity
-    from schemas.params import BudgetParams, LlmParams, ModelsParams
-    from stages.common import load_mode, load_params
-
-    mode = args.mode or load_mode()
-    cap = getattr(load_params("budget", BudgetParams), mode)
-    ledger_dir = Path(load_params("llm", LlmParams).cache_dir)
-    if args.all:
-        keys = sorted(
-            p.stem.removeprefix(f"budget-{mode}").lstrip("-")
-            for p in ledger_dir.glob(f"budget-{mode}*.json")
-        )
-    else:
-        keys = [run_key_of(mode, run_identity(load_params("models", ModelsParams)))]
-    for key in keys:
-        budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key)
-        if args.action == "reset":
-            budget.reset()
-        print(describe(budget))
-    if not keys:
-        print(f"{mode}: no ledger in {ledger_dir}")
-
-
-if __name__ == "__main__":
-    from stages.common import run_stage
-
-    run_stage(lambda: main())

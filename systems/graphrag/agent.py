@@ -23,16 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clients import cypher
 from clients.cypher import escape_fulltext
 from clients.graph import GraphStore, QueryFailed
-from clients.llm import ChatModel, ChatRequest, Message, Tool, ToolCall, tool_from_model
+from clients.llm.port import ChatModel, ChatRequest, Message, Tool, ToolCall, tool_from_model
 from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
+from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
 
 PROMPT_VERSION = "agent-v1"
 TASK = "agent"
 TEXT_CHARS = 240
 SOURCE_CHARS = 1500
-RESULT_CHARS = 2000
-"""A tool result is kept in the trace up to this many characters (the model saw all of it)."""
 RESULT_LIMIT = 8
 _HEADER = re.compile(r"^\[message (\d+) · [^\]]*\]$", re.MULTILINE)
 
@@ -297,46 +296,6 @@ class GraphTools:
         except (QueryFailed, BeamError, ValueError) as exc:
             error = f"{call.name} failed: {exc}"
             return ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), [], [], error)
-
-
-class ToolCallRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    arguments: dict[str, Any] | None
-    raw_arguments: str
-    ids: list[str]
-    message_ids: list[int]
-    result: str
-    """The tool's result as the model read it (JSON), cut to `RESULT_CHARS` characters."""
-    turn: int = Field(ge=0)
-    """The model turn (0-based) that made the call; `Trace.turn_texts[turn]` is its text."""
-    error: str | None = None
-
-
-class Trace(BaseModel):
-    """One question's answer and how the agent got there (quotes the chat: CC BY-SA 4.0)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    question_id: str
-    answer: str
-    tool_calls: list[ToolCallRecord]
-    turn_texts: list[str]
-    """What the model wrote in each turn that called tools ('' where it wrote nothing)."""
-    reached_ids: list[str]
-    """Every node id the tools returned."""
-    reached_message_ids: list[int]
-    """The chat message ids those nodes trace back to."""
-    steps: int
-    """Tool calls made (a model turn may make several; `max_steps` limits turns)."""
-    calls: int
-    prompt_tokens: int
-    completion_tokens: int
-    max_context_tokens: int
-    """The largest prompt of any of its calls: what the agent's context grew to."""
-    test_model: bool
-    error: str | None = None
 
 
 def answer_question(

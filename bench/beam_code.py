@@ -38,10 +38,10 @@ from collections.abc import Mapping, Sequence
 
 from scipy.stats import kendalltau
 
+from bench.judge import EVENT_ORDERING, order_scores, split_answer_lines
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, Judgement
 from schemas.records import ABILITIES
-from stages.judge import EVENT_ORDERING, order_scores, split_answer_lines
 
 DIFFERENCES: tuple[str, ...] = (
     "Item scores: ours keeps a rubric item judged 0.5 as 0.5; beam_code truncates each verdict "

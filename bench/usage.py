@@ -3,7 +3,7 @@
 A completion served from the call cache carries the usage of the reply it stores, so calls and
 tokens counted here are the same for a fresh run and a run served entirely from the cache: the
 report shows them as what the results took (`cost_calls`, `cost_tokens`). They are not results,
-though: a reply that needed a repair turn (clients/llm.py) carries the longer prompt of that turn,
+though: a reply that needed a repair turn (clients/llm/client.py) carries the longer prompt of that turn,
 so a run that recovered from a fault may count more tokens than a clean one. Hence their own
 file, `metrics/usage/<stage>.json` (a plain DVC out beside the metrics, read by the report), and
 not the stage's data/ folder, whose bytes depend on results only. What a process really sent
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from clients.llm import ChatModel, ChatRequest, Completion, Role
-from stages.common import write_json
+from clients.files import write_json
+from clients.llm.port import ChatModel, ChatRequest, Completion, Role
 
 USAGE_DIR = Path("metrics/usage")
 

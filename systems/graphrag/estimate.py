@@ -17,15 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from clients.tokens import count_tokens
-from memory.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
-from memory.chunk import chunk_conversation
-from memory.cost import ZERO, PhaseEstimate, estimate_answer, estimate_judge
-from memory.decide import LINK_SYSTEM, RESOLVE_SYSTEM
-from memory.extract import extraction_messages
-from memory.ingest import IngestSettings
 from schemas.judging import JudgePrompts
 from schemas.params import EstimateParams, IngestRates
 from schemas.records import ChatSlice, Question, Rubric
+from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
+from systems.graphrag.chunk import chunk_conversation
+from systems.graphrag.cost import ZERO, PhaseEstimate, estimate_answer, estimate_judge
+from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
+from systems.graphrag.extract import extraction_messages
+from systems.graphrag.ingest import IngestSettings
 
 
 @dataclass(frozen=True)

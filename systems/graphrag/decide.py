@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory.resolve import CandidatePair
+from systems.graphrag.resolve import CandidatePair
 
 RESOLVE_TASK = "resolve"
 LINK_TASK = "link"

@@ -15,38 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import memory.scripted_rules  # noqa: F401  (registers the test model's rules for these tasks)
-from clients.llm import ChatModel, ChatRequest, Completion, Message
-from memory.chunk import chunk_conversation
-from memory.decide import (
-    LINK_PROMPT_VERSION,
-    LINK_TASK,
-    RESOLVE_PROMPT_VERSION,
-    RESOLVE_TASK,
-    LinkReply,
-    ResolveReply,
-    link_messages,
-    linked_pairs,
-    resolve_messages,
-    same_pairs,
-)
-from memory.extract import (
-    PROMPT_VERSION,
-    TASK,
-    ExtractionReply,
-    extraction_messages,
-    reply_to_graph,
-)
-from memory.resolve import (
-    CandidatePair,
-    Mention,
-    StatementRef,
-    batched,
-    candidate_pairs,
-    cap_per_label,
-    merge_map,
-    statement_pairs,
-)
+from clients.llm.port import ChatModel, ChatRequest, Completion, Message
 from schemas.errors import check_failed_share
 from schemas.memory import (
     DROP_REASONS,
@@ -63,6 +32,36 @@ from schemas.memory import (
     validate_batch,
 )
 from schemas.records import ChatSlice, Chunk
+from systems.graphrag.chunk import chunk_conversation
+from systems.graphrag.decide import (
+    LINK_PROMPT_VERSION,
+    LINK_TASK,
+    RESOLVE_PROMPT_VERSION,
+    RESOLVE_TASK,
+    LinkReply,
+    ResolveReply,
+    link_messages,
+    linked_pairs,
+    resolve_messages,
+    same_pairs,
+)
+from systems.graphrag.extract import (
+    PROMPT_VERSION,
+    TASK,
+    ExtractionReply,
+    extraction_messages,
+    reply_to_graph,
+)
+from systems.graphrag.resolve import (
+    CandidatePair,
+    Mention,
+    StatementRef,
+    batched,
+    candidate_pairs,
+    cap_per_label,
+    merge_map,
+    statement_pairs,
+)
 
 LINKED_LABELS = frozenset(UPDATABLE_LABELS)
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory.resolve import normalize_name
 from schemas.memory import ENTITY_LABELS, LABEL_DOCS, STATEMENT_LABELS
 from schemas.records import Chunk
+from systems.graphrag.resolve import normalize_name
 
 PROMPT_VERSION = "extract-v1"
 TASK = "extract"

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from clients.accounting import process_alive, process_start
+from clients.llm.accounting import process_alive, process_start
 
 OWNER_FILE = ".owner"
 ORPHAN_HOURS = 6.0

@@ -1,0 +1,514 @@
+"""slice: build the current mode's chat slices, questions and rubrics from the repaired data.
+
+Produces, under `data/slice/`:
+- `chats/conv<N>.json`: one `ChatSlice` per conversation of the mode: chat messages only (id,
+  role, content), grouped by session, each session with its number and date (the `time_anchor`
+  of its first user message). The plan, profile, narratives, user questions and reference
+  answers never enter a slice. lite keeps only the messages that hold the answers of its
+  questions; full and all keep whole sessions (each session is one document, see
+  `render_session`).
+- `questions.jsonl`: `Question` rows, what the agent sees (no rubric, no answer).
+- `rubrics.jsonl`: `Rubric` rows for the judge (rubric, normalized `source_chat_ids`,
+  `known_bad_rubric` with its reason).
+- `sizes.json`: sessions, messages, cl100k tokens and questions per slice, their total, and the
+  questions per ability.
+and `metrics/slice.json` (`chat.*`, the totals: conversations, sessions, messages, tokens).
+
+The fixture (params `slice.fixture`) pins, per mode, the question ids, the message ids of each
+slice and the sha256 of each slice file (one per conversation); any difference stops the stage.
+Params `slice.conversations` keeps only some of the mode's conversations (empty: all), with their
+questions and rubrics; each kept slice is checked against its own pins. Those pins were made
+from the public repository's copy of the chats (`../shared/beam`). After a person has looked at
+a difference, `python -m stages.slice --repin` rewrites the fixture's message ids and hashes
+(question ids and known-bad rubrics are choices and stay as they are).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bench.repair import load_table
+from clients.files import UMASK, remove_outputs, stable_json, write_atomic, write_json, write_jsonl
+from clients.tokens import count_tokens
+from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.params import Mode
+from schemas.records import ABILITIES, Ability, ChatMessage, ChatSlice, Question, Rubric, Session
+
+SLICE_OUT = Path("data/slice")
+METRICS = Path("metrics/slice.json")
+REQUIRED_COLUMNS = ("conversation_id", "chat", "probing_questions")
+REPIN_COMMAND = "uv run --frozen python -m stages.slice --repin"
+PIN_PROVENANCE = (
+    "the fixture's pins were made from the public repository's copy of the chats "
+    "(../shared/beam, BEAM repository commit b2a3ee8ba12d68f83143dda191097dc3e028ddd3); the "
+    "release file differs from that copy even though it passed verify-hash"
+)
+Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SlicePin(_Strict):
+    message_ids: list[tuple[int, int]]
+    """Inclusive id ranges [first, last] of the messages in the slice."""
+    sha256: str = Sha256
+    """sha256 of the slice file `chats/conv<N>.json` as written."""
+
+
+class ModePin(_Strict):
+    selection: Literal["answer_messages", "whole_conversations"]
+    """answer_messages: only the messages the questions' source_chat_ids name; whole_conversations:
+    every session of each conversation."""
+    conversations: list[str]
+    question_ids: list[str]
+    slices: dict[str, SlicePin]
+
+
+class SliceFixture(_Strict):
+    about: str
+    known_bad_rubric: dict[str, str]
+    """Question id -> why its rubric is wrong (checked against the chat by a person)."""
+    modes: dict[Mode, ModePin]
+
+
+class BuiltSlice(_Strict):
+    """One conversation's slice as it will be written, with its pins and counts."""
+
+    chat: ChatSlice
+    text: str
+    sha256: str
+    message_ids: list[int]
+    tokens: int
+
+
+class Built(_Strict):
+    slices: list[BuiltSlice]
+    questions: list[Question]
+    rubrics: list[Rubric]
+
+
+# ---- pure helpers -------------------------------------------------------------------------
+
+
+def to_ranges(ids: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted unique ids as inclusive ranges: [18, 156, 157] -> [(18, 18), (156, 157)]."""
+    ranges: list[tuple[int, int]] = []
+    for value in sorted(set(ids)):
+        if ranges and value == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], value)
+        else:
+            ranges.append((value, value))
+    return ranges
+
+
+def from_ranges(ranges: Iterable[tuple[int, int]]) -> list[int]:
+    return sorted({i for first, last in ranges for i in range(first, last + 1)})
+
+
+def normalize_ids(raw: object, where: str) -> list[int]:
+    """source_chat_ids in any of the dataset's shapes (flat list, dict of lists, nested lists,
+    repeats, absent) as a sorted unique list of ints."""
+    found: set[int] = set()
+
+    def walk(value: object) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool):
+            raise DataError(f"{where}: source_chat_ids holds a boolean {value!r}")
+        if isinstance(value, int):
+            found.add(value)
+        elif isinstance(value, str) and value.strip().isdigit():
+            found.add(int(value))
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple | set):
+            for item in value:
+                walk(item)
+        else:
+            raise DataError(f"{where}: source_chat_ids holds {value!r}, expected message ids")
+
+    walk(raw)
+    return sorted(found)
+
+
+def parse_probing(text: object, where: str) -> dict[str, list[dict[str, Any]]]:
+    """The `probing_questions` column: a Python literal (ast.literal_eval, never eval)."""
+    if not isinstance(text, str):
+        raise DataError(f"{where}: probing_questions is {type(text).__name__}, expected a string")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise DataError(f"{where}: probing_questions is not a Python literal: {exc}") from exc
+    if not isinstance(value, dict):
+        raise DataError(f"{where}: probing_questions holds {type(value).__name__}, expected dict")
+    for ability, items in value.items():
+        if ability not in ABILITIES:
+            raise DataError(f"{where}: unknown ability {ability!r}; expected one of {ABILITIES}")
+        if not isinstance(items, list) or not all(isinstance(q, dict) for q in items):
+            raise DataError(f"{where}: probing_questions[{ability!r}] is not a list of dicts")
+    return value
+
+
+def parse_date(anchor: object, where: str) -> tuple[str, str]:
+    """(`March-15-2024`, `2024-03-15`) from a session's time_anchor."""
+    if not isinstance(anchor, str) or not anchor:
+        raise DataError(f"{where}: the session's first message has no time_anchor")
+    try:
+        iso = datetime.strptime(anchor, "%B-%d-%Y").date().isoformat()
+    except ValueError as exc:
+        raise DataError(f"{where}: time_anchor {anchor!r} is not like March-15-2024") from exc
+    return anchor, iso
+
+
+def render_session(session: Session) -> str:
+    """A session as one document: the text token counts are measured on."""
+    head = f"Session {session.number} ({session.date})\n"
+    return head + "".join(f"[{m.id}] {m.role}: {m.content}\n" for m in session.messages)
+
+
+def build_slice(
+    conversation_id: str, chat: Sequence[Sequence[Mapping[str, Any]]], keep: set[int] | None
+) -> ChatSlice:
+    """The conversation's sessions with the kept messages (all when `keep` is None)."""
+    sessions = []
+    for number, raw_session in enumerate(chat, start=1):
+        where = f"conversation {conversation_id}, session {number}"
+        if not raw_session:
+            raise DataError(f"{where} is empty")
+        date, iso = parse_date(raw_session[0].get("time_anchor"), where)
+        messages = []
+        for raw in raw_session:
+            if keep is not None and raw.get("id") not in keep:
+                continue
+            try:
+                messages.append(ChatMessage(id=raw["id"], role=raw["role"], content=raw["content"]))
+            except (KeyError, ValidationError) as exc:
+                raise DataError(f"{where}: malformed message {raw.get('id')!r}: {exc}") from exc
+        if messages:
+            sessions.append(Session(number=number, date=date, date_iso=iso, messages=messages))
+    return ChatSlice(conversation_id=conversation_id, sessions=sessions)
+
+
+def message_ids(chat: Sequence[Sequence[Mapping[str, Any]]]) -> list[int]:
+    return [int(m["id"]) for session in chat for m in session]
+
+
+def split_question_id(question_id: str) -> tuple[str, Ability, int]:
+    try:
+        conv, ability, index = question_id.split(":")
+        if not conv.startswith("conv") or ability not in ABILITIES:
+            raise ValueError(question_id)
+        return conv.removeprefix("conv"), ability, int(index)
+    except ValueError as exc:
+        raise ParamsError(
+            f"fixture question id {question_id!r} is not conv<N>:<ability>:<index>"
+        ) from exc
+
+
+def build_mode(
+    rows: Mapping[str, Mapping[str, Any]],
+    pin: ModePin,
+    known_bad: Mapping[str, str],
+    tokenizer: str,
+) -> Built:
+    """Slices, questions and rubrics of one mode; DataError when the data lacks something. Every
+    conversation of `pin` must be in `rows` (`check_fixture_ids`)."""
+    wanted: dict[str, list[tuple[str, Ability, int]]] = {c: [] for c in pin.conversations}
+    for question_id in pin.question_ids:
+        conv, ability, index = split_question_id(question_id)
+        if conv not in wanted:
+            raise ParamsError(
+                f"fixture question {question_id} is not in the mode's conversations "
+                f"{pin.conversations}"
+            )
+        wanted[conv].append((question_id, ability, index))
+
+    questions: dict[str, Question] = {}
+    rubrics: dict[str, Rubric] = {}
+    slices = []
+    for conv in pin.conversations:
+        if conv not in rows:  # check_fixture_ids says it better, with the file and the mode
+            raise ParamsError(f"the fixture names conversation {conv!r}, not in the data")
+        row = rows[conv]
+        chat = row["chat"] or []
+        present = set(message_ids(chat))
+        probing = parse_probing(row["probing_questions"], f"conversation {conv}")
+        answer_ids: set[int] = set()
+        for question_id, ability, index in wanted[conv]:
+            items = probing.get(ability, [])
+            if index >= len(items):
+                raise IntegrityError(
+                    f"fixture question {question_id} does not exist: conversation {conv} has "
+                    f"{len(items)} {ability} question(s); {PIN_PROVENANCE}. A person must edit "
+                    "the fixture's question_ids"
+                )
+            item = items[index]
+            where = f"question {question_id}"
+            ids = normalize_ids(item.get("source_chat_ids"), where)
+            unknown = [i for i in ids if i not in present]
+            if unknown:
+                raise DataError(f"{where}: source_chat_ids {unknown} are not messages of the chat")
+            text, rubric = item.get("question"), item.get("rubric")
+            if not isinstance(text, str) or not text.strip():
+                raise DataError(f"{where} has no question text")
+            if not isinstance(rubric, list) or not all(isinstance(r, str) for r in rubric):
+                raise DataError(f"{where}: rubric is not a list of strings")
+            answer_ids.update(ids)
+            questions[question_id] = Question(
+                id=question_id, conversation_id=conv, ability=ability, index=index, question=text
+            )
+            rubrics[question_id] = Rubric(
+                question_id=question_id,
+                ability=ability,
+                rubric=rubric,
+                source_chat_ids=ids,
+                known_bad_rubric=question_id in known_bad,
+                known_bad_reason=known_bad.get(question_id),
+            )
+        keep = None if pin.selection == "whole_conversations" else answer_ids
+        chat_slice = build_slice(conv, chat, keep)
+        text = stable_json(chat_slice.model_dump(mode="json"))
+        slices.append(
+            BuiltSlice(
+                chat=chat_slice,
+                text=text,
+                sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                message_ids=[m.id for s in chat_slice.sessions for m in s.messages],
+                tokens=sum(count_tokens(render_session(s), tokenizer) for s in chat_slice.sessions),
+            )
+        )
+    return Built(
+        slices=slices,
+        questions=[questions[q] for q in pin.question_ids],
+        rubrics=[rubrics[q] for q in pin.question_ids],
+    )
+
+
+def check_fixture_ids(
+    rows: Mapping[str, Mapping[str, Any]],
+    pin: ModePin,
+    mode: str,
+    fixture_path: Path,
+    *,
+    messages: bool = True,
+) -> None:
+    """ParamsError when the fixture names a conversation, or (with `messages`) a slice message id,
+    that the repaired data does not have. The release file passed verify-hash, so the fixture is
+    what is wrong; --repin rewrites message ids, never the conversations a person chose."""
+    where = f"slice fixture {fixture_path}, mode {mode}"
+    not_release = "The fixture is wrong, not the release file (which passed verify-hash)"
+    named = list(pin.conversations)
+    if messages:  # else the slices are about to be re-pinned, stale ones dropped
+        named += [c for c in pin.slices if c not in pin.conversations]
+    missing = [c for c in named if c not in rows]
+    if missing:
+        raise ParamsError(
+            f"{where}: conversation id(s) {missing} (in modes.{mode}.conversations or .slices) "
+            f"do not exist in the repaired data, which has conversations {sorted(rows)}. "
+            f"{not_release}: correct modes.{mode} (conversations, question_ids and slices) in "
+            f"the fixture; `{REPIN_COMMAND}` does not change which conversations a mode uses"
+        )
+    if not messages:
+        return
+    for conv, slice_pin in pin.slices.items():
+        present = set(message_ids(rows[conv]["chat"] or []))
+        unknown = [i for i in from_ranges(slice_pin.message_ids) if i not in present]
+        if unknown:
+            ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in to_ranges(present))
+            raise ParamsError(
+                f"{where}: modes.{mode}.slices[{conv!r}].message_ids names message id(s) "
+                f"{unknown[:20]}{' ...' if len(unknown) > 20 else ''} that conversation {conv} "
+                f"does not have (its {len(present)} messages have ids {ranges or 'none'}). "
+                f"{not_release}: correct those ids in the fixture, or, only if the release "
+                f"itself changed (a new pin in params verify_hash), re-pin with `{REPIN_COMMAND}`"
+            )
+
+
+def restrict(pin: ModePin, conversations: Sequence[str], mode: str) -> ModePin:
+    """The mode's pin cut down to `conversations` (params `slice.conversations`; empty: all of
+    them): their question ids and slice pins, in the mode's order. ParamsError naming the ids the
+    mode has when one is not among them."""
+    if not conversations:
+        return pin
+    unknown = [c for c in conversations if c not in pin.conversations]
+    if unknown:
+        raise ParamsError(
+            f"params.yaml: slice.conversations names conversation id(s) {unknown} that mode "
+            f"{mode} does not have; its conversations are {pin.conversations} (an empty list "
+            "keeps them all)"
+        )
+    kept = [c for c in pin.conversations if c in conversations]
+    return pin.model_copy(
+        update={
+            "conversations": kept,
+            "question_ids": [q for q in pin.question_ids if split_question_id(q)[0] in kept],
+            "slices": {c: p for c, p in pin.slices.items() if c in kept},
+        }
+    )
+
+
+def check_pins(built: Built, pin: ModePin, mode: str) -> None:
+    """IntegrityError listing every slice whose message ids or hash differ from the fixture."""
+    problems = []
+    for item in built.slices:
+        conv = item.chat.conversation_id
+        expected = pin.slices.get(conv)
+        if expected is None:
+            problems.append(f"conv{conv}: no pin in the fixture")
+            continue
+        want = from_ranges(expected.message_ids)
+        if item.message_ids != want:
+            missing = sorted(set(want) - set(item.message_ids))
+            extra = sorted(set(item.message_ids) - set(want))
+            problems.append(
+                f"conv{conv}: message ids differ (fixture {len(want)}, built "
+                f"{len(item.message_ids)}; missing {missing[:20]}, unexpected {extra[:20]})"
+            )
+        if item.sha256 != expected.sha256:
+            problems.append(
+                f"conv{conv}: slice sha256 expected {expected.sha256}, found {item.sha256}"
+            )
+    stale = sorted(set(pin.slices) - {s.chat.conversation_id for s in built.slices})
+    if stale:
+        problems.append(f"fixture pins slices of conversations not in the mode: {stale}")
+    if problems:
+        raise IntegrityError(
+            f"the {mode} slices do not match the fixture: {'; '.join(problems)}. "
+            f"{PIN_PROVENANCE}. After a person has looked at the difference, re-pin with "
+            f"`{REPIN_COMMAND}`"
+        )
+
+
+def sizes(built: Built) -> dict[str, dict[str, int]]:
+    """data/slice/sizes.json: per slice and total counts, questions per ability (all present)."""
+    counts: dict[str, dict[str, int]] = {}
+    for item in built.slices:
+        conv = item.chat.conversation_id
+        counts[f"conv{conv}"] = {
+            "sessions": len(item.chat.sessions),
+            "messages": len(item.message_ids),
+            "tokens": item.tokens,
+            "questions": sum(1 for q in built.questions if q.conversation_id == conv),
+        }
+    counts["total"] = {
+        "conversations": len(built.slices),
+        "sessions": sum(len(s.chat.sessions) for s in built.slices),
+        "messages": sum(len(s.message_ids) for s in built.slices),
+        "tokens": sum(s.tokens for s in built.slices),
+        "questions": len(built.questions),
+        "known_bad_rubric": sum(1 for r in built.rubrics if r.known_bad_rubric),
+    }
+    counts["questions"] = {a: sum(1 for q in built.questions if q.ability == a) for a in ABILITIES}
+    return counts
+
+
+def summarize(built: Built) -> dict[str, dict[str, int]]:
+    """metrics/slice.json: how much chat the memory system is given (the same keys in every mode;
+    questions are counted in metrics/report.json, per conversation in data/slice/sizes.json)."""
+    total = sizes(built)["total"]
+    return {"chat": {k: total[k] for k in ("conversations", "sessions", "messages", "tokens")}}
+
+
+def repin_fixture(fixture: SliceFixture, built: Mapping[Mode, Built]) -> SliceFixture:
+    """The fixture with every built mode's message ids and hashes replaced."""
+    modes = dict(fixture.modes)
+    for mode, result in built.items():
+        slices = {
+            s.chat.conversation_id: SlicePin(message_ids=to_ranges(s.message_ids), sha256=s.sha256)
+            for s in result.slices
+        }
+        modes[mode] = modes[mode].model_copy(update={"slices": slices})
+    return fixture.model_copy(update={"modes": modes})
+
+
+# ---- the shell ----------------------------------------------------------------------------
+
+
+def load_fixture(path: Path) -> SliceFixture:
+    try:
+        return SliceFixture.model_validate_json(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise ParamsError(f"slice fixture {path} not found (params slice.fixture)") from exc
+    except ValidationError as exc:
+        raise ParamsError(f"slice fixture {path} is invalid: {exc}") from exc
+
+
+def read_rows(source: Path) -> dict[str, dict[str, Any]]:
+    """The repaired dataset's columns the slice needs, by conversation id."""
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataError(f"{source} not found: run `dvc repro repair` first") from exc
+    table: pa.Table = load_table(data, str(source), REQUIRED_COLUMNS).select(list(REQUIRED_COLUMNS))
+    return {str(row["conversation_id"]): row for row in table.to_pylist()}
+
+
+def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
+    """Write into a temp folder beside `out`, then swap it in: never a half-written slice."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp.chmod(0o777 & ~UMASK)  # mkdtemp makes it private; the out is an ordinary folder
+    try:
+        for item in built.slices:
+            write_atomic(tmp / "chats" / f"conv{item.chat.conversation_id}.json", item.text)
+        write_jsonl(tmp / "questions.jsonl", built.questions)
+        write_jsonl(tmp / "rubrics.jsonl", built.rubrics)
+        write_json(tmp / "sizes.json", sizes(built))
+        remove_outputs(out)
+        tmp.replace(out)
+        write_json(metrics_path, summarize(built))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_outputs(out, metrics_path)
+        raise
+
+
+def make_slices(
+    source: Path,
+    fixture_path: Path,
+    mode: str,
+    tokenizer: str,
+    out: Path,
+    metrics: Path,
+    conversations: Sequence[str] = (),
+) -> Built:
+    """The mode's slices (only `conversations`, when given), checked against the fixture."""
+    remove_outputs(out, metrics)
+    fixture = load_fixture(fixture_path)
+    if mode not in fixture.modes:
+        raise ParamsError(f"slice fixture {fixture_path} has no mode {mode!r}")
+    pin = restrict(fixture.modes[mode], conversations, mode)
+    rows = read_rows(source)
+    check_fixture_ids(rows, pin, mode, fixture_path)
+    built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
+    check_pins(built, pin, mode)
+    write_outputs(built, out, metrics)
+    return built
+
+
+def repin(source: Path, fixture_path: Path, tokenizer: str) -> SliceFixture:
+    """Rewrite the fixture's message ids and hashes for every mode from the repaired data."""
+    fixture = load_fixture(fixture_path)
+    rows = read_rows(source)
+    for mode, pin in fixture.modes.items():
+        check_fixture_ids(rows, pin, mode, fixture_path, messages=False)  # those are re-pinned
+    built = {
+        mode: build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
+        for mode, pin in fixture.modes.items()
+    }
+    updated = repin_fixture(fixture, built)
+    write_json(fixture_path, updated.model_dump(mode="json"))
+    return updated

@@ -1,0 +1,85 @@
+"""verify-hash: check the fetched parquet's size and sha256 against the pins; write a receipt.
+
+Produces `data/verify_hash/receipt.json` (`path`, `size_bytes`, `sha256`). `repair` refuses to
+read the parquet unless the bytes it reads hash to the receipt's sha256, so no later stage can
+run on an unverified file. On a mismatch the stage prints expected vs actual, removes its stale
+receipt and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clients.files import remove_outputs, write_json
+from schemas.errors import DataError, IntegrityError
+from schemas.params import VerifyHashParams
+
+RECEIPT = Path("data/verify_hash/receipt.json")
+CHUNK_BYTES = 1 << 20
+
+
+class Receipt(BaseModel):
+    """What verify-hash vouches for: these exact bytes at this path."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: str
+    size_bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+def digest_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_file(path: Path) -> tuple[int, str]:
+    """Size and sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(CHUNK_BYTES):
+                digest.update(chunk)
+                size += len(chunk)
+    except FileNotFoundError as exc:
+        raise DataError(f"{path} not found: run the fetch stage first (`dvc repro fetch`)") from exc
+    return size, digest.hexdigest()
+
+
+def check_digest(path: Path, size: int, sha256: str, expected: VerifyHashParams) -> Receipt:
+    """A receipt when size and sha256 match the pins; otherwise IntegrityError with both."""
+    problems = []
+    if size != expected.size_bytes:
+        problems.append(f"size expected {expected.size_bytes:,} bytes, found {size:,}")
+    if sha256 != expected.sha256:
+        problems.append(f"sha256 expected {expected.sha256}, found {sha256}")
+    if problems:
+        raise IntegrityError(
+            f"{path} does not match the pinned release ({'; '.join(problems)}). The download "
+            "is corrupt, truncated or not the pinned file: delete it and the HF cache entry and "
+            "fetch again; change params verify_hash only if the pin itself is wrong"
+        )
+    return Receipt(path=path.as_posix(), size_bytes=size, sha256=sha256)
+
+
+def read_receipt(path: Path) -> Receipt:
+    try:
+        return Receipt.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError as exc:
+        raise IntegrityError(
+            f"{path} not found: the parquet has not been verified; run `dvc repro verify-hash`"
+        ) from exc
+    except (ValueError, ValidationError) as exc:
+        raise IntegrityError(f"{path} is not a valid verify-hash receipt: {exc}") from exc
+
+
+def verify(source: Path, expected: VerifyHashParams, receipt_path: Path) -> Receipt:
+    """Check `source` and write the receipt; on any failure no receipt is left behind."""
+    remove_outputs(receipt_path)
+    size, sha256 = digest_file(source)
+    receipt = check_digest(source, size, sha256, expected)
+    write_json(receipt_path, receipt.model_dump())
+    return receipt

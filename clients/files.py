@@ -1,0 +1,118 @@
+"""Files the stages exchange: atomic writes (temp file, then rename), stable JSON, typed JSONL
+reading with errors that name the file and line, and removal of stale outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.errors import DataError, ParamsError
+
+FLOAT_DIGITS = 6
+UMASK = os.umask(0)
+"""The process's umask (read once: os.umask can only be read by setting it)."""
+os.umask(UMASK)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _round_floats(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, FLOAT_DIGITS)
+    if isinstance(value, Mapping):
+        return {str(k): _round_floats(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_round_floats(v) for v in value]
+    return value
+
+
+def stable_json(value: Any) -> str:
+    """JSON with sorted keys and rounded floats: an unchanged result is a byte-identical file."""
+    return json.dumps(_round_floats(value), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write to a temp file beside `path`, fsync, then rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600; give the usual mode
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, value: Any) -> None:
+    write_atomic(path, stable_json(value))
+
+
+def write_jsonl(path: Path, rows: Iterable[BaseModel | Mapping[str, Any]]) -> None:
+    """One JSON object per line, keys sorted, written atomically."""
+    lines = []
+    for row in rows:
+        obj = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+        lines.append(json.dumps(obj, sort_keys=True, ensure_ascii=False))
+    write_atomic(path, "".join(line + "\n" for line in lines))
+
+
+def _missing(path: Path) -> DataError:
+    return DataError(f"{path} is missing: run `dvc repro` up to the stage that makes it")
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file an earlier stage wrote (a DataError naming it when it is not there yet)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise _missing(path) from exc
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """A JSONL file of plain rows an earlier stage wrote."""
+    if not path.is_file():
+        raise _missing(path)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def read_records(path: Path, model: type[M]) -> list[M]:
+    """`read_jsonl` of a file an earlier stage wrote (a DataError naming it when missing)."""
+    if not path.is_file():
+        raise _missing(path)
+    return read_jsonl(path, model)
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    """Read a JSONL file of records, naming the file and line of any invalid row."""
+    rows: list[M] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(model.model_validate_json(line))
+            except ValidationError as exc:
+                raise ParamsError(f"{path}:{number}: not a valid {model.__name__}: {exc}") from exc
+    return rows
+
+
+def remove_outputs(*paths: Path) -> None:
+    """Delete stale outputs so a failed stage leaves nothing a later stage could mistake as good."""
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.rglob("*"), reverse=True):
+                child.unlink() if child.is_file() or child.is_symlink() else child.rmdir()
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+"""The door to language models (see clients/llm/client.py)."""

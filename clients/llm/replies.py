@@ -1,0 +1,153 @@
+"""Reading a model's reply: its JSON value (syntax slips repaired, never completed when cut off),
+validated against the request's schema, and its tool calls' arguments."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import json_repair
+from pydantic import BaseModel, ValidationError
+
+from clients.llm.port import ChatRequest, RawReply, Tool, ToolCall
+
+# --------------------------------------------------------------------------------------------
+# Robust JSON parsing: syntax is repaired (json_repair, string-aware), a cut-off reply never is
+# --------------------------------------------------------------------------------------------
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+class UnusableReply(ValueError):
+    """A reply that cannot be used as it is (retried like a transient fault)."""
+
+
+def json_is_cut_off(text: str) -> bool:
+    """True when the JSON value that starts `text` ends inside a string or with brackets open:
+    a reply cut at the token limit or mid-transfer. Repairing it would invent the missing end
+    (`{"score": [{"score": 1.0}, {"score": 0.` would become a complete list), so it is refused."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth <= 0:
+                return False  # the first value closed: what follows is trailing prose
+    return in_string or depth > 0
+
+
+def _json_body(text: str) -> str | None:
+    """The reply from its first `{` or `[` on, inside a code fence if there is one."""
+    fenced = _FENCE.search(text)
+    candidate = fenced.group(1) if fenced else text
+    starts = [i for i in (candidate.find("{"), candidate.find("[")) if i >= 0]
+    return candidate[min(starts) :].strip() if starts else None
+
+
+def parse_json_reply(text: str) -> Any:
+    """The first JSON value of a model's reply. Code fences, prose around it and syntax slips
+    (trailing commas, single quotes, Python's True/None, a missing comma) are repaired with
+    json_repair, which leaves string contents alone; a value that is cut off is not completed.
+    Raises UnusableReply."""
+    body = _json_body(text)
+    if body is None:
+        raise UnusableReply(f"no JSON object in the reply: {text[:200]!r}")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(body)
+        return value
+    except json.JSONDecodeError:
+        pass
+    if json_is_cut_off(body):
+        raise UnusableReply(f"the reply's JSON is cut off: ...{body[-120:]!r}")
+    value = json_repair.loads(body)
+    if value in ("", None):
+        raise UnusableReply(f"no JSON object in the reply: {text[:200]!r}")
+    return value
+
+
+def _validate_schema(text: str | None, schema: type[BaseModel]) -> tuple[Any, str | None]:
+    if not text or not text.strip():
+        return None, "empty reply where JSON was expected"
+    try:
+        raw = parse_json_reply(text)
+        return schema.model_validate(raw).model_dump(mode="json"), None
+    except ValueError as exc:  # UnusableReply and ValidationError are ValueErrors
+        return None, f"reply does not match {schema.__name__}: {str(exc)[:500]}"
+
+
+def parse_tool_arguments(raw: str) -> dict[str, Any]:
+    """A tool call's arguments: JSON text, syntax slips repaired, never completed when cut off.
+    Raises UnusableReply (the reply is asked for again) when they are not a JSON object."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        if json_is_cut_off(raw.strip()):
+            raise UnusableReply(f"tool arguments are cut off: {raw[:200]!r}") from None
+        value = json_repair.loads(raw)
+    if not isinstance(value, dict):
+        raise UnusableReply(f"tool arguments are not a JSON object: {raw[:200]!r}")
+    return value
+
+
+def _parse_tool_call(call_id: str, name: str, raw: str, tools: Sequence[Tool]) -> ToolCall:
+    """A tool call validated against its tool's model; an unknown tool or arguments of the wrong
+    shape set `error` (the agent sends it back to the model). Arguments that are not JSON at
+    all raise UnusableReply: the reply is broken, not the model's choice."""
+    arguments = parse_tool_arguments(raw)
+    tool = next((t for t in tools if t.name == name), None)
+    if tool is None:
+        return ToolCall(id=call_id, name=name, raw_arguments=raw, error=f"unknown tool {name!r}")
+    try:
+        args = tool.model.model_validate(arguments).model_dump(mode="json")
+    except ValidationError as exc:
+        return ToolCall(
+            id=call_id, name=name, raw_arguments=raw, error=f"invalid arguments: {str(exc)[:300]}"
+        )
+    return ToolCall(id=call_id, name=name, raw_arguments=raw, arguments=args)
+
+
+@functools.lru_cache(maxsize=256)
+def schema_json(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema, built once (pydantic rebuilds it on every call, ~0.1-1 ms).
+    Callers must not mutate the result."""
+    return model.model_json_schema()
+
+
+def schema_instruction(schema: type[BaseModel]) -> str:
+    return (
+        "Reply with only one JSON object (no prose, no code fence) that matches this JSON "
+        f"schema:\n{json.dumps(schema_json(schema), sort_keys=True)}"
+    )
+
+
+def _interpret(request: ChatRequest, reply: RawReply) -> tuple[dict[str, Any], str | None]:
+    """A reply as Completion fields, or why it is unusable (then the fields are empty)."""
+    try:
+        calls = tuple(_parse_tool_call(i, n, a, request.tools) for i, n, a in reply.tool_calls)
+    except UnusableReply as exc:
+        return {}, str(exc)
+    text = reply.text
+    if not calls and not (text and text.strip()):
+        return {}, "empty reply"
+    fields: dict[str, Any] = {"text": text, "finish_reason": reply.finish_reason}
+    if request.schema is None or calls:
+        return {**fields, "tool_calls": calls}, None
+    value, problem = _validate_schema(text, request.schema)
+    if problem is not None:
+        return {}, problem
+    return {**fields, "value": value}, None

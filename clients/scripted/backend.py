@@ -1,0 +1,93 @@
+"""The backend the model door builds for a `scripted/...` model name: it answers each request by
+the rule registered for its task (clients/scripted/rules.py and graphrag_rules.py, both loaded
+here, so selecting the model by name is all a stage does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import clients.scripted.graphrag_rules  # noqa: F401  (registers the ingest rules)
+from clients.llm.cache import canonical_json
+from clients.llm.port import ChatRequest, RawReply
+from clients.scripted.rules import RECORD_ENV, ScriptedReply, rule_for, schema_rule
+from clients.tokens import count_tokens
+
+
+# -- the backend clients/llm/client.py uses -------------------------------------------------------
+@dataclass
+class ScriptedBackend:
+    model: str
+    test_model: bool = True
+    history: list[dict[str, Any]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def prepare(self) -> None:
+        return None
+
+    def reply(self, request: ChatRequest) -> ScriptedReply:
+        rule = rule_for(request.task, self.model)
+        if rule is None and request.schema is not None:
+            rule = schema_rule
+        if rule is None:
+            raise ValueError(
+                f"{self.model} has no rule for task {request.task!r} and the request has no "
+                f"schema; register one with clients.scripted.register_rule({request.task!r}, fn)"
+            )
+        return rule(request)
+
+    async def send(
+        self, request: ChatRequest, messages: list[dict[str, Any]], *, native_schema: bool
+    ) -> RawReply:
+        scripted = self.reply(request)
+        text = scripted.text
+        if scripted.value is not None:
+            text = json.dumps(scripted.value, sort_keys=True)
+        calls = [
+            (f"call_{i}", name, json.dumps(args, sort_keys=True))
+            for i, (name, args) in enumerate(scripted.tool_calls)
+        ]
+        entry = {
+            "model": self.model,
+            "task": request.task,
+            "prompt_version": request.prompt_version,
+            "messages": messages,
+            "tools": [t.name for t in request.tools],
+            "schema": request.schema.__name__ if request.schema is not None else None,
+            "reply": {"text": text, "tool_calls": [[n, a] for _, n, a in calls]},
+        }
+        self._record(entry)
+        prompt_text = "\n".join(str(m.get("content") or "") for m in messages)
+        return RawReply(
+            text=text,
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else "stop",
+            prompt_tokens=count_tokens(prompt_text),
+            completion_tokens=count_tokens((text or "") + "".join(a for _, _, a in calls)),
+        )
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self.history.append(entry)
+            target = os.environ.get(RECORD_ENV)
+            if target:
+                path = Path(target)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                line = (canonical_json(entry) + "\n").encode("utf-8")
+                # one O_APPEND write per line: lines from concurrent processes do not interleave
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+
+
+def read_record(path: Path) -> list[dict[str, Any]]:
+    """The requests a scripted model recorded (BEAM_SCRIPTED_RECORD), in order."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

@@ -1,0 +1,47 @@
+"""budget: show or reset the spend ledger of a run (`python -m stages.budget show`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from clients.llm.accounting import Budget, describe, run_key_of
+from schemas.params import MODES
+from stages.common import run_stage
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Show or reset the spend ledger of the run params.yaml describes (its mode "
+        "and models), or with --all every ledger of the mode."
+    )
+    parser.add_argument("action", choices=["show", "reset"])
+    parser.add_argument("--mode", choices=MODES, help="default: params.yaml's mode")
+    parser.add_argument("--all", action="store_true", help="every run's ledger of the mode")
+    args = parser.parse_args(argv)
+
+    from clients.llm.client import run_identity
+    from clients.params_file import load_mode, load_params
+    from schemas.params import BudgetParams, LlmParams, ModelsParams
+
+    mode = args.mode or load_mode()
+    cap = getattr(load_params("budget", BudgetParams), mode)
+    ledger_dir = Path(load_params("llm", LlmParams).cache_dir)
+    if args.all:
+        keys = sorted(
+            p.stem.removeprefix(f"budget-{mode}").lstrip("-")
+            for p in ledger_dir.glob(f"budget-{mode}*.json")
+        )
+    else:
+        keys = [run_key_of(mode, run_identity(load_params("models", ModelsParams)))]
+    for key in keys:
+        budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key)
+        if args.action == "reset":
+            budget.reset()
+        print(describe(budget))
+    if not keys:
+        print(f"{mode}: no ledger in {ledger_dir}")
+
+
+if __name__ == "__main__":
+    run_stage(lambda: main())

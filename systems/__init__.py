@@ -1,0 +1,1 @@
+"""The memory systems under test, behind one port (systems/port.py)."""

