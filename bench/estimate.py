@@ -1,40 +1,81 @@
-"""estimate: a dry run that prints the expected model calls and tokens per phase, beside the caps.
+"""estimate: the harness's part of the dry-run estimate, and the reading of a finished run's rates.
 
-No model call, no server. The slices of the requested mode are built in memory from the repaired
-dataset (`dvc repro repair` first), then systems/graphrag/estimate.py computes each phase: extraction
-exactly from the chunks and prompts, resolution with the `max_llm_pairs` cap, the agent from the
-step limit, the judge from the rubrics; only the conversations params `slice.conversations` keeps,
-as the slice stage would. Usage: `python -m stages.estimate [--mode lite|full|all]` (or
-`make estimate MODE=full`).
+No model call, no server. `python -m stages.estimate` (or `make estimate MODE=full`) prints the
+expected model calls and tokens per phase beside the mode's caps: the memory system estimates its
+own build and answer phases (the one system-specific call, made by the stage), this module the
+judge's (one call per rubric item, event ordering by its equivalence calls) and the table.
+
+With `--from RUN` (`make estimate MODE=full FROM=...`) the rates come from a finished run instead
+of params `estimate`: a folder holding a run (a workspace or a temporary copy of one), or a git
+revision or DVC experiment name of this repository, read through `dvc.api` (its data/ outs from
+the DVC cache, the rest from git). `read_run` reads the run's files into a `RunData`,
+`judge_rates_from_run` measures the judge's rates on it, the system measures its own, and
+`format_rates` prints each rate with where it came from; a rate the run cannot show keeps its
+params value, and says why.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from bench.judge import load_prompts, scorer_present
-from bench.repair import REPAIR_OUT
-from bench.slice import build_mode, load_fixture, read_rows, restrict
-from clients.params_file import load_params
-from schemas.params import (
-    AnswerParams,
-    EstimateParams,
-    IngestParams,
-    JudgeParams,
-    Mode,
-    SliceParams,
-)
-from stages.ingest import settings_for
-from systems.graphrag.cost import PhaseEstimate
-from systems.graphrag.estimate import estimate_run
+import yaml
+
+from clients.tokens import count_tokens
+from schemas.errors import DataError
+from schemas.estimate import PhaseEstimate, RateOrigin, RunRates
+from schemas.judging import JudgePrompts
+from schemas.params import MODES, EstimateParams, JudgeRates, Mode
+from schemas.records import ChatSlice, Question, Rubric
+from schemas.traces import Trace
+
+EVENT_ORDERING = "event_ordering"
+
+
+def estimate_judge(
+    rubrics: Sequence[Rubric],
+    questions: Mapping[str, str],
+    rates: JudgeRates,
+    prompts: JudgePrompts | None = None,
+) -> PhaseEstimate:
+    """One call per rubric item (the judge prompt filled with question, item and answer); event
+    ordering: equivalence calls per answer line and unused item. With the pinned prompts at hand
+    their sizes are counted; without them the rates stand in. `prompt_ratio` turns the count
+    (cl100k) into the judge model's own."""
+    item_template = count_tokens(prompts.item_prompt) if prompts else rates.item_prompt_tokens
+    equivalence_template = (
+        count_tokens(prompts.equivalence_system) + count_tokens(prompts.equivalence_user)
+        if prompts
+        else rates.equivalence_prompt_tokens
+    )
+    calls = prompt = 0.0
+    for rubric in rubrics:
+        items = [count_tokens(item) for item in rubric.rubric]
+        question = count_tokens(questions.get(rubric.question_id, ""))
+        if rubric.ability == EVENT_ORDERING:
+            per_item = rates.event_calls_per_item
+            line = rates.answer_tokens / max(len(items), 1)
+            calls += per_item * len(items)
+            prompt += sum(per_item * (equivalence_template + t + line) for t in items)
+        else:
+            calls += len(items)
+            prompt += sum(item_template + question + t + rates.answer_tokens for t in items)
+    return PhaseEstimate(
+        round(calls),
+        round(prompt * rates.prompt_ratio),
+        round(calls * rates.completion_tokens_per_call),
+    )
 
 
 def format_table(
-    phases: dict[str, PhaseEstimate], cap_calls: int, cap_tokens: int, mode: str
+    phases: Mapping[str, PhaseEstimate], cap_calls: int, cap_tokens: int, label: str
 ) -> str:
     """The estimate as a small text table, with the mode's cap and whether the run fits."""
     lines = [
-        f"Estimate for mode {mode} (no model call made):",
+        f"Estimate for {label} (no model call made):",
         f"{'phase':<12}{'calls':>10}{'prompt tokens':>16}{'completion':>12}{'tokens':>14}",
     ]
     for name, phase in phases.items():
@@ -51,24 +92,338 @@ def format_table(
     return "\n".join(lines)
 
 
-def estimate_mode(mode: Mode) -> dict[str, PhaseEstimate]:
-    slice_params = load_params("slice", SliceParams)
-    fixture = load_fixture(Path(slice_params.fixture))
-    built = build_mode(
-        read_rows(REPAIR_OUT),
-        restrict(fixture.modes[mode], slice_params.conversations, mode),
-        fixture.known_bad_rubric,
-        slice_params.tokenizer,
+# ---------------------------------------------------------------------------------------------
+# A finished run's files
+# ---------------------------------------------------------------------------------------------
+
+MADE_BY = {
+    "data/slice/": "slice",
+    "data/ingest/": "ingest",
+    "metrics/usage/ingest.json": "ingest",
+    "data/answer/": "answer",
+    "metrics/usage/answer.json": "answer",
+    "data/judge/": "judge",
+    "metrics/usage/judge.json": "judge",
+}
+"""Which stage writes a run file (by path prefix): named when the run lacks it."""
+CHATS = "data/slice/chats"
+QUESTIONS = "data/slice/questions.jsonl"
+RUBRICS = "data/slice/rubrics.jsonl"
+TRACES = "data/answer/traces.jsonl"
+JUDGED = "data/judge/questions.jsonl"
+USAGE = ("metrics/usage/ingest.json", "metrics/usage/answer.json", "metrics/usage/judge.json")
+RUN_INFO = ("data/ingest/run.json", "data/answer/run.json", "data/judge/run.json")
+
+
+def made_by(path: str) -> str | None:
+    return next((stage for prefix, stage in MADE_BY.items() if path.startswith(prefix)), None)
+
+
+class RunSource(Protocol):
+    """Read access to one finished run's files, by path from the repository root."""
+
+    @property
+    def label(self) -> str:
+        """Which run, for messages (`folder /tmp/x`, `revision exp-1a2b (1a2b3c4d5e6f)`)."""
+
+    def read(self, path: str) -> str | None:
+        """The file's text, or None where the run has no such file."""
+
+    def list(self, folder: str) -> list[str]:
+        """Paths of the files directly in `folder` (empty where there is none)."""
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A run in a folder: a workspace after `dvc repro`, or a temporary copy of one."""
+
+    root: Path
+
+    @property
+    def label(self) -> str:
+        return f"folder {self.root.resolve()}"
+
+    def read(self, path: str) -> str | None:
+        file = self.root / path
+        return file.read_text(encoding="utf-8") if file.is_file() else None
+
+    def list(self, folder: str) -> list[str]:
+        base = self.root / folder
+        if not base.is_dir():
+            return []
+        return sorted(f"{folder}/{p.name}" for p in base.iterdir() if p.is_file())
+
+
+class RunRevision:
+    """A run committed at a git revision or kept as a DVC experiment of the repository at
+    `repo`: git-tracked files from git, DVC outs from the DVC cache (through `dvc.api`)."""
+
+    def __init__(self, repo: Path, rev: str) -> None:
+        from dvc.api import DVCFileSystem
+        from dvc.exceptions import DvcException
+        from dvc.repo import Repo
+        from dvc.scm import resolve_rev
+
+        try:
+            with Repo(str(repo)) as dvc_repo:
+                self.commit = resolve_rev(dvc_repo.scm, rev)
+        except DvcException as exc:
+            raise DataError(
+                f"FROM {rev!r} is neither a folder nor a git revision or DVC experiment of "
+                f"{repo.resolve()} ({exc}): name a run folder, a commit, a branch or tag, or an "
+                "experiment `dvc exp show` lists"
+            ) from exc
+        self.rev = rev
+        self.fs = DVCFileSystem(str(repo), rev=self.commit)
+
+    @property
+    def label(self) -> str:
+        shown = self.commit[:12]
+        return f"revision {self.rev}" + ("" if self.rev.startswith(shown) else f" ({shown})")
+
+    def read(self, path: str) -> str | None:
+        if not self.fs.isfile(path):
+            return None
+        try:
+            return str(self.fs.read_text(path, encoding="utf-8"))
+        except FileNotFoundError as exc:  # tracked by DVC, but not in the local cache
+            raise DataError(
+                f"{path} of {self.label} is a DVC out that is not in the DVC cache here: "
+                f"`dvc pull` it, or `dvc exp apply {self.rev}` and take the rates from the "
+                "workspace"
+            ) from exc
+
+    def list(self, folder: str) -> list[str]:
+        if not self.fs.isdir(folder):
+            return []
+        return sorted(
+            f"{folder}/{Path(str(p)).name}"
+            for p in self.fs.ls(folder, detail=False)
+            if self.fs.isfile(p)
+        )
+
+
+def open_run(from_: str, repo: Path = Path(".")) -> RunSource:
+    """FROM as a folder when one exists at that path, else as a revision or experiment name."""
+    path = Path(from_)
+    if path.is_dir():
+        return RunFolder(path)
+    return RunRevision(repo, from_)
+
+
+def require(source: RunSource, path: str) -> str:
+    """The file's text, or a DataError naming the file and the stage that writes it."""
+    text = source.read(path)
+    if text is None:
+        stage = made_by(path)
+        made = f"the `{stage}` stage writes it" if stage else "every run holds it"
+        raise DataError(
+            f"{source.label} has no {path} ({made}): take the rates from a run that finished "
+            "(`dvc repro` there), or name another run"
+        )
+    return text
+
+
+def _rows(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What the estimator reads of one finished run (one system's, one mode's)."""
+
+    label: str
+    params: Mapping[str, Any]
+    """The run's params.yaml."""
+    mode: Mode
+    system: str
+    models: Mapping[str, str]
+    test_model: bool
+    chats: Sequence[ChatSlice]
+    questions: Sequence[Question]
+    rubrics: Sequence[Rubric]
+    traces: Sequence[Trace]
+    judged: Sequence[Mapping[str, Any]]
+    """data/judge/questions.jsonl: one row per question, with its `judge_calls`."""
+    usage: Mapping[str, Mapping[str, int]]
+    """Role -> {calls, prompt_tokens, completion_tokens}, from every metrics/usage/ file."""
+    files: Mapping[str, str]
+    """The system's own files it asked for, by path."""
+
+
+def read_run(source: RunSource, system_files: Callable[[str], Mapping[str, str]]) -> RunData:
+    """Read a finished run. `system_files(system)`: the files that system's rates need beside
+    the harness's (path -> the stage that writes it)."""
+    params = yaml.safe_load(require(source, "params.yaml")) or {}
+    if not isinstance(params, dict):
+        raise DataError(f"params.yaml of {source.label} is not a mapping of sections")
+    infos = [json.loads(text) for path in RUN_INFO if (text := source.read(path)) is not None]
+    mode = next((i.get("mode") for i in infos if i.get("mode")), params.get("mode"))
+    if mode not in MODES:
+        raise DataError(f"{source.label}: its mode {mode!r} is none of {', '.join(MODES)}")
+    system = str(params.get("system") or "graphrag")
+    chat_files = [p for p in source.list(CHATS) if p.endswith(".json")]
+    if not chat_files:
+        raise DataError(
+            f"{source.label} has no conversation slices in {CHATS}/ (the `slice` stage writes "
+            "them): take the rates from a run that finished, or name another run"
+        )
+    chats = sorted(
+        (ChatSlice.model_validate_json(require(source, p)) for p in chat_files),
+        key=lambda c: int(c.conversation_id) if c.conversation_id.isdigit() else 0,
     )
-    settings = settings_for(load_params("ingest", IngestParams), mode)
-    answer = load_params("answer", AnswerParams)
-    judge = load_params("judge", JudgeParams)
-    return estimate_run(
-        [s.chat for s in built.slices],
-        built.questions,
-        built.rubrics,
-        settings,
-        answer.max_steps,
-        load_params("estimate", EstimateParams),
-        load_prompts(judge) if scorer_present(judge) else None,
+    usage: dict[str, Mapping[str, int]] = {}
+    for path in USAGE:
+        text = source.read(path)
+        if text is not None:
+            usage |= json.loads(text)
+    models = {
+        str(m.get("role")): str(m.get("model")) for info in infos for m in info.get("models", [])
+    }
+    return RunData(
+        label=source.label,
+        params=params,
+        mode=mode,
+        system=system,
+        models=models,
+        test_model=any(bool(i.get("test_model")) for i in infos),
+        chats=chats,
+        questions=[Question.model_validate(r) for r in _rows(require(source, QUESTIONS))],
+        rubrics=[Rubric.model_validate(r) for r in _rows(require(source, RUBRICS))],
+        traces=[Trace.model_validate(r) for r in _rows(require(source, TRACES))],
+        judged=_rows(require(source, JUDGED)),
+        usage=usage,
+        files={path: require(source, path) for path in system_files(system)},
     )
+
+
+def usage_of(run: RunData, role: str, path: str) -> Mapping[str, int]:
+    """The run's usage of one role, or a DataError naming the usage file that should hold it."""
+    used = run.usage.get(role)
+    if used is None:
+        raise DataError(
+            f"{run.label} has no usage of the {role} model ({path}, which the `{made_by(path)}` "
+            "stage writes): take the rates from a run that finished, or name another run"
+        )
+    return used
+
+
+def judge_rates_from_run(
+    run: RunData, prompts: JudgePrompts | None, fallback: JudgeRates
+) -> tuple[JudgeRates, dict[str, RateOrigin]]:
+    """The judge's rates a run shows: the answers' length (its traces), completion tokens per
+    call and the equivalence calls per event-ordering item (its judge rows and usage), and the
+    ratio of the judge's prompt tokens to the estimator's count of the same prompts (cl100k,
+    with the same `prompts`). The unfilled template sizes stay as params have them: the pinned
+    prompts, when at hand, are counted instead."""
+    used = usage_of(run, "judge", "metrics/usage/judge.json")
+    origins: dict[str, RateOrigin] = {}
+    values: dict[str, float] = {}
+    answers = [count_tokens(t.answer) for t in run.traces]
+    if answers:
+        values["answer_tokens"] = sum(answers) / len(answers)
+        origins["answer_tokens"] = RateOrigin(
+            source="run", basis=f"{sum(answers):,} tokens over {len(answers):,} answers"
+        )
+    calls = int(used.get("calls", 0))
+    if calls:
+        values["completion_tokens_per_call"] = used["completion_tokens"] / calls
+        origins["completion_tokens_per_call"] = RateOrigin(
+            source="run",
+            basis=f"{used['completion_tokens']:,} completion tokens over {calls:,} calls",
+        )
+    rubrics = {r.question_id: r for r in run.rubrics}
+    judged = [r for r in run.judged if r["question_id"] in rubrics]
+    events = [r for r in judged if r["ability"] == EVENT_ORDERING]
+    items = sum(len(rubrics[r["question_id"]].rubric) for r in events)
+    if items:
+        event_calls = sum(int(r["judge_calls"]) for r in events)
+        values["event_calls_per_item"] = event_calls / items
+        origins["event_calls_per_item"] = RateOrigin(
+            source="run", basis=f"{event_calls:,} equivalence calls over {items:,} events"
+        )
+    else:
+        origins["event_calls_per_item"] = RateOrigin(
+            source="params", basis="no event-ordering question in the run"
+        )
+    measured = fallback.model_copy(update=values | {"prompt_ratio": 1.0})
+    counted = estimate_judge(
+        [rubrics[r["question_id"]] for r in judged],
+        {q.id: q.question for q in run.questions},
+        measured,
+        prompts,
+    ).prompt_tokens
+    if counted and calls and used["prompt_tokens"]:
+        values["prompt_ratio"] = used["prompt_tokens"] / counted
+        origins["prompt_ratio"] = RateOrigin(
+            source="run",
+            basis=f"{used['prompt_tokens']:,} prompt tokens, counted {counted:,} (cl100k)",
+        )
+    templates = "the pinned prompts are counted instead" if prompts else "not in a run's files"
+    for key in ("item_prompt_tokens", "equivalence_prompt_tokens"):
+        origins[key] = RateOrigin(source="params", basis=templates)
+    for key in JudgeRates.model_fields:
+        origins.setdefault(
+            key, RateOrigin(source="params", basis="the run's judge calls do not show it")
+        )
+    return JudgeRates.model_validate(fallback.model_dump() | values), origins
+
+
+def run_rates(
+    run: RunData,
+    rates: EstimateParams,
+    origins: Mapping[str, RateOrigin],
+    fallback: EstimateParams,
+) -> RunRates:
+    """The record of rates taken from `run`: every rate of `rates` with its origin (those the
+    measurements left out: params, as not shown by this run)."""
+    complete = dict(origins)
+    for section, model in (
+        ("ingest", fallback.ingest),
+        ("agent", fallback.agent),
+        ("judge", fallback.judge),
+    ):
+        for key in type(model).model_fields:
+            complete.setdefault(
+                f"{section}.{key}",
+                RateOrigin(source="params", basis=f"a {run.system} run does not show it"),
+            )
+    return RunRates(
+        run=run.label,
+        system=run.system,
+        mode=run.mode,
+        models=dict(run.models),
+        test_model=run.test_model,
+        rates=rates,
+        origins=dict(sorted(complete.items())),
+    )
+
+
+def format_rates(found: RunRates) -> str:
+    """Each rate, its value and where it came from, under a line naming the run."""
+    models = ", ".join(f"{role} {model}" for role, model in found.models.items()) or "unknown"
+    lines = [f"Rates from {found.run}: system {found.system}, mode {found.mode}, models: {models}."]
+    if found.test_model:
+        lines.append(
+            "That run used the scripted test model: these rates describe that model and measure "
+            "nothing about a real one."
+        )
+    lines.append(f"{'rate':<42}{'value':>12}  {'from':<7}basis")
+    sections = found.rates.model_dump()
+    for key, origin in found.origins.items():
+        section, name = key.split(".", 1)
+        value = float(sections[section][name])
+        lines.append(f"{key:<42}{value:>12,.4g}  {origin.source:<7}{origin.basis}")
+    return "\n".join(lines)
+
+
+def phases_json(phases: Mapping[str, PhaseEstimate]) -> dict[str, dict[str, int]]:
+    return {
+        name: {
+            "calls": p.calls,
+            "prompt_tokens": p.prompt_tokens,
+            "completion_tokens": p.completion_tokens,
+            "tokens": p.tokens,
+        }
+        for name, p in phases.items()
+    }

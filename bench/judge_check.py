@@ -85,8 +85,10 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bench.judge import item_messages, item_request, score_item
+from bench.judge import item_request
 from bench.repair import load_table
+from bench.scorer_prompts import item_messages
+from bench.scoring import score_item, usable_reply
 from bench.slice import load_fixture, normalize_ids, parse_probing, split_question_id
 from clients.files import write_json
 from clients.llm.port import ChatModel, ChatRequest, Completion
@@ -695,12 +697,12 @@ def result_of(case: CalibrationCase, completion: Completion) -> CheckResult:
         "ability": case.ability,
         "expected": case.expected,
     }
-    if completion.error is not None:
-        outcome: Outcome = "no_verdict" if completion.failure == "unusable" else "call_failed"
-        return CheckResult(
-            **base, given=None, agrees=False, outcome=outcome, error=completion.error
-        )
-    item = score_item(case.rubric_item, completion.text)
+    reply, failure = usable_reply(completion)
+    if reply is None:  # a failed call, or a reply that is unusable or cut at max_tokens
+        failed = completion.error is not None and completion.failure != "unusable"
+        outcome: Outcome = "call_failed" if failed else "no_verdict"
+        return CheckResult(**base, given=None, agrees=False, outcome=outcome, error=failure)
+    item = score_item(case.rubric_item, reply)
     if item.parse_error:
         return CheckResult(
             **base,

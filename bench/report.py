@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 from clients.files import (
     write_atomic,
 )
+from clients.local_model import LOCAL_MODELS
 from schemas.params import (
     ReportParams,
 )
 from schemas.records import ABILITIES
 
 if TYPE_CHECKING:
-    from systems.graphrag.cost import PhaseEstimate
+    from schemas.estimate import PhaseEstimate
 
 # The stage's heavy imports (numpy, the estimator, the judge's and ingest's modules) are made
 # inside the functions that use them, so `python -m stages.report --print` starts at once.
@@ -52,6 +53,16 @@ TEST_MODEL_WARNING = (
     "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
     "that the pipeline runs end to end, not how good any memory system is."
 )
+
+
+def small_model_warning(name: str) -> str:
+    """The flag of a model the harness serves itself (clients/local_model.py's table)."""
+    size_mb = LOCAL_MODELS[name].weights.gguf_size / 1e6
+    return (
+        f"**This run used `{name}`, a {size_mb:.0f} MB model served on this machine: a model "
+        "this small measures nothing about memory.** It shows that the pipeline runs on a real "
+        "model here, not how good any memory system is."
+    )
 
 
 def bootstrap_interval(
@@ -310,9 +321,12 @@ def render_record(
     """The Markdown record a reader needs to trust (or distrust) a run."""
     from bench.beam_code import DIFFERENCES, OUR_CHOICES
 
-    out: list[str] = [f"# BEAM memory benchmark: {run['mode']} run", ""]
+    system = run.get("system", "graphrag")
+    out: list[str] = [f"# BEAM memory benchmark: {system}, {run['mode']} run", ""]
     if run["test_model"]:
         out += [TEST_MODEL_WARNING, ""]
+    for name in run.get("small_models", []):
+        out += [small_model_warning(name), ""]
     overall = scores["overall"]
     out += [
         f"Overall score **{_fmt(overall['score'])}** "
@@ -335,6 +349,8 @@ def render_record(
         *[f"| {k} | `{v}` |" for k, v in pins.items()],
         "",
         "## Models and settings",
+        "",
+        f"Memory system under test: **{system}** (params `system`; systems/port.py).",
         "",
         "| role | model | endpoint |",
         "|---|---|---|",
@@ -376,19 +392,8 @@ def render_record(
             for r in rows
         ],
         "",
-        "## Graph",
-        "",
-        "| conversation | chunks | entities | statements | relationships | supersedes | "
-        "contradicts | empty extractions |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *memory_table(system, ingest),
     ]
-    for name, counts in sorted(ingest.items(), key=lambda item: _conversation_number(item[0])):
-        out.append(
-            f"| {name} | {_fmt(counts['chunks'])} | {_fmt(counts['entities'])} | "
-            f"{_fmt(counts['statements'])} | {_fmt(counts['relationships'])} | "
-            f"{_fmt(counts['supersedes'])} | {_fmt(counts['contradicts'])} | "
-            f"{_fmt(counts['empty_extractions'])} |"
-        )
     out += [
         "",
         "## Cost",
@@ -445,6 +450,35 @@ def render_record(
     return "\n".join(out) + "\n"
 
 
+GRAPH_COLUMNS = (
+    "chunks",
+    "entities",
+    "statements",
+    "relationships",
+    "supersedes",
+    "contradicts",
+    "empty_extractions",
+    "failed_extractions",  # beside the empty ones: "empty 0" must not hide that every call failed
+)
+
+
+def memory_table(system: str, ingest: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The record's table of the memory built per conversation (in conversation order): the
+    graph's counts for graphrag, whatever counts a baseline keeps (data/ingest/graphs.json)."""
+    rows = sorted(ingest.items(), key=lambda item: _conversation_number(item[0]))
+    graph = system == "graphrag"
+    columns = list(GRAPH_COLUMNS) if graph else sorted({k for _, c in rows for k in c})
+    head = ["## Graph" if graph else f"## Memory ({system})", ""]
+    if not columns:
+        return [*head, f"{system} keeps no memory of the chat."]
+    return [
+        *head,
+        f"| conversation | {' | '.join(c.replace('_', ' ') for c in columns)} |",
+        f"|---|{'---:|' * len(columns)}",
+        *[f"| {name} | {' | '.join(_fmt(c.get(k)) for k in columns)} |" for name, c in rows],
+    ]
+
+
 def write_plots(
     scores: Mapping[str, Mapping[str, Any]], cost: Mapping[str, Mapping[str, int]]
 ) -> None:
@@ -499,7 +533,10 @@ def run_info(
     models = [*ingest_run["models"], *answer_run["models"], *judge_run["models"]]
     return {
         "mode": judge_run["mode"],
+        # the memory system under test (runs made before the port knew only graphrag)
+        "system": answer_run.get("system", ingest_run.get("system", "graphrag")),
         "models": models,
         "test_model": any(m["test_model"] for m in models),
+        "small_models": sorted({str(m["model"]) for m in models if m["model"] in LOCAL_MODELS}),
         "judge_is_agent": any(m["role"] == "judge" and m["judge_is_agent"] for m in models),
     }

@@ -3,11 +3,12 @@
 A completion served from the call cache carries the usage of the reply it stores, so calls and
 tokens counted here are the same for a fresh run and a run served entirely from the cache: the
 report shows them as what the results took (`cost_calls`, `cost_tokens`). They are not results,
-though: a reply that needed a repair turn (clients/llm/client.py) carries the longer prompt of that turn,
-so a run that recovered from a fault may count more tokens than a clean one. Hence their own
-file, `metrics/usage/<stage>.json` (a plain DVC out beside the metrics, read by the report), and
-not the stage's data/ folder, whose bytes depend on results only. What a process really sent
-(retries, cache hits) is the model layer's `Accounting`; wall time is in the stage's metrics file.
+though: a reply that needed a repair turn (clients/llm/client.py) carries the longer prompt of
+that turn, so a run that recovered from a fault may count more tokens than a clean one. Hence
+their own file, `metrics/usage/<stage>.json` (a plain DVC out beside the metrics, read by the
+report), and not the stage's data/ folder, whose bytes depend on results only. What a process
+really sent (retries, cache hits) is the model layer's `Accounting`; wall time is in the stage's
+metrics file.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.slice import load_chats
 from clients.files import read_json, read_records, read_rows, write_atomic
 from clients.params_file import PARAMS_FILE, load_params
 from schemas.errors import DataError
@@ -31,7 +32,6 @@ from schemas.judging import FLAGS, Judgement
 from schemas.params import ReportParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.traces import Trace
-from stages.ingest import load_chats
 
 OUT = Path("reports/run.html")
 EVIDENCE_CHARS = 6000
@@ -255,6 +255,11 @@ def page_data(
         for q in questions
     ]
     models = [m for run in runs for m in run.get("models", [])]
+    memories = [
+        (n, c) for n, c in graphs.items() if n.startswith("conv") and isinstance(c, Mapping)
+    ]
+    is_graph = any(k in c for _, c in memories for k in GRAPH_KEYS)
+    keys = list(GRAPH_KEYS) if is_graph else sorted({k for _, c in memories for k in c})
     return {
         "mode": runs[-1].get("mode") if runs else None,
         "test_model": any(m.get("test_model") for m in models),
@@ -262,11 +267,11 @@ def page_data(
         "models": [{"role": m["role"], "model": m["model"]} for m in models],
         "confidence": confidence,
         "headline": _headline(report, judge_summary.get("event_ordering", {})),
+        "system": next((run["system"] for run in runs if run.get("system")), "graphrag"),
         "graphs": [
-            {"conversation": name, **{k: counts.get(k) for k in GRAPH_KEYS}}
-            for name, counts in graphs.items()
-            if name.startswith("conv") and isinstance(counts, Mapping)
+            {"conversation": name, **{k: counts.get(k) for k in keys}} for name, counts in memories
         ],
+        "graph_keys": keys,
         "flags": list(ROW_FLAGS),
         "questions": shown,
         "messages": _messages(chats, shown),
@@ -475,13 +480,15 @@ function headline() {
     [false, true, true, true, true]));
   cost.append(el("p", "mute", "Calls and tokens this run made (cache hits were free)."));
   cost.append(el("h3", "", "Models"), table(["role", "model"],
-    RUN.models.map((m) => [m.role, el("code", "", m.model)]), [false, false]));
+    [["memory system", el("code", "", RUN.system)],
+      ...RUN.models.map((m) => [m.role, el("code", "", m.model)])], [false, false]));
   grid.append(abilities, cost);
   app.append(grid);
   const graphs = el("div", "card");
-  const keys = ["chunks", "entities", "statements", "relationships", "supersedes", "contradicts",
-    "empty_extractions", "failed_extractions"];
-  graphs.append(el("h3", "", "Graph per conversation"), table(["conversation", ...keys.map(label)],
+  const keys = RUN.graph_keys;
+  const title = RUN.system === "graphrag" ? "Graph" : "Memory (" + RUN.system + ")";
+  graphs.append(el("h3", "", title + " per conversation"),
+    table(["conversation", ...keys.map(label)],
     RUN.graphs.map((g) => [g.conversation, ...keys.map((k) => int(g[k]))]),
     [false, ...keys.map(() => true)]));
   app.append(graphs);

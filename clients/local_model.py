@@ -45,7 +45,7 @@ server's own process group, then SIGKILL after STOP_GRACE_SECONDS. Every server 
 for an atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
 SystemExit (so `with` blocks unwind), and on Linux the server gets PR_SET_PDEATHSIG=SIGKILL when
 started from the main thread, so even a SIGKILLed harness leaves no server behind (the same
-conventions as the Neo4j launch in clients/graph.py).
+conventions as the Neo4j launch in clients/graph/server.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Token counting with tiktoken's cl100k_base, offline, from the tokenizer files litellm bundles.
 
 Every stage and the estimator count tokens through this one function, so chunk sizes, slice
-metrics and estimates agree. litellm itself is not imported (that is slow and only clients/llm/client.py
-may do it); we only point tiktoken at litellm's bundled cache folder.
+metrics and estimates agree. litellm itself is not imported (that is slow and only
+clients/llm/litellm_door.py may do it); we only point tiktoken at litellm's bundled cache folder.
 """
 
 from __future__ import annotations

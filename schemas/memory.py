@@ -2,7 +2,8 @@
 
 One source for three readers: the typed records the ingest writes (`GraphBatch`), the validation
 that drops what an extraction model got wrong (`validate_batch`), and the text an agent prompt
-shows (`describe_schema`). The store (clients/graph.py) derives constraints and indexes from it.
+shows (`describe_schema`). The store (clients/graph/store.py) derives constraints and indexes
+from it.
 
 Model of memory:
 - Entities (Person, Place, Organization, Tool, Topic) are things that are talked about.
@@ -18,6 +19,8 @@ Model of memory:
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, get_args
@@ -442,3 +445,18 @@ def describe_schema(*, with_properties: bool = True) -> str:
         "the current version of a statement is the one no other statement SUPERSEDES."
     )
     return "\n".join(lines) + "\n"
+
+
+_ARTICLES = {"the", "a", "an", "my", "our", "your"}
+_NON_WORD = re.compile(r"[^\w\s]+")
+
+
+def normalize_name(name: str) -> str:
+    """How a name is read for ids and matching (entity ids are slugs of it): lower case, no
+    accents or punctuation, no leading article, single spaces."""
+    text = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    text = _NON_WORD.sub(" ", text.lower().replace("'s ", " ").replace("’s ", " "))
+    words = text.split()
+    while words and words[0] in _ARTICLES and len(words) > 1:
+        words = words[1:]
+    return " ".join(words)

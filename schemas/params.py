@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -75,15 +75,43 @@ class GraphParams(_Section):
     docker_image: str
 
 
+ROLE_MAX_TOKENS: dict[str, int] = {
+    "extraction": 2048,
+    "resolution": 1024,
+    "agent": 1024,
+    "judge": 512,
+}
+"""Each role's `max_tokens` when its params leave it null: room for a chunk's extraction, a batch
+of pair decisions, an agent's turn and a judge's verdict, and a bound on a model that rambles."""
+
+
 class ModelRef(_Section):
     model: str | None
-    """A litellm model name (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`) or `scripted/rules`."""
+    """A litellm model name (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`), a model the harness
+    serves itself (`local/smollm2-135m-instruct`: clients/local_model.py) or `scripted/rules`."""
     api_base: str | None = None
+    """The endpoint; one on loopback without a key gets a dummy key (a local server needs none)."""
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
     """Name of the environment variable holding the key; null: litellm's default for the provider.
     Never the key itself."""
     structured_output: Literal["auto", "json_schema", "prompt"] = "auto"
-    """How a JSON schema is asked for: auto asks litellm's `supports_response_schema`."""
+    """How a JSON schema is asked for: auto asks litellm's `supports_response_schema` (a `local/`
+    model: json_schema, which its server turns into a grammar)."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Most tokens of one reply, sent with every request; null: the role's default
+    (ROLE_MAX_TOKENS). A reply cut there (`finish_reason: length`) is flagged, and one that was
+    to be JSON is a failure, never read from its fragment."""
+    context_tokens: int | None = Field(default=None, ge=256)
+    """The model's context window in tokens: sent to Ollama as `num_ctx` (its own default cuts
+    longer prompts silently) and the size a `local/` model's server is started with; null:
+    litellm's model info where it knows the model (Ollama: the model's own length; a `local/`
+    model: its trained length), else unknown."""
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    seed: int | None = None
+    """Sent where the provider accepts a seed; null: `llm.seed`."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Provider options sent as they are (litellm's `extra_body`), e.g. `{top_k: 1}` for a
+    llama.cpp or vLLM server; for Ollama, entries of `options` join its request options."""
 
 
 class ModelsParams(_Section):
@@ -91,7 +119,8 @@ class ModelsParams(_Section):
     resolution: ModelRef
     agent: ModelRef
     judge: ModelRef
-    """model null: the agent's model."""
+    """model null: the agent's model, endpoint and provider options (its own max_tokens,
+    temperature and seed still apply)."""
 
 
 class LlmParams(_Section):
@@ -104,7 +133,7 @@ class LlmParams(_Section):
     concurrency: int = Field(ge=1, le=64)
     """Requests in flight per endpoint (api_base)."""
     seed: int
-    """Sent where the provider accepts a seed (temperature is always 0)."""
+    """Sent where the provider accepts a seed, for every role that sets no `seed` of its own."""
     cache: bool
     cache_dir: str
     """The call cache and the budget ledger (git-ignored)."""
@@ -214,6 +243,9 @@ class IngestRates(_Section):
     statement_overlap_rate: float = Field(ge=0, le=1)
     """Chance that a statement of an earlier chunk, same label, shares one of its entities."""
     extraction_completion_tokens: float = Field(ge=0)
+    extraction_prompt_ratio: float = Field(default=1.0, gt=0)
+    """The extraction model's prompt tokens over the estimator's count of the same prompts
+    (cl100k, messages only): its tokenizer, chat template and response schema (1: the count)."""
     tokens_per_entity_pair: float = Field(ge=0)
     tokens_per_statement_pair: float = Field(ge=0)
     completion_tokens_per_pair: float = Field(ge=0)
@@ -231,6 +263,10 @@ class AgentRates(_Section):
     tokens_per_result_row: float = Field(ge=0)
     """A row of a tool result (with the tool call's share), as later calls re-send them."""
     completion_tokens_per_call: float = Field(ge=0)
+    overhead_tokens_per_call: float = Field(default=0.0, ge=0)
+    """Prompt tokens every agent call carries beyond the system prompt and the question as the
+    estimator counts them (cl100k): the tool schemas, the chat template, the tokenizer's
+    difference."""
 
 
 class JudgeRates(_Section):
@@ -243,6 +279,9 @@ class JudgeRates(_Section):
     completion_tokens_per_call: float = Field(ge=0)
     event_calls_per_item: float = Field(ge=0)
     """Answer lines × unused items until a match: about 1 per item in order, more out of order."""
+    prompt_ratio: float = Field(default=1.0, gt=0)
+    """The judge model's prompt tokens over the estimator's count of the same prompts (cl100k):
+    its tokenizer and chat template (1: the count)."""
 
 
 class EstimateParams(_Section):
@@ -263,3 +302,21 @@ class JudgeCheckParams(_Section):
     max_failed_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the check's judge calls that may fail after their retries (transport, refused,
     a reply still unusable) before the stage stops (exit 3), as in every stage."""
+
+
+class RagParams(_Section):
+    """The `rag` baseline (systems/rag.py): BM25 over the chat's chunks."""
+
+    top_k: int = Field(ge=1, le=100)
+    """Chunks (the same chunks as graphrag's, `ingest.chunk_tokens` each) in the answer prompt."""
+
+
+class FullContextParams(_Section):
+    """The `full_context` baseline (systems/full_context.py): the whole chat in the prompt."""
+
+    context_tokens: int | None = Field(default=None, ge=512)
+    """The answer model's context window (tokens, cl100k); null: the model's own
+    (`models.agent.context_tokens`, else litellm's model info). A scripted test model has none:
+    set it."""
+    reply_tokens: int = Field(default=1024, ge=0)
+    """Kept free for the reply: the prompt gets at most `context_tokens - reply_tokens`."""

@@ -27,7 +27,8 @@ class ToolCallRecord(BaseModel):
 
 
 class Trace(BaseModel):
-    """One question's answer and how the agent got there (quotes the chat: CC BY-SA 4.0)."""
+    """One question's answer and how the memory system got there (quotes the chat: CC BY-SA
+    4.0). Systems without tools (the baselines of systems/) leave the tool fields empty."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -37,9 +38,10 @@ class Trace(BaseModel):
     turn_texts: list[str]
     """What the model wrote in each turn that called tools ('' where it wrote nothing)."""
     reached_ids: list[str]
-    """Every node id the tools returned."""
+    """Every node id the tools returned (rag: the chunks in the prompt)."""
     reached_message_ids: list[int]
-    """The chat message ids those nodes trace back to."""
+    """The chat message ids its evidence came from: those the nodes trace back to (graphrag),
+    of the chunks (rag) or messages (full_context) in the prompt."""
     steps: int
     """Tool calls made (a model turn may make several; `max_steps` limits turns)."""
     calls: int
@@ -49,3 +51,6 @@ class Trace(BaseModel):
     """The largest prompt of any of its calls: what the agent's context grew to."""
     test_model: bool
     error: str | None = None
+    dropped_tokens: int = Field(default=0, ge=0)
+    """Chat tokens left out of the prompt to fit the answer model's context window
+    (full_context: the oldest sessions, then the oldest messages of the oldest one kept)."""

@@ -98,7 +98,7 @@ def run_stage(work: Path, module: str) -> float:
     }
     started = time.monotonic()
     # The stage's own code stops its Neo4j servers on every way out; a timeout kills the
-    # process, whose servers die with it (PR_SET_PDEATHSIG in clients/graph.py).
+    # process, whose servers die with it (PR_SET_PDEATHSIG in clients/graph/server.py).
     done = subprocess.run(
         [sys.executable, "-m", module],
         cwd=work,

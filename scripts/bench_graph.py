@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clients.files import write_json  # noqa: E402
-from clients.graph import LocalServer, Neo4jGraphStore, start_graph  # noqa: E402
+from clients.graph.server import LocalServer  # noqa: E402
+from clients.graph.store import Neo4jGraphStore, start_graph  # noqa: E402
 from clients.params_file import load_params  # noqa: E402
 from schemas.memory import (  # noqa: E402
     ENTITY_LABELS,

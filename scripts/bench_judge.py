@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.judge import EVENT_ORDERING, Message, extract_judge_prompts, judge_question, summarize  # noqa: E402
+from bench.event_order import EVENT_ORDERING  # noqa: E402
+from bench.judge import judge_question, summarize  # noqa: E402
+from bench.scorer_prompts import Message, extract_judge_prompts  # noqa: E402
 from schemas.records import Question, Rubric  # noqa: E402
 from tests.support import scorer_standin as standin  # noqa: E402
 

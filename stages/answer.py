@@ -1,42 +1,43 @@
-"""answer: the agent answers each question from its conversation's graph.
+"""answer: the system under test answers each question from its conversation's memory.
 
-Per conversation: start its own Neo4j, import the ingest stage's graph file, answer that
-conversation's questions with the tool-using agent (systems/graphrag/agent.py), stop the server. Writes
+Per conversation: the system (params `system`, systems/port.py) opens the memory the ingest stage
+built (graphrag: its own Neo4j with the graph imported; rag: a BM25 index of the chunks;
+full_context: the transcript; no_memory: nothing), answers that conversation's questions with
+the agent's model, `llm.concurrency` at a time, and closes it. Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
-(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the model),
-`data/answer/summary.json` (counts, steps and the agent's context size),
+(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the system and the model),
+`data/answer/summary.json` (counts, steps, the context size and the tokens left out),
 `metrics/usage/answer.json` (the model calls and tokens the answers took) and
 `metrics/answer.json` (the phase's seconds: wall time never goes into a DVC out).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from bench.usage import usage_path, write_usage
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
-from clients.graph import start_graph
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
+from clients.llm.port import ChatModel
 from clients.params_file import load_mode, load_params
 from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
-from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
-from schemas.params import AnswerParams, EstimateParams, GraphParams
+from schemas.params import AnswerParams, LlmParams
 from schemas.records import Question
 from schemas.traces import Trace
 from stages.common import progress, run_stage, stage_seconds
-from systems.graphrag.agent import SYSTEM_PROMPT, GraphTools, answer_question
-from systems.graphrag.cost import estimate_answer
+from systems.port import Memory, MemorySystem, memory_file
+from systems.registry import load_system
 
 QUESTIONS = Path("data/slice/questions.jsonl")
-GRAPHS = Path("data/ingest")
+MEMORIES = Path("data/ingest")
 OUT_DIR = Path("data/answer")
 METRICS = Path("metrics/answer.json")
 NOTICE = """The traces in this folder quote and adapt the chat of BEAM (Tavakoli et al.,
@@ -46,16 +47,6 @@ licence: share them only under CC BY-SA 4.0, with this attribution.
 """
 
 
-SEARCHABLE = frozenset({"Chunk", *ENTITY_LABELS, *STATEMENT_LABELS})
-
-
-def searchable_items(graph_file: Path) -> int:
-    """Chunks, entities and statements in an ingest graph file: what the agent's tools search."""
-    with graph_file.open(encoding="utf-8") as lines:
-        nodes = (json.loads(line).get("node") for line in lines if line.strip())
-        return sum(1 for node in nodes if node is not None and node.get("label") in SEARCHABLE)
-
-
 def nearest_rank(values: list[int], share: float) -> int:
     """The smallest value with at least `share` of the values at or below it (one of them)."""
     ordered = sorted(values)
@@ -63,8 +54,9 @@ def nearest_rank(values: list[int], share: float) -> int:
 
 
 def summarize(traces: list[Trace]) -> dict[str, Any]:
-    """data/answer/summary.json: counts, steps and the agent's context size per question (the
-    largest prompt of its calls: median, 95th percentile by nearest rank, max)."""
+    """data/answer/summary.json: counts, steps and the answer model's context size per question
+    (the largest prompt of its calls: median, 95th percentile by nearest rank, max), and the
+    chat tokens left out to fit the context (full_context)."""
     if not traces:
         return {"questions": 0}
     contexts = [t.max_context_tokens for t in traces]
@@ -78,6 +70,8 @@ def summarize(traces: list[Trace]) -> dict[str, Any]:
         "context_tokens_median": statistics.median(contexts),
         "context_tokens_p95": nearest_rank(contexts, 0.95),
         "context_tokens_max": max(contexts),
+        "questions_cut_to_fit": sum(1 for t in traces if t.dropped_tokens),
+        "dropped_tokens": sum(t.dropped_tokens for t in traces),
     }
 
 
@@ -90,47 +84,72 @@ def usage(traces: list[Trace]) -> dict[str, int]:
     }
 
 
-def main() -> None:
-    mode = load_mode()
-    params = load_params("answer", AnswerParams)
-    graph_params = load_params("graph", GraphParams)
-    questions = read_jsonl(QUESTIONS, Question)
-    by_conversation: dict[str, list[Question]] = defaultdict(list)
-    for question in questions:
-        by_conversation[question.conversation_id].append(question)
-    missing = [c for c in by_conversation if not (GRAPHS / f"conv{c}.jsonl").is_file()]
-    if missing:
-        raise DataError(
-            f"no graph for conversation(s) {', '.join(missing)} in {GRAPHS}: run `dvc repro ingest`"
-        )
-    remove_outputs(OUT_DIR, METRICS, usage_path("answer"))
+def answer_all(
+    memory: Memory, questions: list[Question], model: ChatModel, concurrency: int, desc: str
+) -> list[Trace]:
+    """The traces of one conversation's questions, in question order, `concurrency` at a time
+    (each question's calls stay in sequence; the model layer bounds requests per endpoint)."""
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-answer") as pool:
+        futures = [pool.submit(memory.answer, question, model) for question in questions]
+        try:
+            return list(progress((f.result() for f in futures), total=len(futures), desc=desc))
+        except BaseException:
+            # a dead graph server, the budget, Ctrl-C: ask no further question
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
-    accounting = Accounting()
-    agent = open_model("agent", accounting=accounting)
-    agent.check_endpoint()
-    rates = load_params("estimate", EstimateParams).agent
-    graph_items = {c: searchable_items(GRAPHS / f"conv{c}.jsonl") for c in by_conversation}
-    estimate = estimate_answer(questions, params.max_steps, rates, SYSTEM_PROMPT, graph_items)
-    if agent.budget is not None:
-        agent.budget.check_estimate(estimate.calls, estimate.tokens, what=f"answer ({mode})")
 
+def answer_conversations(
+    system: MemorySystem,
+    by_conversation: dict[str, list[Question]],
+    model: ChatModel,
+    concurrency: int,
+) -> dict[str, Trace]:
+    """Every question's trace, each conversation answered from its own memory."""
     traces: dict[str, Trace] = {}
     with stage_workdir("beam-answer-") as workdir:
         for conversation in sorted(by_conversation, key=int):
-            with start_graph(graph_params, Path(workdir), name=f"conv{conversation}") as store:
-                store.import_jsonl(GRAPHS / f"conv{conversation}.jsonl")
-                tools = GraphTools(store, limit=params.result_limit)
-                asked = by_conversation[conversation]
-                for question in progress(asked, total=len(asked), desc=f"conv{conversation}"):
-                    trace = answer_question(question, agent, tools, max_steps=params.max_steps)
-                    traces[question.id] = trace
-            done = [traces[q.id] for q in by_conversation[conversation]]
+            asked = by_conversation[conversation]
+            memory_path = memory_file(MEMORIES, conversation)
+            with system.open_memory(conversation, memory_path, Path(workdir)) as memory:
+                done = answer_all(memory, asked, model, concurrency, f"conv{conversation}")
+            traces.update((t.question_id, t) for t in done)
             print(
-                f"answer conv{conversation}: {len(done)} questions, "
+                f"answer conv{conversation} ({system.name}): {len(done)} questions, "
                 f"{sum(t.calls for t in done)} model calls, "
                 f"{sum(1 for t in done if t.error)} errors",
                 file=sys.stderr,
             )
+    return traces
+
+
+def main() -> None:
+    mode = load_mode()
+    params = load_params("answer", AnswerParams)
+    concurrency = load_params("llm", LlmParams).concurrency
+    questions = read_jsonl(QUESTIONS, Question)
+    by_conversation: dict[str, list[Question]] = defaultdict(list)
+    for question in questions:
+        by_conversation[question.conversation_id].append(question)
+    accounting = Accounting()
+    agent = open_model("agent", accounting=accounting)
+    system = load_system(answer_model=agent)
+    missing = [c for c in by_conversation if not memory_file(MEMORIES, c).is_file()]
+    if missing:
+        raise DataError(
+            f"no {system.memory_noun} for conversation(s) {', '.join(missing)} in {MEMORIES} "
+            f"(system {system.name}): run `dvc repro ingest`"
+        )
+    remove_outputs(OUT_DIR, METRICS, usage_path("answer"))
+
+    agent.check_endpoint()
+    estimate = system.estimate_answer([], questions, MEMORIES)  # from the built memories
+    if agent.budget is not None:
+        agent.budget.check_estimate(
+            estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name})"
+        )
+
+    traces = answer_conversations(system, by_conversation, agent, concurrency)
     ordered = [traces[q.id] for q in questions]
     failed = [t for t in ordered if t.error is not None]
     check_failed_share(
@@ -147,6 +166,7 @@ def main() -> None:
         OUT_DIR / "run.json",
         {
             "mode": mode,
+            "system": system.name,
             "models": [agent.metadata()],
             "test_model": agent.test_model,
         },

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from clients.llm.accounting import Budget, describe, run_key_of
+from clients.shared_root import shared_path
 from schemas.params import MODES
 from stages.common import run_stage
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
 
     mode = args.mode or load_mode()
     cap = getattr(load_params("budget", BudgetParams), mode)
-    ledger_dir = Path(load_params("llm", LlmParams).cache_dir)
+    ledger_dir = shared_path(load_params("llm", LlmParams).cache_dir)
     if args.all:
         keys = sorted(
             p.stem.removeprefix(f"budget-{mode}").lstrip("-")

@@ -1,33 +1,227 @@
 """estimate: a dry run that prints the expected model calls and tokens per phase, beside the caps.
 
-The entry point only: it reads params, calls the core in bench/estimate.py (whose docstring says what
-the stage reads and writes, and how) and writes the outs.
+No model call, no server. The slices of the requested mode are built in memory from the repaired
+dataset (`dvc repro repair` first), only the conversations params `slice.conversations` keeps, as
+the slice stage would; the memory system params `system` names estimates its build and answer
+phases (systems/port.py), bench/estimate.py the judge's. The rates are params `estimate`, or,
+with `--from RUN`, those a finished run shows (a run folder, or a git revision or DVC experiment
+name; bench/estimate.py says what is read): each is printed with where it came from, then the
+estimate beside the mode's cap.
+
+Usage: `python -m stages.estimate [--mode lite|full|all] [--from RUN] [--json]`
+(or `make estimate MODE=full [FROM=RUN]`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from bench.estimate import estimate_mode, format_table
-from clients.params_file import load_mode, load_params
+from bench.estimate import (
+    RunData,
+    estimate_judge,
+    format_rates,
+    format_table,
+    judge_rates_from_run,
+    open_run,
+    phases_json,
+    read_run,
+    run_rates,
+)
+from bench.repair import REPAIR_OUT
+from bench.scorer_prompts import load_prompts, scorer_present
+from bench.slice import Built, build_mode, load_fixture, read_rows, restrict
+from clients.params_file import load_mode, load_params, validate_section
+from schemas.estimate import PhaseEstimate, RateOrigin, RunRates, with_total
+from schemas.judging import JudgePrompts
 from schemas.params import (
     MODES,
+    AgentRates,
     BudgetParams,
+    EstimateParams,
+    IngestParams,
+    JudgeParams,
     Mode,
     SliceParams,
 )
+from schemas.records import ChatSlice, Question, Rubric
 from stages.common import run_stage
+from systems.port import MemorySystem, estimate_system
+from systems.registry import load_system, system_name
+
+
+def estimate_phases(
+    system: MemorySystem,
+    chats: Sequence[ChatSlice],
+    questions: Sequence[Question],
+    rubrics: Sequence[Rubric],
+    rates: EstimateParams,
+    prompts: JudgePrompts | None,
+) -> dict[str, PhaseEstimate]:
+    """Every phase by model role, and the total: the system's build and answers, the judge's
+    calls (`rates.judge`; the system was built with its own rates)."""
+    planned = estimate_system(system, chats, questions)
+    phases: dict[str, PhaseEstimate] = {str(r): p for r, p in planned.phases().items()}
+    phases["judge"] = estimate_judge(
+        rubrics, {q.id: q.question for q in questions}, rates.judge, prompts
+    )
+    return with_total(phases)
+
+
+def judge_prompts() -> JudgePrompts | None:
+    """The pinned scorer prompts when fetched (their sizes are then counted, not assumed)."""
+    judge = load_params("judge", JudgeParams)
+    return load_prompts(judge) if scorer_present(judge) else None
+
+
+def build_slices(mode: Mode) -> Built:
+    """The mode's slices (the kept conversations only), from the repaired dataset."""
+    slice_params = load_params("slice", SliceParams)
+    fixture = load_fixture(Path(slice_params.fixture))
+    return build_mode(
+        read_rows(REPAIR_OUT),
+        restrict(fixture.modes[mode], slice_params.conversations, mode),
+        fixture.known_bad_rubric,
+        slice_params.tokenizer,
+    )
+
+
+def estimate_mode(mode: Mode, rates: EstimateParams | None = None) -> dict[str, PhaseEstimate]:
+    """The estimate of a whole run of `mode` for params `system`, with `rates` (default: params
+    `estimate`)."""
+    rates = rates or load_params("estimate", EstimateParams)
+    built = build_slices(mode)
+    system = load_system(mode=mode, rates=rates)
+    chats = [s.chat for s in built.slices]
+    return estimate_phases(system, chats, built.questions, built.rubrics, rates, judge_prompts())
+
+
+# ---------------------------------------------------------------------------------------------
+# Rates from a run: the system-specific part is `system_rates`
+# ---------------------------------------------------------------------------------------------
+
+
+def system_files(system: str) -> Mapping[str, str]:
+    """The run files a system's rates need beside the harness's (path -> the stage writing it)."""
+    if system == "graphrag":
+        from systems.graphrag.estimate import RUN_FILES
+
+        return RUN_FILES
+    return {}
+
+
+def system_rates(
+    run: RunData, fallback: EstimateParams
+) -> tuple[EstimateParams, dict[str, RateOrigin]]:
+    """The build and answer rates the run's own system shows (graphrag: its ingest and agent;
+    a baseline, whose answer prompt is counted exactly: completion tokens per call)."""
+    if run.system == "graphrag":
+        from systems.graphrag.estimate import rates_from_run
+        from systems.graphrag.system import ingest_settings
+
+        ingest = validate_section(
+            "ingest", run.params.get("ingest"), IngestParams, source=f"params.yaml of {run.label}"
+        )
+        return rates_from_run(
+            run.files,
+            run.chats,
+            run.questions,
+            run.traces,
+            run.usage,
+            ingest_settings(ingest, run.mode),
+            fallback,
+        )
+    calls = sum(t.calls for t in run.traces)
+    if not calls:
+        return fallback, {}
+    completion = sum(t.completion_tokens for t in run.traces)
+    agent = AgentRates.model_validate(
+        fallback.agent.model_dump() | {"completion_tokens_per_call": completion / calls}
+    )
+    basis = f"{completion:,} completion tokens over {calls:,} calls"
+    origin = RateOrigin(source="run", basis=basis)
+    return fallback.model_copy(update={"agent": agent}), {
+        "agent.completion_tokens_per_call": origin
+    }
+
+
+def rates_from_run(
+    run: RunData, fallback: EstimateParams, prompts: JudgePrompts | None, system: str
+) -> RunRates:
+    """The rates `run` shows, for an estimate of `system`: the judge's always (same harness);
+    the build and answer rates only from a run of that same system."""
+    judge, judge_origins = judge_rates_from_run(run, prompts, fallback.judge)
+    origins = {f"judge.{k}": v for k, v in judge_origins.items()}
+    rates = fallback.model_copy(update={"judge": judge})
+    if run.system == system:
+        measured, system_origins = system_rates(run, fallback)
+        rates = measured.model_copy(update={"judge": judge})
+        origins |= system_origins
+    else:
+        for section in ("ingest", "agent"):
+            for key in type(getattr(fallback, section)).model_fields:
+                origins[f"{section}.{key}"] = RateOrigin(
+                    source="params", basis=f"the run is of system {run.system}, not {system}"
+                )
+    return run_rates(run, rates, origins, fallback)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.estimate", description=__doc__)
     parser.add_argument("--mode", choices=MODES, default=None)
-    mode: Mode = parser.parse_args().mode or load_mode()
-    phases = estimate_mode(mode)
+    parser.add_argument(
+        "--from",
+        dest="from_",
+        metavar="RUN",
+        default=None,
+        help="take the rates from this finished run: a folder (a workspace or a copy of one), "
+        "or a git revision or DVC experiment name of this repository",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args()
+    mode: Mode = args.mode or load_mode()
+    system = system_name()
+    fallback = load_params("estimate", EstimateParams)
+    prompts = judge_prompts()
+    found: RunRates | None = None
+    if args.from_:
+        run = read_run(open_run(args.from_), system_files)
+        found = rates_from_run(run, fallback, prompts, system)
+    rates = found.rates if found else fallback
+    built = build_slices(mode)
+    phases = estimate_phases(
+        load_system(system, mode=mode, rates=rates),
+        [s.chat for s in built.slices],
+        built.questions,
+        built.rubrics,
+        rates,
+        prompts,
+    )
     cap = getattr(load_params("budget", BudgetParams), mode)
     kept = load_params("slice", SliceParams).conversations
-    label = f"{mode}, conversations {', '.join(kept)} only" if kept else mode
+    label = f"mode {mode}" + (f", conversations {', '.join(kept)} only" if kept else "")
+    label += f", system {system}"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "system": system,
+                    "phases": phases_json(phases),
+                    "cap": {"calls": cap.calls, "tokens": cap.tokens},
+                    "rates": found.model_dump() if found else None,
+                },
+                indent=2,
+            )
+        )
+        return
+    if found:
+        print(format_rates(found), end="\n\n")
     print(format_table(phases, cap.calls, cap.tokens, label))
+    source = f"rates from {found.run}" if found else "rates from params.yaml `estimate`"
+    print(f"({source})")
 
 
 if __name__ == "__main__":

@@ -1,69 +1,61 @@
-"""ingest: build each conversation's knowledge graph with the model (the GraphRAG write path).
+"""ingest: build each conversation's memory with the system under test (params `system`).
 
-Per conversation of the current slice: chunk, extract, resolve, link (systems/graphrag/ingest.py), then
-start its own Neo4j server, write the graph, export it to the deterministic JSONL file that is this
-stage's out (`data/ingest/conv<N>.jsonl`), and stop the server. Also writes `data/ingest/run.json`
-(the models used, and whether a test model made this run), `data/ingest/graphs.json` (the counts
-of each conversation's graph, and their total), `metrics/usage/ingest.json` (the model calls and
-tokens the graphs took, bench/usage.py) and `metrics/ingest.json` (the seconds of each phase:
+Per conversation of the current slice, the system's `build` (systems/port.py) writes its memory
+to `data/ingest/conv<N>.jsonl`: graphrag chunks, extracts, resolves and links with the model,
+writes the graph into its own Neo4j server and exports it; rag writes the chunks, full_context
+the sessions, no_memory an empty file. Also writes `data/ingest/run.json` (the system, the models
+its build used, and whether a test model made this run), `data/ingest/graphs.json` (the counts of
+each conversation's memory, and their total), `metrics/usage/ingest.json` (the model calls and
+tokens the memories took, bench/usage.py) and `metrics/ingest.json` (the seconds of each phase:
 wall time never goes into a DVC out).
 
-Interrupted and run again: every finished model call comes from the call cache, and the graph is
-rebuilt from scratch in a fresh server (MERGE on stable ids: no duplicate nodes).
+Interrupted and run again: every finished model call comes from the call cache, and the memory
+is rebuilt from scratch (graphrag: in a fresh server, MERGE on stable ids: no duplicate nodes).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.usage import CountedModel, usage_path, write_usage
 from clients.files import remove_outputs, write_json
-from clients.graph import start_graph
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_model
-from clients.llm.port import ChatModel
+from clients.llm.port import ChatModel, Role
 from clients.params_file import load_mode, load_params
 from clients.workdir import stage_workdir
-from schemas.errors import check_failed_share
-from schemas.params import EstimateParams, GraphParams, IngestParams
+from schemas.errors import DataError, check_failed_share
+from schemas.params import IngestParams
 from schemas.records import ChatSlice
 from stages.common import ProgressBar, run_stage, stage_seconds
-from systems.graphrag.estimate import estimate_ingest
-from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
+from systems.graphrag.system import ingest_settings
+from systems.port import BuiltMemory, MemorySystem, memory_file
+from systems.registry import load_system
 
 SLICE_CHATS = Path("data/slice/chats")
 OUT_DIR = Path("data/ingest")
 METRICS = Path("metrics/ingest.json")
+PHASES: tuple[Role, ...] = ("extraction", "resolution")
+"""The build's roles in the metrics (`seconds.ingest_<role>`), 0 for a system without them."""
 
-
-def settings_for(params: IngestParams, mode: str) -> IngestSettings:
-    return IngestSettings(
-        chunk_tokens=params.chunk_tokens,
-        max_llm_pairs=getattr(params.max_llm_pairs, mode),
-        candidates_per_entity=params.candidates_per_entity,
-        min_similarity=params.min_similarity,
-        pairs_per_call=params.pairs_per_call,
-        candidates_per_statement=params.candidates_per_statement,
-        max_failed_share=params.max_failed_share,
-    )
+settings_for = ingest_settings  # the graphrag write path's settings (the report reads them too)
 
 
 def load_chats(folder: Path) -> list[ChatSlice]:
     """The slice's conversations, in conversation-number order."""
     files = sorted(folder.glob("conv*.json"), key=lambda p: int(p.stem.removeprefix("conv")))
     if not files:
-        from schemas.errors import DataError
-
         raise DataError(f"no conversation slices in {folder}: run `dvc repro slice` first")
     return [ChatSlice.model_validate_json(f.read_text(encoding="utf-8")) for f in files]
 
 
-def summarize(graphs: list[ConversationGraph]) -> dict[str, Any]:
+def summarize(memories: Sequence[BuiltMemory]) -> dict[str, Any]:
     """data/ingest/graphs.json: the counts per conversation and their total."""
-    per_conv = {f"conv{g.conversation_id}": g.counts() for g in graphs}
+    per_conv = {f"conv{m.conversation_id}": dict(m.counts) for m in memories}
     total: dict[str, float] = {}
     for counts in per_conv.values():
         for key, value in counts.items():
@@ -74,82 +66,73 @@ def summarize(graphs: list[ConversationGraph]) -> dict[str, Any]:
 def main() -> None:
     mode = load_mode()
     params = load_params("ingest", IngestParams)
-    graph_params = load_params("graph", GraphParams)
-    settings = settings_for(params, mode)
-    # first: a missing slice must not leave the last run's graph
+    system = load_system()
+    # first: a missing slice must not leave the last run's memory
     remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
     chats = load_chats(SLICE_CHATS)
 
     accounting = Accounting()
-    extraction = open_model("extraction", accounting=accounting)
-    resolution = open_model("resolution", accounting=accounting)
-    for model in (extraction, resolution):
-        model.check_endpoint()
-    estimate = estimate_ingest(chats, settings, load_params("estimate", EstimateParams).ingest)
-    if extraction.budget is not None:
-        extraction.budget.check_estimate(
-            estimate.calls, estimate.tokens, what=f"ingest ({mode}: {len(chats)} conversations)"
+    clients = [open_model(role, accounting=accounting) for role in system.build_roles]
+    for client in clients:
+        client.check_endpoint()
+    estimate = system.estimate_build(chats)
+    if clients and clients[0].budget is not None:
+        clients[0].budget.check_estimate(
+            sum(e.calls for e in estimate.values()),
+            sum(e.tokens for e in estimate.values()),
+            what=f"ingest ({mode}, {system.name}: {len(chats)} conversations)",
         )
 
-    counted = [CountedModel(extraction), CountedModel(resolution)]
+    counted = {client.role: CountedModel(client) for client in clients}
     try:
-        graphs = build_all(chats, settings, counted[0], counted[1], graph_params)
+        memories = build_all(chats, system, counted)
         check_failed_share(
             "ingest",
             "model calls",
-            sum(g.failed_calls for g in graphs),
-            sum(g.model_calls for g in graphs),
+            sum(m.failed_calls for m in memories),
+            sum(m.model_calls for m in memories),
             params.max_failed_share,
-            next((g.last_error for g in reversed(graphs) if g.last_error), None),
+            next((m.last_error for m in reversed(memories) if m.last_error), None),
         )
     except BaseException:
-        # no half-made set of graphs (finished calls are cached)
+        # no half-made set of memories (finished calls are cached)
         remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
         raise
-    write_records(graphs, mode, [extraction, resolution], counted, accounting)
+    write_records(memories, mode, system, clients, list(counted.values()), accounting)
 
 
 def build_all(
-    chats: list[ChatSlice],
-    settings: IngestSettings,
-    extraction: ChatModel,
-    resolution: ChatModel,
-    graph_params: GraphParams,
-) -> list[ConversationGraph]:
-    """Each conversation's graph, built, written to its own server and exported."""
-    graphs: list[ConversationGraph] = []
+    chats: list[ChatSlice], system: MemorySystem, models: Mapping[Role, ChatModel]
+) -> list[BuiltMemory]:
+    """Each conversation's memory, built and written to its file."""
+    memories: list[BuiltMemory] = []
     with stage_workdir("beam-ingest-") as workdir:
         for index, chat in enumerate(chats, start=1):
             started = time.monotonic()
-            bar = ProgressBar(f"conv{chat.conversation_id} extraction (chunks)")
+            bar = ProgressBar(f"conv{chat.conversation_id} {system.name} build")
             try:
-                graph = build_graph(chat, settings, extraction, resolution, bar.update_to)
+                built = system.build(
+                    chat,
+                    models,
+                    memory_file(OUT_DIR, chat.conversation_id),
+                    Path(workdir),
+                    bar.update_to,
+                )
             finally:
                 bar.close()
-            with start_graph(
-                graph_params, Path(workdir), name=f"conv{chat.conversation_id}"
-            ) as store:
-                store.create_schema()
-                store.write(graph.batch)
-                store.export_jsonl(OUT_DIR / f"conv{chat.conversation_id}.jsonl")
-            seconds = time.monotonic() - started
-            graphs.append(graph)
-            counts = graph.counts()
+            memories.append(built)
             print(
-                f"ingest [{index}/{len(chats)}] conv{chat.conversation_id}: "
-                f"{counts['chunks']} chunks, "
-                f"{counts['entities']} entities, {counts['statements']} statements, "
-                f"{counts['supersedes']} supersedes, {counts['contradicts']} contradicts "
-                f"({seconds:.1f} s)",
+                f"ingest [{index}/{len(chats)}] conv{chat.conversation_id} ({system.name}): "
+                f"{built.summary} ({time.monotonic() - started:.1f} s)",
                 file=sys.stderr,
             )
-
-    return graphs
+    return memories
 
 
 def write_records(
-    graphs: list[ConversationGraph],
+    memories: list[BuiltMemory],
     mode: str,
+    system: MemorySystem,
     clients: list[LlmClient],
     counted: list[CountedModel],
     accounting: Accounting,
@@ -157,28 +140,25 @@ def write_records(
     """The stage's data outs (results only: byte-identical when re-run from the call cache) and
     its metrics (seconds per phase: the model layer's wait, none for cache hits)."""
     models = [client.metadata() for client in clients]
+    notes: dict[str, dict[str, Any]] = {}
+    for memory in memories:
+        for key, value in memory.notes.items():
+            notes.setdefault(key, {})[f"conv{memory.conversation_id}"] = value
     write_json(
         OUT_DIR / "run.json",
         {
             "mode": mode,
+            "system": system.name,
             "models": models,
             "test_model": any(m["test_model"] for m in models),
-            "empty_extractions": {f"conv{g.conversation_id}": g.empty_chunks for g in graphs},
-            "failed_extractions": {f"conv{g.conversation_id}": g.failed_chunks for g in graphs},
+            **notes,
         },
     )
-    write_json(OUT_DIR / "graphs.json", summarize(graphs))
+    write_json(OUT_DIR / "graphs.json", summarize(memories))
     write_usage("ingest", {model.role: model.usage() for model in counted})
     llm = accounting.to_metrics()
-    write_json(
-        METRICS,
-        {
-            "seconds": {
-                **{f"ingest_{p}": llm[p]["seconds"] for p in ("extraction", "resolution")},
-                "stage_ingest": stage_seconds(),
-            }
-        },
-    )
+    seconds = {f"ingest_{p}": llm[p]["seconds"] if p in llm else 0.0 for p in PHASES}
+    write_json(METRICS, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})
 
 
 if __name__ == "__main__":

@@ -10,24 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.judge import (
-    EQUIVALENCE_TASK,
-    EVENT_ORDERING,
-    JUDGE_TASK,
-    Message,
-    _key,
-    _request,
-    evidence_recall,
-    item_messages,
-    judge_question,
-    load_prompts,
-    summarize,
-)
+from bench.estimate import estimate_judge
+from bench.event_order import EVENT_ORDERING
+from bench.judge import JudgeCalls, evidence_recall, judge_question, summarize
+from bench.scorer_prompts import Message, item_messages, load_prompts
 from bench.usage import CountedModel, usage_path, write_usage
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
-from clients.llm.port import Completion
 from clients.params_file import load_mode, load_params
 from schemas.errors import DataError, check_failed_share
 from schemas.judging import (
@@ -37,7 +27,6 @@ from schemas.params import EstimateParams, JudgeParams
 from schemas.records import ABILITIES, Question, Rubric
 from schemas.traces import Trace
 from stages.common import progress, run_stage, stage_seconds
-from systems.graphrag.cost import estimate_judge
 
 
 def main() -> None:
@@ -76,24 +65,8 @@ def main() -> None:
         if q.ability != EVENT_ORDERING
         for item in rubrics[q.id].rubric
     ]
-    replies: dict[str, str | None] = {}
-    failures: list[str] = []
-
-    def keep(messages: list[Message], completion: Completion) -> None:
-        replies[_key(messages)] = completion.text if completion.ok else None
-        if completion.error is not None:
-            failures.append(completion.error)
-
-    for messages, completion in zip(
-        batch, counted.run_batch([_request(m, JUDGE_TASK) for m in batch]), strict=True
-    ):
-        keep(messages, completion)
-
-    def ask(messages: list[Message]) -> str | None:
-        key = _key(messages)
-        if key not in replies:  # event ordering: one call at a time, each depends on the last
-            keep(messages, counted.complete(_request(messages, EQUIVALENCE_TASK)))
-        return replies[key]
+    judge_calls = JudgeCalls(counted)
+    judge_calls.send_items(batch)
 
     judgements: list[Judgement] = []
     rows: list[dict[str, Any]] = []
@@ -104,7 +77,7 @@ def main() -> None:
             rubric,
             trace.answer,
             prompts,
-            ask,
+            judge_calls.ask,
             max_equivalence_calls=params.max_equivalence_calls,
         )
         judgements.append(judgement)
@@ -125,6 +98,7 @@ def main() -> None:
         )
 
     calls = sum(j.calls for j in judgements)
+    failures = judge_calls.failures
     check_failed_share(
         "judge",
         "judge calls",

@@ -1,7 +1,7 @@
 """judge-check: how the judge model scores answers whose right score is known by construction.
 
-The entry point only: it reads params, calls the core in bench/judge_check.py (whose docstring says what
-the stage reads and writes, and how) and writes the outs.
+The entry point only: it reads params, calls the core in bench/judge_check.py (whose docstring
+says what the stage reads and writes, and how) and writes the outs.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.judge import load_prompts
 from bench.judge_check import (
     METRICS,
     OUT_DIR,
@@ -25,6 +24,7 @@ from bench.judge_check import (
     write_recipe,
 )
 from bench.repair import REPAIR_OUT
+from bench.scorer_prompts import load_prompts
 from bench.usage import CountedModel, usage_path, write_usage
 from clients.files import remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting

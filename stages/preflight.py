@@ -2,8 +2,10 @@
 
 `make run` calls it first, so a missing model server is reported at once, for every role that
 uses it, instead of after the dataset download and the slicing. It makes no model call (Ollama:
-its model list; an OpenAI-compatible server: its /models; a hosted provider: its key variable).
-Not a DVC stage: the stages run the same check themselves before their first call.
+its model list; an OpenAI-compatible server: its /models; any endpoint off this machine: its key
+variable; a `local/` model: that `make local-model` built its server and weights, which the first
+request starts). Not a DVC stage: the stages run the same check themselves before their first
+call.
 """
 
 from __future__ import annotations

@@ -71,12 +71,13 @@ def main() -> None:
 
 
 def make_report() -> None:
-    from bench.judge import load_prompts, scorer_present
     from bench.judge_check import judge_warning
+    from bench.scorer_prompts import load_prompts, scorer_present
     from bench.usage import usage_path
     from bench.viewer import write_viewer
+    from stages.estimate import estimate_phases
     from stages.ingest import load_chats, settings_for
-    from systems.graphrag.estimate import estimate_run
+    from systems.registry import load_system
 
     mode = load_mode()
     params = load_params("report", ReportParams)
@@ -100,8 +101,8 @@ def make_report() -> None:
     rates = load_params("estimate", EstimateParams)
     questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
     prompts = load_prompts(judge_params) if scorer_present(judge_params) else None
-    estimate = estimate_run(
-        chats, questions, rubrics, settings, answer_params.max_steps, rates, prompts
+    estimate = estimate_phases(
+        load_system(mode=mode, rates=rates), chats, questions, rubrics, rates, prompts
     )
     scores = score_table(rows, params)
     cost = cost_table(usage, estimate)

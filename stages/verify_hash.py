@@ -1,7 +1,7 @@
 """verify-hash: check the fetched parquet's size and sha256 against the pins; write a receipt.
 
-The entry point only: it reads params, calls the core in bench/verify_hash.py (whose docstring says what
-the stage reads and writes, and how) and writes the outs.
+The entry point only: it reads params, calls the core in bench/verify_hash.py (whose docstring
+says what the stage reads and writes, and how) and writes the outs.
 """
 
 from __future__ import annotations

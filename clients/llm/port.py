@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from clients.llm.accounting import PHASES, Phase
 from schemas.errors import ParamsError
+from schemas.params import ROLE_MAX_TOKENS, LlmParams, ModelRef
 
 Role = Phase
 ROLES: tuple[Role, ...] = PHASES
@@ -21,7 +22,8 @@ PREFLIGHT_TIMEOUT_SECONDS = 5.0
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 30.0
 RETRY_AFTER_MAX_SECONDS = 120.0
-TEMPERATURE = 0.0
+CUT_AT_MAX_TOKENS = "length"
+"""The finish_reason of a reply that stopped at max_tokens."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -67,7 +69,9 @@ class Message(_Frozen):
         return cls(role="tool", content=content, tool_call_id=call.id, name=call.name)
 
     def to_openai(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        # "" rather than null: an assistant tool-call turn with `content: null` is refused (HTTP
+        # 500) by some OpenAI-compatible servers; OpenAI, Ollama and llama.cpp accept "".
+        out: dict[str, Any] = {"role": self.role, "content": self.content or ""}
         if self.tool_calls:
             out["tool_calls"] = [
                 {
@@ -137,6 +141,43 @@ class ChatRequest:
     """False when the prompt itself asks for the schema's JSON (the benchmark's judge prompt):
     the reply is still validated against `schema`, but no schema instruction is added."""
     max_tokens: int | None = None
+    """This request's own cap on the reply; None: the role's (`models.<role>.max_tokens`)."""
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """What a role sends with every request besides its messages (params `models.<role>`, the
+    seed falling back to `llm.seed`); all of it is part of the call cache's key."""
+
+    max_tokens: int
+    temperature: float
+    seed: int
+    extra_body: dict[str, Any]
+    context_tokens: int | None
+    """The context window the params set (None: the model's own, as far as it is known)."""
+
+    def key_material(self, request: ChatRequest) -> dict[str, Any]:
+        return {
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens_for(request),
+            "extra_body": self.extra_body,
+            "context_tokens": self.context_tokens,
+        }
+
+    def max_tokens_for(self, request: ChatRequest) -> int:
+        return request.max_tokens if request.max_tokens is not None else self.max_tokens
+
+
+def request_settings(role: str, ref: ModelRef, params: LlmParams) -> RequestSettings:
+    """A role's request settings from its params (defaults: ROLE_MAX_TOKENS, llm.seed)."""
+    return RequestSettings(
+        max_tokens=ref.max_tokens if ref.max_tokens is not None else ROLE_MAX_TOKENS[role],
+        temperature=ref.temperature,
+        seed=ref.seed if ref.seed is not None else params.seed,
+        extra_body=dict(ref.extra_body),
+        context_tokens=ref.context_tokens,
+    )
 
 
 class Completion(_Frozen):
@@ -150,11 +191,13 @@ class Completion(_Frozen):
     value: dict[str, Any] | list[Any] | None = None
     """With a schema: the reply parsed and validated (JSON form)."""
     error: str | None = None
-    """Set when the request failed; the other fields are then empty."""
+    """Set when the request failed; the other fields are then empty (but `finish_reason` is
+    "length" when the failure is a reply cut at max_tokens)."""
     failure: Literal["transport", "refused", "unusable"] | None = None
     """Why it failed: the endpoint (429/5xx/timeouts/connection) to the last attempt, a 4xx
     refusal, or a last reply that could not be used (no valid JSON where a schema is due)."""
     finish_reason: str | None = None
+    """As the server sent it; "length": the reply stopped at max_tokens (see `hit_max_tokens`)."""
     model: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -167,6 +210,12 @@ class Completion(_Frozen):
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def hit_max_tokens(self) -> bool:
+        """The reply stopped at max_tokens: its text is a fragment. (A reply that was to be JSON
+        never gets here: it is a failure.)"""
+        return self.finish_reason == CUT_AT_MAX_TOKENS
 
     def as_model(self, model: type[M]) -> M:
         if self.error is not None or self.value is None:

@@ -12,7 +12,7 @@ from typing import Any
 import json_repair
 from pydantic import BaseModel, ValidationError
 
-from clients.llm.port import ChatRequest, RawReply, Tool, ToolCall
+from clients.llm.port import CUT_AT_MAX_TOKENS, ChatRequest, RawReply, Tool, ToolCall
 
 # --------------------------------------------------------------------------------------------
 # Robust JSON parsing: syntax is repaired (json_repair, string-aware), a cut-off reply never is
@@ -133,6 +133,21 @@ def schema_instruction(schema: type[BaseModel]) -> str:
         "Reply with only one JSON object (no prose, no code fence) that matches this JSON "
         f"schema:\n{json.dumps(schema_json(schema), sort_keys=True)}"
     )
+
+
+def cut_at_max_tokens(request: ChatRequest, reply: RawReply) -> str | None:
+    """Why a reply that stopped at max_tokens is of no use, or None. One that was to be JSON is
+    a fragment however well it parses (its first value may close while a contradicting rest
+    was cut), and an empty one (a model that spent the cap thinking) holds nothing; the same
+    request would stop at the same place, so neither is asked again. A text reply cut there is
+    kept with its `finish_reason` (the caller decides what a fragment is worth)."""
+    if reply.finish_reason != CUT_AT_MAX_TOKENS or reply.tool_calls:
+        return None
+    if request.schema is not None:
+        return f"its {request.schema.__name__} JSON was cut"
+    if not (reply.text or "").strip():
+        return "it wrote no text"
+    return None
 
 
 def _interpret(request: ChatRequest, reply: RawReply) -> tuple[dict[str, Any], str | None]:

@@ -1,11 +1,11 @@
 """The test model's rules for the ingest tasks (extract, resolve, link).
 
-`scripted/rules` (clients/scripted/rules.py) answers by rules keyed on the request's task; these three
-read the prompts this package writes and answer plausibly and deterministically: statements are
-sentences of the chunk's messages, entities are capitalized names and the main topic word, look-
-alike names are "the same" when one contains the other, and a newer fact "supersedes" an older one
-when both share most words but not their numbers. A run with them measures nothing; they exist so
-that every path of the write pipeline runs for real in tests.
+`scripted/rules` (clients/scripted/rules.py) answers by rules keyed on the request's task; these
+three read the prompts this package writes and answer plausibly and deterministically: statements
+are sentences of the chunk's messages, entities are capitalized names and the main topic word,
+look-alike names are "the same" when one contains the other, and a newer fact "supersedes" an
+older one when both share most words but not their numbers. A run with them measures nothing; they
+exist so that every path of the write pipeline runs for real in tests.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from clients.llm.port import ChatRequest
 from clients.scripted.rules import ScriptedReply, content_words, last_user_text, register_rule
-from systems.graphrag.resolve import normalize_name
+from schemas.memory import normalize_name
 
 MAX_STATEMENTS = 12
 MAX_ENTITIES = 12

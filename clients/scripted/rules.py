@@ -2,8 +2,8 @@
 
 No model server exists in tests and CI, so every stage can run against this model instead. It
 imports no litellm and goes through the same cache, accounting and budget path as real models
-(clients/llm/client.py builds it for any model name starting with `scripted/`). Its completions carry
-`test_model=True`, so run metadata and reports can say the run measures nothing.
+(clients/llm/client.py builds it for any model name starting with `scripted/`). Its completions
+carry `test_model=True`, so run metadata and reports can say the run measures nothing.
 
 Rules are keyed on the request's `task`; stages add theirs with `register_rule("extract", fn)`
 (fn: ChatRequest -> ScriptedReply). A request whose task has no rule but carries a schema gets
@@ -19,6 +19,9 @@ the generic `schema` rule. Built in:
 - `agent`: with tools offered and no tool result yet, calls the first tool whose name contains
   "search" (else the first tool) with the question's content words; after tool results, answers
   with the sentence of the results that best overlaps the question, quoted.
+- `answer` (the one-shot baselines of systems/): the chat in the prompt between `<chat>` tags,
+  then `Question: ...`; answers with the three sentences of the chat that best overlap the
+  question, quoted, or "I don't know" when none shares a content word with it.
 - `schema`: a valid instance of the requested JSON schema, strings filled from the request text.
 
 A rule may also belong to one scripted model name (`register_rule(task, fn, model=...)`): that
@@ -279,6 +282,30 @@ def agent_rule(request: ChatRequest) -> ScriptedReply:
     return ScriptedReply(text="From memory:\n" + "\n".join(ranked[:3]))
 
 
+_CHAT = re.compile(r"<chat>\n?(.*)\n?</chat>", re.DOTALL)
+_CONTEXT_NOISE = re.compile(r"^(\[message [^\]]*\]|## Session .*)$")
+
+
+def answer_rule(request: ChatRequest) -> ScriptedReply:
+    """The one-shot baselines (task `answer`): the chat (or part of it) between `<chat>` tags,
+    then `Question: ...`. Answers with the three sentences of the chat that best overlap the
+    question (quoted), or that it does not know when none shares a content word with it (the
+    question alone, or a context without the answer)."""
+    prompt = last_user_text(request)
+    found = _CHAT.search(prompt)
+    context = found.group(1) if found else ""
+    question = prompt[found.end() :] if found else prompt
+    question = question.strip().removeprefix("Question:").strip()
+    lines = [line for line in context.splitlines() if not _CONTEXT_NOISE.match(line.strip())]
+    sentences = [s.strip() for line in lines for s in _split(line)]
+    sentences = [s for s in dict.fromkeys(sentences) if s]
+    scored = [(overlap(question, s), i, s) for i, s in enumerate(sentences)]
+    best = sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], x[1]))[:3]
+    if not best:
+        return ScriptedReply(text="I don't know: the chat I can see says nothing about this.")
+    return ScriptedReply(text="From the chat:\n" + "\n".join(s for _, _, s in best))
+
+
 def _split(text: str) -> list[str]:
     return re.split(r"(?<=[.!?])\s+|\n+", text)
 
@@ -327,6 +354,7 @@ for _task, _rule in (
     ("judge", judge_rule),
     ("equivalence", equivalence_rule),
     ("agent", agent_rule),
+    ("answer", answer_rule),
     ("schema", schema_rule),
 ):
     register_rule(_task, _rule)

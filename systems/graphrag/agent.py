@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clients import cypher
 from clients.cypher import escape_fulltext
-from clients.graph import GraphStore, QueryFailed
+from clients.graph.port import GraphStore, QueryFailed
 from clients.llm.port import ChatModel, ChatRequest, Message, Tool, ToolCall, tool_from_model
 from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
@@ -301,8 +301,8 @@ class GraphTools:
 def answer_question(
     question: Question, model: ChatModel, tools: GraphTools, *, max_steps: int
 ) -> Trace:
-    """Run the tool loop for one question (a model call that failed after its retries ends it
-    with `error` set)."""
+    """Run the tool loop for one question (a model call that failed after its retries, or a
+    final answer cut at max_tokens, ends it with `error` set)."""
     messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
     records: list[ToolCallRecord] = []
     turn_texts: list[str] = []
@@ -331,6 +331,8 @@ def answer_question(
             # An empty final answer (only tool calls on the turn without tools) is the model's
             # answer, scored as such; `error` is kept for calls that failed after retries.
             answer = (completion.text or "").strip()
+            if completion.hit_max_tokens:  # a fragment: kept to read, failed like a call
+                error = "the answer hit max_tokens before it ended: raise models.agent.max_tokens"
             break
         messages.append(Message.assistant(completion.text, completion.tool_calls))
         turn_texts.append((completion.text or "").strip())

@@ -1,23 +1,26 @@
 """Extraction: one model call per chunk turns its text into entities and statements for the graph.
 
-The reply schema is deliberately loose (labels are strings, most fields optional) so that one bad
-item never sinks a whole chunk: `reply_to_graph` maps chunk-local keys to stable ids and
-`schemas.memory.validate_batch` drops, and counts by reason, whatever does not fit the schema
-(unknown label or relationship type, dangling endpoint, missing field). Labels, relationship types
-and their meaning are read from schemas/memory.py, the one source the prompt and validation share.
+The reply's JSON schema names the labels as enums (and allows no other keys), so a server that
+turns a schema into a grammar (llama.cpp, Ollama, vLLM) keeps even a tiny model inside it. Its
+validation stays loose (a label is any string, matched without regard to case; most fields are
+optional) so that one bad item from a model without a grammar never sinks a whole chunk:
+`reply_to_graph` maps chunk-local keys to stable ids and `schemas.memory.validate_batch` drops,
+and counts by reason, whatever does not fit the graph schema (unknown label, dangling endpoint,
+missing field). Labels and their meaning are read from schemas/memory.py, the one source the
+prompt, the reply schema and validation share. (Relations here are between entities and have one
+type, RELATED_TO; the types between statements are decided in decide.py, also as an enum.)
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from schemas.memory import ENTITY_LABELS, LABEL_DOCS, STATEMENT_LABELS
+from schemas.memory import ENTITY_LABELS, LABEL_DOCS, STATEMENT_LABELS, normalize_name
 from schemas.records import Chunk
-from systems.graphrag.resolve import normalize_name
 
 PROMPT_VERSION = "extract-v1"
 TASK = "extract"
@@ -26,46 +29,113 @@ _SLUG = re.compile(r"[^a-z0-9]+")
 
 
 class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # Extra keys are ignored when reading, but the schema allows none: a grammar made from it
+    # gives a small model no room to wander off into keys of its own.
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
+
+
+def _label_matcher(labels: Sequence[str]) -> BeforeValidator:
+    """Match a label without regard to case ("person" is Person); anything else is kept as it
+    is, to be dropped and counted by validate_batch, item by item."""
+    canonical = {label.lower(): label for label in labels}
+
+    def match(value: object) -> object:
+        if isinstance(value, str):
+            return canonical.get(value.strip().lower(), value)
+        return value
+
+    return BeforeValidator(match)
+
+
+def _enum(labels: Sequence[str]) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "enum": list(labels)})
+
+
+# An enum in the JSON schema, any string when read.
+EntityLabelText = Annotated[str, _label_matcher(ENTITY_LABELS), _enum(ENTITY_LABELS)]
+StatementLabelText = Annotated[str, _label_matcher(STATEMENT_LABELS), _enum(STATEMENT_LABELS)]
+
+
+def _asks_for(*required: str) -> ConfigDict:
+    """The fields the JSON schema requires (a grammar then makes the model write them); reading
+    stays loose, and an item without them is dropped and counted by validate_batch."""
+    return ConfigDict(
+        extra="ignore", json_schema_extra={"additionalProperties": False, "required": [*required]}
+    )
+
+
+# Bounds the JSON schema sets (never checked when reading): under a grammar a small model that
+# starts repeating itself has to close its arrays and strings, so its reply ends inside the
+# extraction's max_tokens (2048: a repeating SmolLM2-135M filled all of it with looser bounds).
+# The item bounds are above what a chunk of about 1,000 tokens usually yields (the estimate
+# assumes 8 entities and 8 statements).
+MAX_ENTITIES = 12
+MAX_STATEMENTS = 16
+MAX_RELATIONS = 8
+MAX_ABOUT = 4
+MAX_MESSAGE_IDS = 8
+
+
+def _text(max_chars: int) -> WithJsonSchema:
+    """A string of at most `max_chars` in the JSON schema (null is not offered: a field the model
+    has nothing for is left out)."""
+    return WithJsonSchema({"type": "string", "maxLength": max_chars})
+
+
+def _items(max_items: int) -> Any:
+    return Field(default_factory=list, json_schema_extra={"maxItems": max_items})
+
+
+KeyText = Annotated[str, _text(12)]
 
 
 class ExtractedEntity(_Loose):
-    key: str
+    model_config = _asks_for("key", "label", "name")
+
+    key: KeyText
     """A short key unique within this reply (e.g. `e1`), used by statements to refer to it."""
-    label: str
+    label: EntityLabelText
     """One of: Person, Place, Organization, Tool, Topic."""
-    name: str | None = None
-    summary: str | None = None
+    name: Annotated[str | None, _text(60)] = None
+    summary: Annotated[str | None, _text(120)] = None
 
 
 class ExtractedStatement(_Loose):
-    key: str
-    label: str
+    model_config = _asks_for("key", "label", "text")
+
+    key: KeyText
+    label: StatementLabelText
     """One of: Fact, Instruction, Preference, Event, Measure."""
-    text: str | None = None
+    text: Annotated[str | None, _text(160)] = None
     """One self-contained sentence (resolve 'I', 'it', relative dates)."""
-    about: list[str] = Field(default_factory=list)
+    about: Annotated[list[KeyText], Field(json_schema_extra={"maxItems": MAX_ABOUT})] = Field(
+        default_factory=list
+    )
     """Keys of the entities the statement is about."""
-    topic: str | None = None
+    topic: Annotated[str | None, _text(12)] = None
     """Instruction/Preference: key of the Topic entity that triggers it."""
-    message_ids: list[int] = Field(default_factory=list)
+    message_ids: Annotated[list[int], Field(json_schema_extra={"maxItems": MAX_MESSAGE_IDS})] = (
+        Field(default_factory=list)
+    )
     """Ids of the chat messages (the `[message N · role]` headers) it comes from."""
-    when: str | None = None
+    when: Annotated[str | None, _text(32)] = None
     """The time it refers to (ISO date when it can be resolved from the session date)."""
     value: float | None = None
-    unit: str | None = None
+    unit: Annotated[str | None, _text(24)] = None
 
 
 class ExtractedRelation(_Loose):
-    source: str
-    target: str
-    description: str | None = None
+    source: KeyText
+    target: KeyText
+    description: Annotated[str | None, _text(60)] = None
 
 
 class ExtractionReply(_Loose):
-    entities: list[ExtractedEntity] = Field(default_factory=list)
-    statements: list[ExtractedStatement] = Field(default_factory=list)
-    relations: list[ExtractedRelation] = Field(default_factory=list)
+    model_config = _asks_for("entities", "statements", "relations")
+
+    entities: list[ExtractedEntity] = _items(MAX_ENTITIES)
+    statements: list[ExtractedStatement] = _items(MAX_STATEMENTS)
+    relations: list[ExtractedRelation] = _items(MAX_RELATIONS)
     """Entity–entity relations (keys)."""
 
 

@@ -11,15 +11,13 @@ relationship and every provenance link.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-_ARTICLES = {"the", "a", "an", "my", "our", "your"}
-_NON_WORD = re.compile(r"[^\w\s]+")
+from schemas.memory import normalize_name
+
 PREFIX_CHARS = 4
 
 
@@ -40,16 +38,6 @@ class CandidatePair:
     older: str
     label: str
     similarity: float
-
-
-def normalize_name(name: str) -> str:
-    """Lower case, no accents or punctuation, no leading article, single spaces."""
-    text = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
-    text = _NON_WORD.sub(" ", text.lower().replace("'s ", " ").replace("’s ", " "))
-    words = text.split()
-    while words and words[0] in _ARTICLES and len(words) > 1:
-        words = words[1:]
-    return " ".join(words)
 
 
 def _keys(normalized: str) -> set[str]:

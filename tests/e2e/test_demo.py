@@ -34,6 +34,7 @@ def test_make_demo_runs_the_lite_pipeline_on_the_test_model_and_leaves_params_al
     command = demo_command()
     assert "--temp" in command
     with repo_copy(tmp_path, hub_mirror) as repo:
+        repo.use_checkout_jars()  # the --temp copy finds the checkout's jars, no BEAM_NEO4J_LIB
         real = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["models"]
         params_file = repo.path / "params.yaml"
         params = yaml.safe_load(params_file.read_text())
@@ -56,3 +57,5 @@ def test_make_demo_runs_the_lite_pipeline_on_the_test_model_and_leaves_params_al
         assert experiments, shown
         calls = repo.model_calls()
         assert calls and {c["task"] for c in calls} >= {"extract", "agent", "judge"}
+        # the temporary copy kept its calls and spend in the checkout's cache, not its own
+        assert len(list((repo.path / ".cache" / "llm").glob("budget-lite-*.json"))) == 1

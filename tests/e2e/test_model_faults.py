@@ -34,14 +34,8 @@ from typing import Any
 
 import pytest
 
-from bench.judge import (
-    EQUIVALENCE_TASK,
-    JUDGE_TASK,
-    _request,
-    equivalence_messages,
-    extract_judge_prompts,
-    item_messages,
-)
+from bench.judge import equivalence_request, item_request
+from bench.scorer_prompts import equivalence_messages, extract_judge_prompts, item_messages
 from clients.llm import client as llm_module
 from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Message
@@ -123,10 +117,8 @@ def test_the_served_model_replies_as_the_scripted_model_does(tmp_path: Path) -> 
         ChatRequest(
             messages=first_agent_turn, task=agent.TASK, prompt_version="test", tools=agent.TOOLS
         ),
-        _request(
-            item_messages(prompts, "Where?", "The user moved to Berlin", "Berlin."), JUDGE_TASK
-        ),
-        _request(equivalence_messages(prompts, "moved to Berlin", "Berlin move"), EQUIVALENCE_TASK),
+        item_request(item_messages(prompts, "Where?", "The user moved to Berlin", "Berlin.")),
+        equivalence_request(equivalence_messages(prompts, "moved to Berlin", "Berlin move")),
     ]
     params = LlmParams(
         timeout_seconds=10, max_attempts=1, concurrency=2, seed=0, cache=False, cache_dir="unused"

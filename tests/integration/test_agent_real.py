@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bench.judge import evidence_recall
-from clients.graph import Neo4jGraphStore, start_graph
+from clients.graph.store import Neo4jGraphStore, start_graph
 from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Completion, ToolCall
 from schemas.memory import GraphBatch, validate_batch

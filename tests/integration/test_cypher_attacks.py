@@ -5,9 +5,9 @@ made a loopback HTTP request and listed the server's config through the tool, wi
 comment ended by \\r. The read path now has three defences, and each is tested here on a real
 server, through the tool and on its own:
 
-- guard: `clients.cypher.check_read_only` (its unit tests are in tests/unit/test_cypher_guard.py);
-- plan: `EXPLAIN` + `clients.cypher.check_plan` (`store._read_checked`), also on a server started
-  WITHOUT the hardening, to show it holds alone;
+- guard: `clients.graph.guard.check_read_only` (unit tests: tests/unit/test_cypher_guard.py);
+- plan: `EXPLAIN` + `clients.graph.guard.check_plan` (`store._read_checked`), also on a server
+  started WITHOUT the hardening, to show it holds alone;
 - server: HARDENING_CONF and a JVM environment without the harness's variables, with the guard
   and the plan check bypassed (`store._read_unguarded`).
 
@@ -32,9 +32,12 @@ from typing import Any, Literal
 
 import pytest
 
-import clients.graph as graph
-from clients.cypher import QueryRejected, check_read_only
-from clients.graph import LocalServer, Neo4jGraphStore, QueryFailed, start_graph
+import clients.graph.store as graph_store
+from clients.graph.conf import SERVER_ENV_PASSTHROUGH
+from clients.graph.guard import QueryRejected, check_read_only
+from clients.graph.port import QueryFailed
+from clients.graph.server import LocalServer
+from clients.graph.store import Neo4jGraphStore, start_graph
 from clients.llm.port import ToolCall
 from schemas.memory import GraphBatch, validate_batch
 from schemas.params import GraphParams
@@ -173,7 +176,7 @@ def world(
     plain_server = LocalServer(params, no_jvm_left / "neo4j-plain", hardened=False)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENAI_API_KEY", CANARY_KEY)
-        patch.setattr(graph, "READ_GRACE_SECONDS", GRACE_SECONDS)
+        patch.setattr(graph_store, "READ_GRACE_SECONDS", GRACE_SECONDS)
         try:
             with start_graph(params, no_jvm_left, name="attacks") as hardened:
                 plain_server.start()
@@ -530,7 +533,7 @@ def test_the_jvms_hold_no_api_key_of_the_harness(world: World) -> None:
         assert CANARY_KEY.encode() not in environ
         names = {item.split(b"=", 1)[0].decode() for item in environ.split(b"\0") if item}
         assert "OPENAI_API_KEY" not in names
-        assert names <= {*graph.SERVER_ENV_PASSTHROUGH, "HOME", "TMPDIR"}
+        assert names <= {*SERVER_ENV_PASSTHROUGH, "HOME", "TMPDIR"}
 
 
 def test_expression_bombs_end_at_the_stores_deadline(world: World) -> None:

@@ -45,14 +45,20 @@ EXPECTED_PARAMS = {
     "slice": ["mode", "slice"],  # the mode's question and message ids; the tokenizer
     "ingest": [
         "mode",  # max_llm_pairs is per mode
-        "ingest",  # chunking and resolution shape the graph; max_failed_share accepts a partial
+        "system",  # which memory is built (systems/registry.py)
+        # chunking and resolution shape the graph (rag's chunks too); max_failed_share accepts a
+        # partial one
+        "ingest",
         "models.extraction",  # model and endpoint are in every request's cache key
         "models.resolution",
         "llm.seed",  # sent with every request and part of its cache key
     ],
     "answer": [
         "mode",  # written in run.json
+        "system",  # which memory answers, and how
         "answer",  # step limit and result size; max_failed_share accepts failed questions
+        "rag",  # top_k: the chunks in rag's prompt
+        "full_context",  # the context window and the reply's room decide what the prompt holds
         "models.agent",
         "llm.seed",
         "graph.row_limit",  # the most rows a read of the agent returns

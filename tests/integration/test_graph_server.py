@@ -14,8 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import clients.graph as graph
-from clients.graph import LocalServer, Neo4jGraphStore, live_servers, start_graph
+import clients.graph.server as graph_server
+from clients.graph.conf import SERVER_ENV_PASSTHROUGH
+from clients.graph.server import LocalServer, live_servers
+from clients.graph.store import Neo4jGraphStore, start_graph
 from clients.params_file import ROOT
 from schemas.errors import ServiceError
 from schemas.params import GraphParams
@@ -61,7 +63,7 @@ def test_start_answers_with_generated_password_and_stop_leaves_no_jvm(
         # the JVM's environment is built, never inherited (no API key of the harness)
         raw = Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace")
         environ = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
-        assert set(environ) <= {*graph.SERVER_ENV_PASSTHROUGH, "HOME", "TMPDIR"}
+        assert set(environ) <= {*SERVER_ENV_PASSTHROUGH, "HOME", "TMPDIR"}
         assert environ["HOME"] == str(server.home)
         assert server in live_servers()
         intruder = SimpleNamespace(
@@ -129,15 +131,17 @@ def test_taken_explicit_port_is_refused_before_launch(
 def test_port_taken_by_a_race_is_retried_on_another_port(
     graph_params: GraphParams, no_jvm_left: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_find = graph.find_free_port
+    real_find = graph_server.find_free_port
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
         taken = blocker.getsockname()[1]
         ports = iter([taken])
         # The free-port probe says yes, but another process holds the port when Neo4j binds it.
-        monkeypatch.setattr(graph, "port_is_free", lambda port: True)
-        monkeypatch.setattr(graph, "find_free_port", lambda: next(ports, None) or real_find())
+        monkeypatch.setattr(graph_server, "port_is_free", lambda port: True)
+        monkeypatch.setattr(
+            graph_server, "find_free_port", lambda: next(ports, None) or real_find()
+        )
         with start_graph(graph_params, no_jvm_left, name="race") as store:
             assert store.server.port != taken  # type: ignore[attr-defined]
             assert store.read("RETURN 2 AS two") == [{"two": 2}]
@@ -171,7 +175,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from clients.graph import start_graph
+    from clients.graph.store import start_graph
     from schemas.params import GraphParams
     params = GraphParams.model_validate_json(sys.argv[1])
     with start_graph(params, Path(sys.argv[2]), name="child") as store:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from clients.cypher import QueryRejected
-from clients.graph import Neo4jGraphStore, QueryFailed, start_graph
+from clients.graph.guard import QueryRejected
+from clients.graph.port import QueryFailed
+from clients.graph.store import Neo4jGraphStore, start_graph
 from schemas.errors import IntegrityError
 from schemas.memory import GraphBatch, Relationship, validate_batch
 from schemas.params import GraphParams

@@ -35,7 +35,7 @@ import yaml
 from bench.repair import cut_filler
 from bench.slice import build_slice, from_ranges, load_fixture
 from clients.files import stable_json
-from clients.graph import Neo4jGraphStore, start_graph
+from clients.graph.store import Neo4jGraphStore, start_graph
 from clients.llm.client import LlmClient
 from clients.params_file import load_params
 from clients.scripted.backend import ScriptedBackend, read_record

@@ -165,6 +165,14 @@ class RepoCopy:
                 params[name] = value
         path.write_text(yaml.safe_dump(params, sort_keys=False))
 
+    def use_checkout_jars(self) -> None:
+        """The copy finds the Neo4j jars where `make neo4j` puts them (its own .cache/neo4j/lib,
+        here a link to this checkout's), not through BEAM_NEO4J_LIB: as a user's clone does."""
+        self.env.pop("BEAM_NEO4J_LIB", None)
+        lib = self.path / ".cache" / "neo4j" / "lib"
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        lib.symlink_to(REPO_ROOT / ".cache" / "neo4j" / "lib", target_is_directory=True)
+
     def stage(
         self, name: str, timeout: float = COMMAND_TIMEOUT_SECONDS
     ) -> subprocess.CompletedProcess[str]:

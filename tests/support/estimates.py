@@ -1,8 +1,10 @@
 """The dry-run estimate of a test copy's run, per phase of the report, beside what the run took.
 
 The headline (metrics/report.json) keeps the calls and tokens a run took, not the estimate (it is
-in the record's cost table); tests and benchmarks that hold the estimator to the run get it here,
-computed in the copy by `stages.estimate` exactly as `make estimate` prints it.
+in the record's cost table); tests and benchmarks that hold the estimator to a run get it here,
+computed in the copy by `python -m stages.estimate --json` exactly as `make estimate` prints it:
+with the copy's params rates, or with the rates taken from a finished run (`from_`: a folder, a
+git revision or a DVC experiment name of the copy).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from tests.support.e2e_repo import RepoCopy
 
@@ -20,27 +23,26 @@ PHASES = {
     "judge": "judge",
     "total": "total",
 }
-_PRINT_ESTIMATE = """
-import json
-from stages.common import load_mode
-from stages.estimate import estimate_mode
-phases = estimate_mode(load_mode())
-print(json.dumps({k: {"calls": p.calls, "tokens": p.tokens} for k, p in phases.items()}))
-"""
 
 
-def estimate_of(repo: RepoCopy) -> dict[str, dict[str, int]]:
-    """{phase: {calls, tokens}} for the copy's mode and params (no model call, no server)."""
+def estimate_json(repo: RepoCopy, from_: str | None = None, mode: str | None = None) -> Any:
+    """`python -m stages.estimate --json` in the copy (no model call, no server)."""
+    args = [sys.executable, "-m", "stages.estimate", "--json"]
+    args += ["--from", from_] if from_ else []
+    args += ["--mode", mode] if mode else []
     done = subprocess.run(
-        [sys.executable, "-c", _PRINT_ESTIMATE],
-        cwd=repo.path,
-        env=repo.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
+        args, cwd=repo.path, env=repo.env, capture_output=True, text=True, timeout=300
     )
-    by_role = json.loads(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def estimate_of(
+    repo: RepoCopy, from_: str | None = None, mode: str | None = None
+) -> dict[str, dict[str, int]]:
+    """{phase: {calls, tokens, prompt_tokens, completion_tokens}} for the copy's mode (or
+    `mode`), by the report's phase names."""
+    by_role = estimate_json(repo, from_, mode)["phases"]
     return {phase: by_role[role] for phase, role in PHASES.items()}
 
 
@@ -51,3 +53,12 @@ def actual_of(repo: RepoCopy) -> dict[str, dict[str, int]]:
         phase: {"calls": report["cost_calls"][phase], "tokens": report["cost_tokens"][phase]}
         for phase in PHASES
     }
+
+
+def usage_of(repo: RepoCopy) -> dict[str, dict[str, int]]:
+    """{role: {calls, prompt_tokens, completion_tokens}} of the pipeline's phases (not the judge
+    check's), from metrics/usage/."""
+    usage: dict[str, dict[str, int]] = {}
+    for stage in ("ingest", "answer", "judge"):
+        usage |= repo.read_json(f"metrics/usage/{stage}.json")
+    return usage

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.graph import check_java, live_servers, neo4j_lib, resolve_java, stop_all
+from clients.graph.server import check_java, live_servers, neo4j_lib, resolve_java, stop_all
 from clients.params_file import ROOT, load_params
 from schemas.errors import ServiceError
 from schemas.params import GraphParams

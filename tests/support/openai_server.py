@@ -35,7 +35,7 @@ class Action:
 
     kind: str
     """text, tool_call, tool_calls, json, rate_limit, server_error, hang, malformed, bad_tool_args,
-    empty, status"""
+    empty, status, cut (text that stopped at max_tokens: finish_reason length)"""
     content: str = ""
     tool_name: str = ""
     arguments: str = ""
@@ -86,6 +86,11 @@ class Action:
     @staticmethod
     def empty() -> Action:
         return Action("empty")
+
+    @staticmethod
+    def cut(content: str) -> Action:
+        """A reply that stopped at max_tokens (`finish_reason: length`)."""
+        return Action("cut", content=content)
 
     @staticmethod
     def status(code: int, message: str = "") -> Action:
@@ -244,6 +249,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(int(action.content), {"error": {"message": text}})
         elif kind == "empty":
             self._send(200, _completion(body, {"role": "assistant", "content": ""}, "stop"))
+        elif kind == "cut":
+            message = {"role": "assistant", "content": action.content}
+            self._send(200, _completion(body, message, "length"))
         else:  # text, json, malformed
             message = {"role": "assistant", "content": action.content}
             self._send(200, _completion(body, message, "stop"))

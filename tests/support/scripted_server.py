@@ -41,12 +41,14 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
-from bench.judge import JudgeVerdict, extract_judge_prompts, with_question_slot
+from bench.scorer_prompts import extract_judge_prompts, with_question_slot
+from bench.scoring import JudgeVerdict
 from clients.llm.cache import canonical_json
 from clients.llm.port import ChatRequest, Message, Tool, ToolCall
 from clients.llm.replies import schema_instruction
 from clients.scripted.backend import ScriptedBackend
 from schemas.judging import JudgePrompts
+from systems import one_shot
 from systems.graphrag import agent, decide, extract
 from tests.support.openai_server import Action, LoopbackServer
 from tests.support.scorer_standin import compute_metrics_py, prompts_py
@@ -102,6 +104,7 @@ def prompt_tasks(judge: JudgePrompts | None = None) -> tuple[PromptTask, ...]:
         PromptTask("system", decide.RESOLVE_SYSTEM, decide.RESOLVE_TASK),
         PromptTask("system", decide.LINK_SYSTEM, decide.LINK_TASK),
         PromptTask("system", agent.SYSTEM_PROMPT, agent.TASK),
+        PromptTask("system", one_shot.system_prompt("").split("\n")[0], one_shot.TASK),
         PromptTask("system", _opening(judge.equivalence_system), "equivalence"),
         PromptTask("user", _opening(with_question_slot(judge.item_prompt)), "judge", JudgeVerdict),
     )

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from clients import cypher
-from clients.cypher import check_read_only
-from clients.graph import QueryFailed, Rows, WriteReceipt
+from clients.graph.guard import check_read_only
+from clients.graph.port import QueryFailed, Rows, WriteReceipt
 from clients.llm.port import ChatRequest, Completion, ToolCall
 from schemas.errors import ServiceError
 from schemas.memory import GraphBatch

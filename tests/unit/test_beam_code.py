@@ -22,7 +22,9 @@ from bench.beam_code import (
     beam_code_score,
     beam_code_summary,
 )
-from bench.judge import Ask, Message, extract_judge_prompts, judge_question, order_scores, summarize
+from bench.event_order import order_scores
+from bench.judge import Ask, judge_question, summarize
+from bench.scorer_prompts import Message, extract_judge_prompts
 from schemas.errors import DataError
 from schemas.judging import Judgement, JudgePrompts
 from schemas.records import ABILITIES, Ability, Question, Rubric

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from clients import cypher
-from clients.cypher import QueryRejected, check_plan, check_read_only, escape_fulltext
+from clients.cypher import escape_fulltext
+from clients.graph.guard import MAX_QUERY_CHARS, QueryRejected, check_plan, check_read_only
 from schemas.memory import ENTITY_LABELS, NODE_LABELS, REL_TYPES, STATEMENT_LABELS
 
 ALLOWED = [
@@ -76,7 +77,7 @@ REJECTED = [
     "MATCH (n) /* never closed RETURN n",
     "",
     "   ",
-    "RETURN 1" + " " * cypher.MAX_QUERY_CHARS,
+    "RETURN 1" + " " * MAX_QUERY_CHARS,
     # the outside tester's bypass: Neo4j ends a `//` comment at \r too
     "// x\rLOAD CSV FROM 'file:///etc/passwd' AS row RETURN row",
     "MATCH (n:Memory) // x\rDETACH DELETE n",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.judge import extract_judge_prompts
+from bench.scorer_prompts import extract_judge_prompts
 from clients.github import download_pinned, fetch_bytes, raw_url
 from clients.params_file import load_params
 from schemas.errors import FetchError, IntegrityError

@@ -8,23 +8,26 @@ from pathlib import Path
 
 import pytest
 
-import clients.graph as graph
-from clients.graph import (
+from clients.graph.conf import (
     HARDENING_CONF,
     JVM_FLAGS,
-    UriServer,
     auth_ini_line,
     build_java_command,
-    check_java,
     docker_conf_env,
-    find_free_port,
-    neo4j_lib,
     parse_java_major,
-    port_is_free,
     render_conf,
     server_environment,
-    start_graph,
 )
+from clients.graph.server import (
+    LocalServer,
+    UriServer,
+    check_java,
+    find_free_port,
+    make_server,
+    neo4j_lib,
+    port_is_free,
+)
+from clients.graph.store import start_graph
 from clients.params_file import ROOT, load_params
 from schemas.errors import ServiceError
 from schemas.params import GraphParams
@@ -181,10 +184,10 @@ def test_uri_backend_takes_credentials_from_the_environment_only(
         monkeypatch.delenv(name, raising=False)
     uri_params = params.model_copy(update={"backend": "uri"})
     with pytest.raises(ServiceError, match="BEAM_NEO4J_URI and BEAM_NEO4J_PASSWORD"):
-        graph.make_server(uri_params, Path("unused"))
+        make_server(uri_params, Path("unused"))
     monkeypatch.setenv(UriServer.ENV_URI, "bolt://127.0.0.1:1")
     monkeypatch.setenv(UriServer.ENV_PASSWORD, "pw")
-    server = graph.make_server(uri_params, Path("unused"))
+    server = make_server(uri_params, Path("unused"))
     assert server.uri == "bolt://127.0.0.1:1" and server.auth == ("neo4j", "pw")
 
 
@@ -200,7 +203,7 @@ def test_a_foreign_folder_is_never_wiped(params: GraphParams, tmp_path: Path) ->
     home = tmp_path / "neo4j-graph"
     home.mkdir()
     (home / "precious.txt").write_text("keep me")
-    server = graph.LocalServer(params, home)
+    server = LocalServer(params, home)
     with pytest.raises(ServiceError, match="not a Neo4j home made by this harness"):
         server._prepare_home(7999)
     assert (home / "precious.txt").read_text() == "keep me"

@@ -30,6 +30,7 @@ from schemas.params import IngestParams
 from schemas.records import ChatMessage, ChatSlice, Session
 from stages.ingest import load_chats, settings_for, summarize
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
+from systems.port import BuiltMemory
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 
@@ -109,7 +110,7 @@ def test_settings_take_the_pair_cap_of_the_mode() -> None:
 
 def test_summarize_totals_every_conversation() -> None:
     graphs = [ConversationGraph(c, [], GraphBatch()) for c in ("1", "4")]
-    metrics = summarize(graphs)
+    metrics = summarize([BuiltMemory(g.conversation_id, g.counts()) for g in graphs])
     assert set(metrics) == {"total", "conv1", "conv4"}
     assert "seconds" not in metrics["total"]  # data/ingest/graphs.json is a DVC out: no wall time
     assert set(metrics["conv1"]) == set(metrics["total"])

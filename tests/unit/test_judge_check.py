@@ -1,8 +1,8 @@
 """The judge check: calibration cases built from the real rubrics (../shared/beam), checked against
 the recipe's hashes, and judged by scripted judges whose right answers are known.
 
-- `scripted/faithful` (clients/scripted/rules.py) gives 1 only when every content word of the item is in
-  the answer: on these cases it must agree 100%.
+- `scripted/faithful` (clients/scripted/rules.py) gives 1 only when every content word of the item
+  is in the answer: on these cases it must agree 100%.
 - `scripted/lenient` (registered here, test-only) passes everything: its agreement must fall below
   `min_agreement` and the warning must say so.
 - `scripted/rules` (the overlap judge the pipeline's tests use) is measured too: its overlap score
@@ -24,7 +24,9 @@ import pytest
 import yaml
 
 from bench import judge_check as jc
-from bench.judge import JUDGE_TASK, JudgeVerdict, extract_judge_prompts
+from bench.judge import JUDGE_TASK
+from bench.scorer_prompts import extract_judge_prompts
+from bench.scoring import JudgeVerdict
 from bench.slice import load_fixture
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient

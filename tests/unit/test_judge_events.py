@@ -9,15 +9,9 @@ import math
 
 import pytest
 
-from bench.judge import (
-    Message,
-    align_events,
-    extract_judge_prompts,
-    judge_question,
-    order_scores,
-    score_event_ordering,
-    split_answer_lines,
-)
+from bench.event_order import align_events, order_scores, score_event_ordering, split_answer_lines
+from bench.judge import judge_question
+from bench.scorer_prompts import Message, extract_judge_prompts
 from schemas.judging import EventAlignment, JudgePrompts
 from schemas.records import Question, Rubric
 from tests.support import scorer_standin as standin

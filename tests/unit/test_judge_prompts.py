@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.judge import (
+from bench.scorer_prompts import (
     equivalence_messages,
     extract_equivalence_messages,
     extract_item_prompt,

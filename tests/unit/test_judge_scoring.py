@@ -6,13 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from bench.judge import (
-    Message,
-    extract_judge_prompts,
-    judge_question,
-    parse_equivalence_reply,
-    score_item,
-)
+from bench.judge import judge_question
+from bench.scorer_prompts import Message, extract_judge_prompts
+from bench.scoring import NO_REPLY, parse_equivalence_reply, score_item
 from schemas.errors import DataError
 from schemas.judging import JudgePrompts
 from schemas.records import Question, Rubric
@@ -118,7 +114,7 @@ def test_failed_call_scores_zero_as_model_error_not_parse_error() -> None:
     item = score_item("Names Lisbon", None)
     assert item.score == 0.0
     assert not item.parse_error
-    assert item.error == "the judge call failed"
+    assert item.error == NO_REPLY
     assert item.reply is None
 
 

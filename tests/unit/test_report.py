@@ -17,11 +17,13 @@ from bench.report import (
     read_times,
     render_record,
     render_times,
+    run_info,
     score_table,
+    small_model_warning,
 )
+from schemas.estimate import PhaseEstimate
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
-from systems.graphrag.cost import PhaseEstimate
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "report_record.md"
 PARAMS = ReportParams(bootstrap_samples=2000, seed=0, confidence=0.95)
@@ -135,6 +137,7 @@ def _inputs() -> dict[str, object]:
             "supersedes": 1,
             "contradicts": 0,
             "empty_extractions": 0,
+            "failed_extractions": 1,
         }
     }
     judge = {"event_ordering": {"event_f1": None, "event_tau_norm": None}}
@@ -365,3 +368,14 @@ def test_the_graph_table_lists_conversations_in_numeric_order() -> None:
     graph = record[record.index("## Graph") : record.index("## Cost")]
     order = [line.split(" | ")[0] for line in graph.splitlines() if line.startswith("| conv")]
     assert order == ["| conversation", "| conv1", "| conv4", "| conv13", "| conv17"]
+
+
+def test_a_local_model_is_flagged_as_measuring_nothing_about_memory() -> None:
+    """A `local/` model of clients/local_model.py's table is named in the record's warning."""
+    one = {"model": "local/smollm2-135m-instruct", "test_model": False, "judge_is_agent": False}
+    runs = [{"mode": "lite", "models": [{"role": "agent", **one}]} for _ in range(3)]
+    run = run_info(*runs)
+    assert run["small_models"] == ["local/smollm2-135m-instruct"] and not run["test_model"]
+    warning = small_model_warning("local/smollm2-135m-instruct")
+    assert "a model this small measures nothing about memory" in warning
+    assert "`local/smollm2-135m-instruct`, a 98 MB model" in warning

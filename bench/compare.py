@@ -1,0 +1,569 @@
+"""compare: experiments side by side, one column per system/model, from DVC's own records.
+
+Input is the document `dvc exp show --json` prints (a list of baselines: the workspace and each
+commit, with their experiments; every run holds its `params.yaml` and its metrics files). Each
+run whose `metrics/report.json` is there becomes a column; its heading is the params `system` (the
+memory system), with the agent's model added where the models differ, and the experiment's name
+where that still leaves two columns alike. Runs without a report (queued, running, failed) are
+listed below the table, never silently dropped.
+
+Rows, from metrics/report.json (bench/report.py writes it; its layout is in the README):
+- the runs' settings: system, mode, the agent's and the judge's model, and every other param
+  whose value differs between the columns;
+- score: overall and each ability any column asked, as `score [ci_low, ci_high]` with its
+  number of questions;
+- the other scores (beam_code, excluding known-bad rubrics, evidence recall, the judge check);
+- cost: tokens and calls per question, the agent's context tokens;
+- calls and tokens per phase, then failures, then any group this module does not know (so a
+  metric a system adds still shows).
+A column without a value shows `–`.
+
+Outputs (written by stages/compare.py): a Markdown table, a long-format CSV (one row per column
+and metric: `column,experiment,rev,system,agent_model,group,key,value,ci_low,ci_high,n`), and one
+SVG figure drawn with matplotlib: score per ability with its interval, and calls and tokens per
+phase, one colour per column. SVG because it is text, opens in any browser and is byte-identical
+for the same input (no date, fixed ids); matplotlib because it is the maintained plotting library
+that writes a file without a browser or network (DVC's own `plots diff` writes HTML that loads
+Vega from the web).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas.errors import DataError
+
+REPORT_METRICS = "metrics/report.json"
+PARAMS_FILE = "params.yaml"
+MISSING = "–"
+SCORE_GROUPS = ("score_beam_code", "score_excluding_known_bad", "evidence_recall")
+PHASE_GROUPS = ("cost_calls", "cost_tokens")
+SHARE_GROUPS = ("score", *SCORE_GROUPS)
+"""Groups whose values are scores or shares (0..1)."""
+KNOWN_GROUPS = frozenset(
+    {
+        "score",
+        "score_ci_low",
+        "score_ci_high",
+        "questions",
+        *SCORE_GROUPS,
+        "judge_check",
+        "agent",
+        *PHASE_GROUPS,
+        "failures",
+    }
+)
+PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge")
+"""The report's phases in pipeline order (any other phase follows, then `total`)."""
+SETTING_PARAMS = ("system", "mode", "models.agent.model", "models.judge.model")
+"""Params shown at the top of every table; other params only where the columns differ."""
+UNCOMPARED_PARAMS = ("models.", "verify_hash.", "fetch.", "judge.", "estimate.")
+"""Params left out of the "differs" rows: pins and endpoints, not what a sweep varies (the
+models' names are shown above; `api_base` and pins would only repeat it)."""
+
+UNFINISHED = ("queued", "running", "failed")
+"""Executor states of an experiment that has no commit of its own (`dvc exp show` then shows the
+workspace's params and metrics in its row)."""
+
+Kind = Literal["workspace", "baseline", "experiment"]
+
+
+class Run(BaseModel):
+    """One row of `dvc exp show`: the workspace, a commit, or an experiment of a commit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """The experiment's name, a branch or tag name, the short commit, or `workspace`."""
+    rev: str
+    kind: Kind
+    state: str | None = None
+    """DVC's state of an experiment (Success, Failed, Queued, Running); None for commits."""
+    params: dict[str, Any]
+    """params.yaml, flattened to dotted keys."""
+    report: dict[str, dict[str, float]] | None
+    """metrics/report.json; None when the run has none (not run, failed, still queued)."""
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float | str | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: float | None = None
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    section: str
+    group: str
+    """The report's group (`score`, `cost_tokens`, ...) or `params` / `derived`."""
+    key: str
+    label: str
+    cells: tuple[Cell, ...]
+
+
+class Comparison(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    columns: tuple[str, ...]
+    runs: tuple[Run, ...]
+    rows: tuple[Row, ...]
+    left_out: tuple[str, ...]
+    """Runs shown by DVC but without a report, with why (`name (Failed)`)."""
+
+
+# -- reading `dvc exp show --json` -----------------------------------------------------------------
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out |= flatten(value, f"{prefix}{key}.")
+        return out
+    return {prefix[:-1]: node}
+
+
+def _file_data(files: Any, name: str) -> Any:
+    entry = (files or {}).get(name) or {}
+    return entry.get("data") if isinstance(entry, Mapping) else None
+
+
+def _run(entry: Mapping[str, Any], kind: Kind, state: str | None, name: str | None) -> Run:
+    data = entry.get("data") or {}
+    rev = str(entry.get("rev") or data.get("rev") or "")
+    report = _file_data(data.get("metrics"), REPORT_METRICS)
+    if report is not None and not (
+        isinstance(report, Mapping) and all(isinstance(v, Mapping) for v in report.values())
+    ):
+        raise DataError(
+            f"{REPORT_METRICS} of {name or rev} is not the report's layout (groups of numbers)"
+        )
+    return Run(
+        name=name or entry.get("name") or rev[:7] or "?",
+        rev=rev,
+        kind=kind,
+        state=state,
+        params=flatten(_file_data(data.get("params"), PARAMS_FILE) or {}),
+        report=None if report is None else {g: dict(v) for g, v in report.items()},
+    )
+
+
+def read_exp_show(document: Any) -> list[Run]:
+    """Every run of a `dvc exp show --json` document: each commit, then its experiments, oldest
+    first."""
+    if not isinstance(document, list):
+        raise DataError(
+            "expected the output of `dvc exp show --json` (a JSON list of baselines), found "
+            f"{type(document).__name__}"
+        )
+    runs: list[Run] = []
+    for baseline in document:
+        if not isinstance(baseline, Mapping):
+            raise DataError("a `dvc exp show --json` entry is not an object")
+        rev = str(baseline.get("rev") or "")
+        kind: Kind = "workspace" if rev == "workspace" else "baseline"
+        runs.append(_run(baseline, kind, None, "workspace" if kind == "workspace" else None))
+        # DVC lists a commit's experiments newest first; a sweep reads best in its queue order
+        for experiment in reversed(baseline.get("experiments") or []):
+            for entry in experiment.get("revs") or []:
+                executor = experiment.get("executor") or {}
+                state = executor.get("state")  # queued, running, success, failed; None: done
+                run = _run(entry, "experiment", state, experiment.get("name"))
+                if state in UNFINISHED:  # DVC shows the workspace's files for these
+                    run = run.model_copy(update={"report": None})
+                runs.append(run)
+    return runs
+
+
+# -- choosing the columns ----------------------------------------------------------------------
+def select_runs(runs: Sequence[Run], names: Sequence[str] = ()) -> tuple[list[Run], list[str]]:
+    """The runs to compare and the left-out ones (`name (state)`).
+
+    With names: those runs, in that order (an experiment's name, a branch or tag, a commit or its
+    prefix, `workspace`); each must exist and have a report. Without: every experiment that has a
+    report (a sweep's columns); the commits only when no experiment has one."""
+    if names:
+        chosen = [_find(runs, name) for name in names]
+        missing = [f"{r.name} ({_why(r)})" for r in chosen if r.report is None]
+        if missing:
+            raise DataError(
+                f"no {REPORT_METRICS} for {', '.join(missing)}: run it to the end first "
+                "(`dvc queue status`, `dvc exp run`)"
+            )
+        return chosen, []
+    experiments = [r for r in runs if r.kind == "experiment"]
+    pool = experiments if any(r.report for r in experiments) else list(runs)
+    chosen = _unique([r for r in pool if r.report is not None])
+    left_out = [f"{r.name} ({_why(r)})" for r in experiments if r.report is None]
+    if not chosen:
+        listed = ", ".join(f"{r.name} ({_why(r)})" for r in runs) or "none"
+        raise DataError(
+            f"nothing to compare: no experiment or commit has {REPORT_METRICS} (runs: {listed}). "
+            "Run a sweep first, e.g. `dvc exp run --queue -S system=graphrag,rag,full_context,"
+            "no_memory` and `dvc queue start -j 2`, then wait for `dvc queue status`"
+        )
+    return chosen, left_out
+
+
+def _why(run: Run) -> str:
+    if run.report is not None:
+        return "done"
+    return run.state or ("not run" if run.kind != "experiment" else "no report")
+
+
+def _unique(runs: Sequence[Run]) -> list[Run]:
+    """The workspace repeats the commit it was last run at: leave it out where a commit has the
+    same params and report."""
+
+    def same(a: Run, b: Run) -> bool:
+        return a.params == b.params and a.report == b.report
+
+    return [
+        r for r in runs if r.kind != "workspace" or not any(o is not r and same(o, r) for o in runs)
+    ]
+
+
+def _find(runs: Sequence[Run], name: str) -> Run:
+    exact = [r for r in runs if name in (r.name, r.rev)]
+    prefix = [r for r in runs if len(name) >= 4 and r.rev.startswith(name)]
+    found = exact or prefix
+    if len(found) != 1:
+        known = ", ".join(r.name for r in runs) or "none"
+        what = "is ambiguous" if found else "is not an experiment or commit DVC shows"
+        raise DataError(
+            f"{name!r} {what} (known: {known}); name a commit of another branch with --rev"
+        )
+    return found[0]
+
+
+# -- the table ---------------------------------------------------------------------------------
+def column_labels(runs: Sequence[Run]) -> list[str]:
+    """`system`, `system · model` where the agent models differ; the experiment's name where
+    that leaves two columns alike (or there is no system param)."""
+    systems = [r.params.get("system") for r in runs]
+    models = [str(r.params.get("models.agent.model")) for r in runs]
+    labels = []
+    for run, system, model in zip(runs, systems, models, strict=True):
+        parts = [str(system)] if system is not None else []
+        if len(set(models)) > 1:
+            parts.append(model)
+        labels.append(" · ".join(parts) or run.name)
+    return [
+        f"{label} ({run.name})" if labels.count(label) > 1 else label
+        for label, run in zip(labels, runs, strict=True)
+    ]
+
+
+def _value(run: Run, group: str, key: str) -> float | None:
+    value = (run.report or {}).get(group, {}).get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _row(section: str, group: str, key: str, label: str, runs: Sequence[Run]) -> Row:
+    return Row(
+        section=section,
+        group=group,
+        key=key,
+        label=label,
+        cells=tuple(Cell(value=_value(r, group, key)) for r in runs),
+    )
+
+
+def _keys(runs: Sequence[Run], group: str, first: Sequence[str] = ()) -> list[str]:
+    present = {k for r in runs for k in (r.report or {}).get(group, {})}
+    rest = sorted(present - {*first, "total"})
+    return [k for k in first if k in present] + rest + (["total"] if "total" in present else [])
+
+
+def _per_question(run: Run, group: str) -> float | None:
+    total, questions = _value(run, group, "total"), _value(run, "questions", "overall")
+    return total / questions if total is not None and questions else None
+
+
+def settings_rows(runs: Sequence[Run]) -> list[Row]:
+    rows = []
+    for key in SETTING_PARAMS:
+        values = [r.params.get(key) for r in runs]
+        if key == "models.judge.model":
+            values = [v if v is not None else "= agent" for v in values]
+        if key == "system" and all(v is None for v in values):
+            continue
+        rows.append(
+            Row(
+                section="settings",
+                group="params",
+                key=key,
+                label=key.removeprefix("models.").replace(".model", " model"),
+                cells=tuple(Cell(value=MISSING if v is None else str(v)) for v in values),
+            )
+        )
+    keys = sorted({k for r in runs for k in r.params})
+    for key in keys:
+        if key in SETTING_PARAMS or key.startswith(UNCOMPARED_PARAMS):
+            continue
+        values = [r.params.get(key) for r in runs]
+        if len({repr(v) for v in values}) > 1:
+            rows.append(
+                Row(
+                    section="settings",
+                    group="params",
+                    key=key,
+                    label=key,
+                    cells=tuple(Cell(value=MISSING if v is None else str(v)) for v in values),
+                )
+            )
+    return rows
+
+
+def score_rows(runs: Sequence[Run]) -> list[Row]:
+    rows = []
+    for key in _keys(runs, "score", first=("overall",)):
+        cells = []
+        for run in runs:
+            n = _value(run, "questions", key)
+            cells.append(
+                Cell(
+                    value=_value(run, "score", key),
+                    ci_low=_value(run, "score_ci_low", key),
+                    ci_high=_value(run, "score_ci_high", key),
+                    n=n,
+                )
+            )
+        rows.append(Row(section="score", group="score", key=key, label=key, cells=tuple(cells)))
+    return rows
+
+
+def build_comparison(runs: Sequence[Run], left_out: Sequence[str] = ()) -> Comparison:
+    """The table of the chosen runs (pure)."""
+    if not runs:
+        raise DataError("nothing to compare: no run was chosen")
+    rows = [*settings_rows(runs), *score_rows(runs)]
+    for group in SCORE_GROUPS:
+        rows += [_row("other scores", group, k, f"{group}.{k}", runs) for k in _keys(runs, group)]
+    rows += [
+        _row("other scores", "judge_check", k, f"judge_check.{k}", runs)
+        for k in _keys(runs, "judge_check")
+    ]
+    for group, label in (
+        ("cost_tokens", "tokens per question"),
+        ("cost_calls", "calls per question"),
+    ):
+        rows.append(
+            Row(
+                section="cost",
+                group="derived",
+                key=f"{group}_per_question",
+                label=label,
+                cells=tuple(Cell(value=_per_question(r, group)) for r in runs),
+            )
+        )
+    rows += [_row("cost", "agent", k, f"agent.{k}", runs) for k in _keys(runs, "agent")]
+    for group, section in (("cost_calls", "calls per phase"), ("cost_tokens", "tokens per phase")):
+        rows += [_row(section, group, k, k, runs) for k in _keys(runs, group, first=PHASES)]
+    rows += [_row("failures", "failures", k, k, runs) for k in _keys(runs, "failures")]
+    rows += [  # per ability: beside each score
+        _row("questions", "questions", k, k, runs)
+        for k in _keys(runs, "questions")
+        if k in ("overall", "known_bad_rubric")
+    ]
+    others = sorted({g for r in runs for g in (r.report or {})} - KNOWN_GROUPS)
+    for group in others:
+        rows += [_row("other", group, k, f"{group}.{k}", runs) for k in _keys(runs, group)]
+    return Comparison(
+        columns=tuple(column_labels(runs)),
+        runs=tuple(runs),
+        rows=tuple(rows),
+        left_out=tuple(left_out),
+    )
+
+
+# -- rendering ---------------------------------------------------------------------------------
+def format_number(value: float, group: str, key: str = "") -> str:
+    """Scores and shares with 3 decimals; counts with thousands separators."""
+    if group in SHARE_GROUPS or (group, key) == ("judge_check", "agreement"):
+        return f"{value:.3f}"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.1f}"
+
+
+def format_cell(cell: Cell, group: str, key: str = "") -> str:
+    if cell.value is None:
+        return MISSING
+    if isinstance(cell.value, str):
+        return cell.value
+    text = format_number(cell.value, group, key)
+    if group == "score":
+        if cell.ci_low is not None and cell.ci_high is not None:
+            text += f" [{cell.ci_low:.2f}, {cell.ci_high:.2f}]"
+        if cell.n is not None:
+            text += f" (n={int(cell.n)})"
+    return text
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(table: Comparison) -> str:
+    head = ["metric", *table.columns]
+    lines = [
+        "# Experiments side by side",
+        "",
+        f"{len(table.columns)} runs from `dvc exp show` (`python -m stages.compare`). Scores "
+        "are `score [95% interval] (n=questions)`; an ability a run did not ask shows "
+        f"`{MISSING}`. A run with the test model `scripted/rules` measures nothing.",
+        "",
+        "| " + " | ".join(map(_md_escape, head)) + " |",
+        "|" + "---|" + "---:|" * len(table.columns),
+    ]
+    section = None
+    for row in table.rows:
+        if row.section != section:
+            section = row.section
+            lines.append(f"| **{section}** |" + " |" * len(table.columns))
+        cells = [format_cell(c, row.group, row.key) for c in row.cells]
+        lines.append("| " + " | ".join(_md_escape(x) for x in [row.label, *cells]) + " |")
+    lines.append("")
+    lines.append(
+        "Columns: "
+        + "; ".join(
+            f"{label} = `{run.name}` ({run.rev[:7]})"
+            for label, run in zip(table.columns, table.runs, strict=True)
+        )
+        + "."
+    )
+    if table.left_out:
+        lines.append("")
+        lines.append("Left out (no report): " + ", ".join(table.left_out) + ".")
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = (
+    "column",
+    "experiment",
+    "rev",
+    "system",
+    "agent_model",
+    "group",
+    "key",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+)
+
+
+def _csv_number(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else repr(round(value, 6))
+
+
+def render_csv(table: Comparison) -> str:
+    """Long format: one row per column and metric (settings rows as text values)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for row in table.rows:
+        for label, run, cell in zip(table.columns, table.runs, row.cells, strict=True):
+            value = cell.value
+            writer.writerow(
+                [
+                    label,
+                    run.name,
+                    run.rev,
+                    run.params.get("system") or "",
+                    run.params.get("models.agent.model") or "",
+                    row.group,
+                    row.key,
+                    value if isinstance(value, str) else _csv_number(value),
+                    _csv_number(cell.ci_low),
+                    _csv_number(cell.ci_high),
+                    _csv_number(cell.n),
+                ]
+            )
+    return buffer.getvalue()
+
+
+def render_svg(table: Comparison) -> bytes:
+    """Score per ability with its interval, calls and tokens per phase; one colour per column."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    scores = [r for r in table.rows if r.group == "score"]
+    calls = [r for r in table.rows if r.group == "cost_calls" and r.key != "total"]
+    tokens = [r for r in table.rows if r.group == "cost_tokens" and r.key != "total"]
+    n_cols = len(table.columns)
+    height = max(4.0, 0.22 * max(len(scores), len(calls)) * n_cols + 1.8)
+    with matplotlib.rc_context({"svg.hashsalt": "beam-compare", "svg.fonttype": "none"}):
+        figure = Figure(figsize=(15, height), layout="constrained")
+        axes = figure.subplots(1, 3, width_ratios=(1.3, 1, 1))
+        colours = [matplotlib.colormaps["tab10"](i % 10) for i in range(n_cols)]
+        _bars(axes[0], scores, table.columns, colours, "score (95% interval)", interval=True)
+        axes[0].set_xlim(0, 1)
+        _bars(axes[1], calls, table.columns, colours, "model calls per phase")
+        _bars(axes[2], tokens, table.columns, colours, "tokens per phase")
+        handles, labels = axes[0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="outside lower center", ncols=min(n_cols, 4))
+        _freeze_layout(figure)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def _bars(
+    ax: Any,
+    rows: Sequence[Row],
+    columns: Sequence[str],
+    colours: Sequence[Any],
+    title: str,
+    *,
+    interval: bool = False,
+) -> None:
+    n_cols = len(columns)
+    width = 0.8 / max(n_cols, 1)
+    for i, (label, colour) in enumerate(zip(columns, colours, strict=True)):
+        ys = [k - 0.4 + width * (i + 0.5) for k in range(len(rows))]  # column 0 on top
+        values = [_plain(r.cells[i].value) for r in rows]
+        ax.barh(ys, values, height=width, color=colour, label=label)
+        if interval:
+            for y, row in zip(ys, rows, strict=True):
+                cell = row.cells[i]
+                value = _plain(cell.value)
+                if cell.ci_low is not None and cell.ci_high is not None:
+                    ax.errorbar(
+                        value,
+                        y,
+                        xerr=[[max(value - cell.ci_low, 0)], [max(cell.ci_high - value, 0)]],
+                        fmt="none",
+                        ecolor="black",
+                        elinewidth=1,
+                        capsize=3,
+                    )
+    ax.set_yticks(range(len(rows)), [r.label for r in rows])
+    ax.invert_yaxis()
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlim(left=0)
+
+
+def _plain(value: float | str | None) -> float:
+    return value if isinstance(value, float) and math.isfinite(value) else 0.0
+
+
+def _freeze_layout(figure: Any) -> None:
+    """Lay the figure out once and round the axes' places: the constrained layout's last digits
+    vary from draw to draw, and the SVG's clip ids hash them (the same input, other bytes)."""
+    figure.get_layout_engine().execute(figure)
+    figure.set_layout_engine("none")
+    for ax in figure.axes:
+        ax.set_position([round(v, 4) for v in ax.get_position().bounds])

@@ -1,0 +1,521 @@
+"""The Neo4j server the harness starts itself (or finds), and the stop of every one it started.
+
+Backends (params `graph.backend`)
+---------------------------------
+- `local` (default): Neo4j 5.26 Community from the jars `make neo4j` copies from Maven Central
+  into .cache/neo4j/lib of the checkout, also from a DVC experiment's copy (clients/shared_root.py;
+  override: env BEAM_NEO4J_LIB; java: env BEAM_JAVA, else JAVA_HOME, else
+  PATH; it must be 17 or 21).
+- `docker`: the image `graph.docker_image` (`neo4j:5.26-community`), Bolt published on
+  127.0.0.1 only; needs a Docker engine. Not exercised by the tests of this repository (no engine
+  on the reference machine).
+- `uri`: an existing server; env BEAM_NEO4J_URI, BEAM_NEO4J_USER (default `neo4j`),
+  BEAM_NEO4J_PASSWORD; never params or files that DVC records. Community has one database, so
+  the store deletes its own nodes (label `Memory`) when it starts and touches nothing else.
+
+Stop
+----
+SIGTERM, then SIGKILL after `graph.stop_grace_seconds`. Every server is registered for an
+  atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
+  SystemExit (so `with` blocks unwind), and on Linux the JVM gets PR_SET_PDEATHSIG=SIGKILL when
+  started from the main thread, so even a SIGKILLed harness leaves no JVM behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+import neo4j
+from neo4j import GraphDatabase
+from neo4j import exceptions as neo4j_errors
+
+from clients import cypher
+from clients.graph.conf import (
+    HARDENING_CONF,
+    auth_ini_line,
+    build_java_command,
+    docker_conf_env,
+    parse_java_major,
+    render_conf,
+    server_environment,
+)
+from clients.shared_root import CODE_ROOT, shared_path
+from schemas.errors import ServiceError
+from schemas.params import GraphParams
+
+DATABASE = "neo4j"
+NEO4J_LIB = Path(".cache") / "neo4j" / "lib"
+"""Under the shared root (clients/shared_root.py): the checkout's, also in an experiment's copy."""
+SUPPORTED_JAVA = (17, 21)
+PORT_ATTEMPTS = 3
+READY_POLL_SECONDS = 0.25
+HOME_MARKER = ".beam-neo4j-home"
+LOG_TAIL_LINES = 40
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def find_free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (a race is handled by retrying the start)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --- process safety: every server we start is stopped ----------------------------------------
+
+_LIVE: dict[int, Server] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def live_servers() -> list[Server]:
+    """Servers started by this process and not yet stopped."""
+    with _LIVE_LOCK:
+        return list(_LIVE.values())
+
+
+def stop_all() -> None:
+    """Stop every server this process started (atexit calls it; so can a test)."""
+    for server in live_servers():
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+atexit.register(stop_all)
+
+
+def _raise_system_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _install_sigterm_handler() -> None:
+    """Turn a SIGTERM into SystemExit so `with start_graph(...)` blocks unwind and stop servers."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def _kill_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+# --- servers ---------------------------------------------------------------------------------
+
+
+class Server(Protocol):
+    uri: str
+    auth: tuple[str, str]
+
+    @property
+    def description(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def failure(self) -> str | None:
+        """None while the server runs; otherwise what happened to it (with its log tail)."""
+        ...
+
+
+def open_driver(uri: str, auth: tuple[str, str]) -> neo4j.Driver:
+    return GraphDatabase.driver(
+        uri,
+        auth=auth,
+        connection_timeout=CONNECT_TIMEOUT_SECONDS,
+        connection_acquisition_timeout=2 * CONNECT_TIMEOUT_SECONDS,
+        max_transaction_retry_time=5.0,
+        notifications_min_severity="OFF",
+    )
+
+
+def _wait_ready(
+    uri: str,
+    auth: tuple[str, str],
+    timeout: float,
+    failure: Callable[[], str | None],
+    description: str,
+) -> None:
+    """Poll until Bolt answers `RETURN 1` on the default database, the process dies, or timeout."""
+    deadline = time.monotonic() + timeout
+    last_error = "no attempt made"
+    with open_driver(uri, auth) as driver:
+        while True:
+            problem = failure()
+            if problem is not None:
+                raise _StartFailed(problem)
+            try:
+                driver.verify_connectivity()
+                records, _, _ = driver.execute_query(cypher.PING, database_=DATABASE)
+                if records and records[0]["ok"] == 1:
+                    return
+            except neo4j_errors.AuthError as exc:
+                raise ServiceError(
+                    f"{description} refused the generated credentials ({exc}); "
+                    "the initial password was not taken"
+                ) from exc
+            except (neo4j_errors.DriverError, neo4j_errors.Neo4jError, OSError) as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise _StartFailed(
+                    f"{description} did not answer within {timeout:.0f} s "
+                    f"(last error: {last_error})"
+                )
+            time.sleep(READY_POLL_SECONDS)
+
+
+class _StartFailed(Exception):
+    """Internal: a start attempt failed; `str` holds the explanation with the log tail."""
+
+
+def resolve_java() -> str:
+    candidates = [os.environ.get("BEAM_JAVA")]
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(str(Path(os.environ["JAVA_HOME"]) / "bin" / "java"))
+    candidates.append(shutil.which("java"))
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise ServiceError(
+        "no java found (looked at $BEAM_JAVA, $JAVA_HOME/bin/java and PATH): "
+        "install a JDK 17 or 21 "
+        "(e.g. `apt-get install openjdk-17-jre-headless`)"
+    )
+
+
+def check_java(java: str) -> int:
+    try:
+        done = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServiceError(f"`{java} -version` failed: {exc}") from exc
+    major = parse_java_major(done.stderr + done.stdout)
+    if major not in SUPPORTED_JAVA:
+        raise ServiceError(
+            f"Neo4j 5.26 needs Java {' or '.join(map(str, SUPPORTED_JAVA))}; {java} is "
+            f"{major or 'of unknown version'}: set BEAM_JAVA or JAVA_HOME to a supported JDK"
+        )
+    return major
+
+
+def neo4j_lib() -> Path:
+    lib = Path(os.environ.get("BEAM_NEO4J_LIB") or shared_path(NEO4J_LIB, base=CODE_ROOT))
+    if not any(lib.glob("neo4j-5.*.jar")) or not any(lib.glob("neo4j-server-*.jar")):
+        raise ServiceError(
+            f"the Neo4j jars are not in {lib}: run `make neo4j` (Maven copies Neo4j 5.26 "
+            "Community from Maven Central; needs `mvn` and network access once)"
+        )
+    return lib
+
+
+class LocalServer:
+    """One Neo4j Community JVM with its own home (conf, data, logs) under `home`."""
+
+    def __init__(
+        self,
+        params: GraphParams,
+        home: Path,
+        *,
+        port: int | None = None,
+        extra_conf: Mapping[str, str] | None = None,
+        hardened: bool = True,
+    ) -> None:
+        """`hardened=False` leaves HARDENING_CONF out: only for tests of the other defences."""
+        self.params = params
+        self.home = Path(home).resolve()
+        self.requested_port = port
+        self.extra_conf = dict(extra_conf or {})
+        self.hardened = hardened
+        self.password = secrets.token_urlsafe(24)
+        self.auth = ("neo4j", self.password)
+        self.port = 0
+        self.uri = ""
+        self.process: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def description(self) -> str:
+        return f"Neo4j (local, pid {self.pid}, bolt 127.0.0.1:{self.port}, home {self.home})"
+
+    @property
+    def console_log(self) -> Path:
+        return self.home / "logs" / "console.log"
+
+    def _prepare_home(self, port: int) -> None:
+        if self.home.exists() and any(self.home.iterdir()):
+            if not (self.home / HOME_MARKER).exists():
+                raise ServiceError(
+                    f"{self.home} exists and is not a Neo4j home made by this harness: "
+                    "give start_graph an empty or new work folder"
+                )
+            shutil.rmtree(self.home)
+        (self.home / "conf").mkdir(parents=True)
+        (self.home / "logs").mkdir()
+        (self.home / "import").mkdir()  # LOAD CSV's root: stays empty
+        (self.home / "tmp").mkdir()
+        (self.home / "data" / "dbms").mkdir(parents=True)
+        marker = "made by clients/graph/server.py; deleted on restart\n"
+        (self.home / HOME_MARKER).write_text(marker)
+        conf = render_conf(port, self.params.page_cache_mb, self.extra_conf, hardened=self.hardened)
+        (self.home / "conf" / "neo4j.conf").write_text(conf, encoding="utf-8")
+        auth = self.home / "data" / "dbms" / "auth.ini"
+        auth.write_text(auth_ini_line(self.password, os.urandom(32)), encoding="utf-8")
+        auth.chmod(0o600)
+
+    def start(self) -> None:
+        lib = neo4j_lib()
+        java = resolve_java()
+        check_java(java)
+        _install_sigterm_handler()
+        attempts = 1 if self.requested_port else PORT_ATTEMPTS
+        failures: list[str] = []
+        for _ in range(attempts):
+            port = self.requested_port or find_free_port()
+            if not port_is_free(port):
+                if self.requested_port:
+                    raise ServiceError(
+                        f"port {port} on 127.0.0.1 is already taken: stop what listens there "
+                        "or let the harness pick a free port (port=None)"
+                    )
+                failures.append(f"port {port} was taken before the start")
+                continue
+            try:
+                self._start_once(lib, java, port)
+                return
+            except _StartFailed as exc:
+                self.stop()
+                failures.append(str(exc))
+                if "already in use" not in str(exc).lower() or self.requested_port:
+                    break
+            except BaseException:
+                self.stop()
+                raise
+        raise ServiceError(
+            f"Neo4j did not start ({len(failures)} attempt(s)):\n" + "\n---\n".join(failures)
+        )
+
+    def _start_once(self, lib: Path, java: str, port: int) -> None:
+        self._prepare_home(port)
+        self.port = port
+        self.uri = f"bolt://127.0.0.1:{port}"
+        self.exit_code = None
+        command = build_java_command(java, lib, self.home, self.params.heap_mb)
+        in_main = threading.current_thread() is threading.main_thread()
+        with self.console_log.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.home,
+                env=server_environment(self.home, os.environ),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_kill_with_parent if in_main else None,
+            )
+        with _LIVE_LOCK:
+            _LIVE[id(self)] = self
+        _wait_ready(
+            self.uri,
+            self.auth,
+            self.params.start_timeout_seconds,
+            self.failure,
+            self.description,
+        )
+
+    def failure(self) -> str | None:
+        if self.process is None:
+            return f"{self.description} was never started"
+        code = self.process.poll()
+        if code is None:
+            return None
+        self.exit_code = code
+        return (
+            f"{self.description} is not running: it exited with code {code}. "
+            f"Last lines of {self.console_log}:\n{tail(self.console_log)}"
+        )
+
+    def stop(self) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=self.params.stop_grace_seconds)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+        if process is not None:
+            self.exit_code = process.returncode
+        with _LIVE_LOCK:
+            _LIVE.pop(id(self), None)
+
+
+class DockerServer:
+    """Neo4j in the `graph.docker_image` container, Bolt published on 127.0.0.1 only."""
+
+    def __init__(self, params: GraphParams, home: Path, *, port: int | None = None) -> None:
+        self.params = params
+        self.home = Path(home)
+        self.password = secrets.token_urlsafe(24)
+        self.auth = ("neo4j", self.password)
+        self.port = port or 0
+        self.uri = ""
+        self.name = f"beam-neo4j-{secrets.token_hex(6)}"
+        self.docker = ""
+        self.started = False
+
+    @property
+    def description(self) -> str:
+        return f"Neo4j (docker container {self.name}, bolt 127.0.0.1:{self.port})"
+
+    def _docker(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                [self.docker, *args], capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServiceError(f"`docker {args[0]}` failed: {exc}") from exc
+
+    def start(self) -> None:
+        self.docker = shutil.which("docker") or ""
+        if not self.docker:
+            raise ServiceError("graph.backend is docker but no `docker` command was found")
+        _install_sigterm_handler()
+        self.port = self.port or find_free_port()
+        self.uri = f"bolt://127.0.0.1:{self.port}"
+        p = self.params
+        env = {
+            "NEO4J_AUTH": f"neo4j/{self.password}",
+            "NEO4J_server_memory_heap_initial__size": f"{p.heap_mb}m",
+            "NEO4J_server_memory_heap_max__size": f"{p.heap_mb}m",
+            "NEO4J_server_memory_pagecache_size": f"{p.page_cache_mb}m",
+            "NEO4J_db_tx__log_preallocate": "false",
+            "NEO4J_dbms_usage__report_enabled": "false",
+            **docker_conf_env(
+                {k: v for k, v in HARDENING_CONF.items() if k != "server.directories.import"}
+            ),
+        }
+        args = ["run", "-d", "--rm", "--name", self.name, "-p", f"127.0.0.1:{self.port}:7687"]
+        for key, value in env.items():
+            args += ["-e", f"{key}={value}"]
+        with _LIVE_LOCK:
+            _LIVE[id(self)] = self
+        self.started = True
+        done = self._docker(*args, p.docker_image, timeout=p.start_timeout_seconds)
+        if done.returncode != 0:
+            self.stop()
+            raise ServiceError(f"`docker run {p.docker_image}` failed: {done.stderr.strip()}")
+        try:
+            _wait_ready(
+                self.uri, self.auth, p.start_timeout_seconds, self.failure, self.description
+            )
+        except _StartFailed as exc:
+            self.stop()
+            raise ServiceError(str(exc)) from None
+        except BaseException:
+            self.stop()
+            raise
+
+    def failure(self) -> str | None:
+        done = self._docker("inspect", "-f", "{{.State.Running}}", self.name, timeout=20)
+        if done.returncode == 0 and done.stdout.strip() == "true":
+            return None
+        logs = self._docker("logs", "--tail", str(LOG_TAIL_LINES), self.name, timeout=20)
+        return f"{self.description} is not running. Last log lines:\n{logs.stdout}{logs.stderr}"
+
+    def stop(self) -> None:
+        if self.started:
+            grace = str(int(self.params.stop_grace_seconds))
+            self._docker(
+                "stop", "-t", grace, self.name, timeout=self.params.stop_grace_seconds + 30
+            )
+            self._docker("rm", "-f", self.name, timeout=30)
+            self.started = False
+        with _LIVE_LOCK:
+            _LIVE.pop(id(self), None)
+
+
+class UriServer:
+    """An existing server named by environment variables; nothing to start or stop."""
+
+    ENV_URI = "BEAM_NEO4J_URI"
+    ENV_USER = "BEAM_NEO4J_USER"
+    ENV_PASSWORD = "BEAM_NEO4J_PASSWORD"
+
+    def __init__(self, params: GraphParams) -> None:
+        self.params = params
+        uri = os.environ.get(self.ENV_URI, "")
+        password = os.environ.get(self.ENV_PASSWORD, "")
+        if not uri or not password:
+            raise ServiceError(
+                f"graph.backend is uri: set {self.ENV_URI} and {self.ENV_PASSWORD} "
+                f"(and {self.ENV_USER}, default neo4j) in the environment"
+            )
+        self.uri = uri
+        self.auth = (os.environ.get(self.ENV_USER) or "neo4j", password)
+
+    @property
+    def description(self) -> str:
+        return f"Neo4j at {self.uri}"
+
+    def start(self) -> None:
+        try:
+            _wait_ready(
+                self.uri,
+                self.auth,
+                self.params.start_timeout_seconds,
+                self.failure,
+                self.description,
+            )
+        except _StartFailed as exc:
+            raise ServiceError(str(exc)) from None
+
+    def failure(self) -> str | None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+def make_server(params: GraphParams, home: Path, *, port: int | None = None) -> Server:
+    if params.backend == "local":
+        return LocalServer(params, home, port=port)
+    if params.backend == "docker":
+        return DockerServer(params, home, port=port)
+    return UriServer(params)

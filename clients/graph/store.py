@@ -1,0 +1,494 @@
+"""The memory graph on one server: `start_graph`, and the store's schema, idempotent writes,
+deterministic export/import and the agent's guarded read path.
+
+`store.read` is the agent's free query path and is defended in depth (each layer holds alone):
+1. `check_read_only` (clients/graph/guard.py), a lexical guard that reads the query as Neo4j's
+   lexer does;
+2. `EXPLAIN <query>` on the server and `check_plan` (clients/graph/guard.py) on its summary: the
+   query type must be 'r' and the plan must hold no LoadCSV, no procedure outside the read
+   allow-list, no SHOW / TERMINATE / administration / IN TRANSACTIONS step;
+3. the server refuses by itself (HARDENING_CONF, clients/graph/conf.py) and its JVM holds no
+   secret: LOAD CSV from file and web URLs, SHOW SETTINGS; the environment is
+   `server_environment` (no API key).
+What passes runs in a READ-mode session, with the transaction timeout
+`graph.query_timeout_seconds`, returning at most `graph.row_limit` rows; a read that outlives the
+timeout by READ_GRACE_SECONDS is cut client-side (Neo4j does not check its timeout inside one
+expression). Refusals raise QueryRejected, Cypher errors QueryFailed (messages the agent can
+read); a dead or unreachable server becomes ServiceError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import neo4j
+from neo4j import Query
+from neo4j import exceptions as neo4j_errors
+
+from clients import cypher
+from clients.cypher import escape_fulltext
+from clients.files import write_atomic
+from clients.graph.guard import check_plan, check_read_only
+from clients.graph.port import GraphCounts, QueryFailed, Rows, WriteReceipt
+from clients.graph.server import DATABASE, Server, make_server, open_driver
+from schemas.errors import DataError, IntegrityError, ServiceError
+from schemas.memory import (
+    ENTITY_LABELS,
+    MEMORY_LABEL,
+    NODE_ADAPTER,
+    NODE_LABELS,
+    REL_TYPES,
+    STATEMENT_LABELS,
+    GraphBatch,
+    GraphNode,
+    Relationship,
+    node_properties,
+)
+from schemas.params import GraphParams
+
+# How long after the query timeout a read may still take before the store stops waiting: Neo4j
+# checks its timeout between rows, not inside one expression (a `reduce` or list comprehension
+# over range(1, 10^12) ignores it).
+READ_GRACE_SECONDS = 5.0
+
+
+_UNREACHABLE = (
+    neo4j_errors.ServiceUnavailable,
+    neo4j_errors.SessionExpired,
+    neo4j_errors.AuthError,
+    OSError,
+)
+
+
+def _plain(value: Any) -> Any:
+    """Driver values as plain JSON-able data (nodes as their properties, no internal ids)."""
+    if isinstance(value, neo4j.graph.Node):
+        props = {k: _plain(v) for k, v in value.items() if k != "embedding"}
+        return {"labels": sorted(set(value.labels) - {MEMORY_LABEL}), **props}
+    if isinstance(value, neo4j.graph.Relationship):
+        start = value.start_node.get("id") if value.start_node is not None else None
+        end = value.end_node.get("id") if value.end_node is not None else None
+        props = {k: _plain(v) for k, v in value.items()}
+        ends = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+        return {"type": value.type, **ends, **props}
+    if isinstance(value, neo4j.graph.Path):
+        return {
+            "nodes": [_plain(n) for n in value.nodes],
+            "relationships": [_plain(r) for r in value.relationships],
+        }
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "iso_format"):
+        return value.iso_format()
+    return value
+
+
+def _chunks(rows: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+class Neo4jGraphStore:
+    """The memory graph on one server: schema, idempotent writes, export/import, guarded reads."""
+
+    def __init__(self, server: Server, params: GraphParams) -> None:
+        self.server = server
+        self.params = params
+        self.driver = open_driver(server.uri, server.auth)
+        # The agent's reads have their own connections: a read that outlives its deadline is
+        # cut by closing them, which never touches the project's own queries.
+        self._reader: neo4j.Driver | None = None
+        self._reader_lock = threading.Lock()
+
+    def close(self) -> None:
+        self._drop_reader()
+        self.driver.close()
+
+    def _reader_driver(self) -> neo4j.Driver:
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = open_driver(self.server.uri, self.server.auth)
+            return self._reader
+
+    def _drop_reader(self) -> None:
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                reader.close()
+
+    # errors ---------------------------------------------------------------------------------------
+
+    def _unavailable(self, exc: Exception) -> ServiceError:
+        if isinstance(exc, neo4j_errors.AuthError):
+            return ServiceError(
+                f"{self.server.description} refused the credentials ({exc.message}); "
+                "for the uri backend check BEAM_NEO4J_USER and BEAM_NEO4J_PASSWORD"
+            )
+        problem = self.server.failure()
+        if problem is not None:
+            return ServiceError(problem)
+        return ServiceError(
+            f"{self.server.description} could not be reached ({type(exc).__name__}: {exc}); "
+            "the process is still running: check its logs"
+        )
+
+    def _run(
+        self,
+        query: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        write: bool = False,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Internal Cypher (from clients/cypher.py) in a managed transaction with retries."""
+
+        @neo4j.unit_of_work(timeout=timeout or self.params.query_timeout_seconds)
+        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+            return [record.data() for record in tx.run(query, dict(params or {}))]
+
+        try:
+            with self.driver.session(database=DATABASE) as session:
+                if write:
+                    return session.execute_write(work)
+                return session.execute_read(work)
+        except _UNREACHABLE as exc:
+            raise self._unavailable(exc) from exc
+
+    def _run_auto(self, query: str, params: Mapping[str, Any] | None = None) -> None:
+        """Schema commands and IN TRANSACTIONS need an auto-commit transaction."""
+        try:
+            with self.driver.session(database=DATABASE) as session:
+                timed = Query(query, timeout=self.params.start_timeout_seconds)
+                session.run(timed, dict(params or {})).consume()
+        except _UNREACHABLE as exc:
+            raise self._unavailable(exc) from exc
+
+    # schema ---------------------------------------------------------------------------------------
+
+    def create_schema(self, vector_index: bool | None = None) -> None:
+        """Constraints and indexes, idempotently (IF NOT EXISTS); waits until they are online."""
+        statements = [
+            cypher.MEMORY_ID_CONSTRAINT,
+            *cypher.FULLTEXT_INDEX_STATEMENTS,
+            *cypher.RANGE_INDEX_STATEMENTS,
+        ]
+        use_vector = self.params.vector_index if vector_index is None else vector_index
+        if use_vector:
+            statements.append(cypher.vector_index_statement(self.params.vector_dimensions))
+        for statement in statements:
+            self._run_auto(statement)
+        self._run_auto(cypher.AWAIT_INDEXES, {"seconds": int(self.params.start_timeout_seconds)})
+
+    def list_schema(self) -> dict[str, list[str]]:
+        """Names of the constraints and indexes (for tests and the ingest's metrics)."""
+        constraints = [r["name"] for r in self._run(cypher.SHOW_CONSTRAINT_NAMES)]
+        indexes = [f"{r['name']}:{r['type']}" for r in self._run(cypher.SHOW_INDEX_NAMES)]
+        return {"constraints": constraints, "indexes": indexes}
+
+    # writes ---------------------------------------------------------------------------------------
+
+    def write(self, batch: GraphBatch) -> WriteReceipt:
+        """Write a validated batch in one transaction: MERGE nodes on id, then relationships."""
+        return self._write(batch, load=False)
+
+    def _write(self, batch: GraphBatch, *, load: bool) -> WriteReceipt:
+        """`load`: CREATE instead of MERGE (import into an empty graph only)."""
+        node_query = cypher.create_nodes if load else cypher.merge_nodes
+        rel_query = cypher.create_relationships if load else cypher.merge_relationships
+        by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for node in batch.nodes:
+            props = node_properties(node)
+            by_label[node.label].append({"id": props.pop("id"), "props": props})
+        by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for rel in batch.relationships:
+            props = rel.model_dump(mode="json", exclude={"type", "start", "end"})
+            by_type[rel.type].append({"start": rel.start, "end": rel.end, "props": props})
+        size = self.params.write_batch_size
+
+        def work(tx: neo4j.ManagedTransaction) -> tuple[int, int]:
+            nodes = rels = 0
+            for label in sorted(by_label):
+                for rows in _chunks(by_label[label], size):
+                    record = tx.run(node_query(label), rows=list(rows)).single()
+                    nodes += int(record["written"]) if record else 0
+            for rel_type in sorted(by_type):
+                for rows in _chunks(by_type[rel_type], size):
+                    record = tx.run(rel_query(rel_type), rows=list(rows)).single()
+                    rels += int(record["written"]) if record else 0
+            return nodes, rels
+
+        try:
+            with self.driver.session(database=DATABASE) as session:
+                nodes, rels = session.execute_write(work)
+        except _UNREACHABLE as exc:
+            raise self._unavailable(exc) from exc
+        except neo4j_errors.Neo4jError as exc:
+            raise IntegrityError(f"the graph refused a write: {exc}") from exc
+        return WriteReceipt(
+            nodes=nodes,
+            relationships=rels,
+            missing_endpoints=len(batch.relationships) - rels,
+        )
+
+    def clear(self) -> None:
+        """Delete every node of the memory graph (label Memory) and its relationships."""
+        self._run_auto(cypher.DELETE_ALL_MEMORY)
+
+    # reads of the store itself --------------------------------------------------------------------
+
+    def counts(self) -> GraphCounts:
+        nodes: dict[str, int] = {label: 0 for label in NODE_LABELS}
+        for row in self._run(cypher.COUNT_NODES_BY_LABEL):
+            nodes[row["label"]] = int(row["n"])
+        rels: dict[str, int] = {rel_type: 0 for rel_type in REL_TYPES}
+        for row in self._run(cypher.COUNT_RELATIONSHIPS_BY_TYPE):
+            rels[row["type"]] = int(row["n"])
+        return GraphCounts(nodes=nodes, relationships=rels)
+
+    def labels_of(self, ids: Iterable[str]) -> dict[str, str]:
+        """Schema label of each stored node among `ids` (the `existing` of validate_batch)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        found: dict[str, str] = {}
+        for row in self._run(cypher.NODE_LABELS_OF_IDS, {"ids": wanted}):
+            labels = [label for label in row["labels"] if label in NODE_LABELS]
+            if labels:
+                found[row["id"]] = labels[0]
+        return found
+
+    def entity_candidates(
+        self, text: str, labels: Sequence[str] = ENTITY_LABELS, limit: int = 10
+    ) -> list[dict[str, Any]]:
+        """Entities whose name matches `text` in the full-text index, best first."""
+        query = escape_fulltext(text)
+        if not query:
+            return []
+        return self._run(
+            cypher.ENTITY_CANDIDATES_FULLTEXT,
+            {"text": query, "labels": list(labels), "limit": limit},
+        )
+
+    def entities_by_normalized_name(
+        self, normalized_name: str, labels: Sequence[str] = ENTITY_LABELS
+    ) -> list[dict[str, Any]]:
+        return self._run(
+            cypher.ENTITY_BY_NORMALIZED_NAME,
+            {"normalized_name": normalized_name, "labels": list(labels)},
+        )
+
+    def statements_sharing_entity(
+        self, statement_id: str, labels: Sequence[str] = STATEMENT_LABELS, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """Other statements ABOUT an entity this statement is ABOUT (for update/contradiction)."""
+        return self._run(
+            cypher.STATEMENTS_SHARING_ENTITY,
+            {"statement_id": statement_id, "labels": list(labels), "limit": limit},
+        )
+
+    def search_statements(self, text: str, limit: int = 10) -> list[dict[str, Any]]:
+        query = escape_fulltext(text)
+        if not query:
+            return []
+        return self._run(cypher.STATEMENT_FULLTEXT, {"text": query, "limit": limit})
+
+    def search_chunks(self, text: str, limit: int = 10) -> list[dict[str, Any]]:
+        query = escape_fulltext(text)
+        if not query:
+            return []
+        return self._run(cypher.CHUNK_FULLTEXT, {"text": query, "limit": limit})
+
+    # the agent's read path ------------------------------------------------------------------------
+
+    def read(self, query: str, params: Mapping[str, object] | None = None) -> Rows:
+        """A guarded read-only query: checked by our guard, then by Neo4j's own plan, run in READ
+        mode, timed out, cut at the row limit."""
+        check_read_only(query)
+        return self._read_checked(query, params or {})
+
+    def _read_checked(self, query: str, params: Mapping[str, object]) -> Rows:
+        """Without our guard: `EXPLAIN` first and refuse unless Neo4j's plan is a plain read
+        (cypher.check_plan), then run the query as `_read_unguarded` does."""
+        return self._read_with_deadline(query, params, explain=True)
+
+    def _read_unguarded(self, query: str, params: Mapping[str, object]) -> Rows:
+        """Without our guard and without the plan check: only READ mode, timeout and row limit."""
+        return self._read_with_deadline(query, params, explain=False)
+
+    def _read_with_deadline(
+        self, query: str, params: Mapping[str, object], *, explain: bool
+    ) -> Rows:
+        """Run the read in a worker thread and stop waiting READ_GRACE_SECONDS after the query
+        timeout: the server's timeout does not interrupt a long expression, and the agent must
+        get its answer (an error) instead of waiting forever. The connection is then closed."""
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["rows"] = self._read_once(query, params, explain=explain)
+            except BaseException as exc:  # handed to the waiting thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name="beam-agent-read", daemon=True)
+        worker.start()
+        worker.join(self.params.query_timeout_seconds + READ_GRACE_SECONDS)
+        if worker.is_alive():
+            self._drop_reader()  # closes the socket the worker waits on
+            raise QueryFailed(
+                f"the query ran longer than {self.params.query_timeout_seconds:g} s and was "
+                "stopped (it did not stop at the server's timeout, so its connection was closed): "
+                "narrow it (LIMIT, a more selective MATCH, an index lookup, no huge range())"
+            )
+        if "error" in outcome:
+            raise outcome["error"]
+        rows: Rows = outcome["rows"]
+        return rows
+
+    def _read_once(self, query: str, params: Mapping[str, object], *, explain: bool) -> Rows:
+        limit = self.params.row_limit
+        timeout = self.params.query_timeout_seconds
+        rows = Rows()
+        try:
+            with self._reader_driver().session(
+                database=DATABASE,
+                default_access_mode=neo4j.READ_ACCESS,
+                fetch_size=limit + 1,
+            ) as session:
+                if explain:
+                    planned = session.run(Query(f"EXPLAIN {query}", timeout=timeout), dict(params))
+                    summary = planned.consume()
+                    check_plan(summary.query_type, summary.plan)
+                result = session.run(Query(query, timeout=timeout), dict(params))
+                for record in result:
+                    if len(rows) >= limit:
+                        rows.truncated = True
+                        break
+                    rows.append({key: _plain(value) for key, value in record.items()})
+                result.consume()
+        except _UNREACHABLE as exc:
+            raise self._unavailable(exc) from exc
+        except neo4j_errors.Neo4jError as exc:
+            code = exc.code or "unknown"
+            if "TimedOut" in code or "Terminated" in code:
+                raise QueryFailed(
+                    f"the query ran longer than {timeout:g} s and was "
+                    "stopped: narrow it (LIMIT, a more selective MATCH, an index lookup)"
+                ) from exc
+            raise QueryFailed(f"the query failed ({code}): {exc.message}") from exc
+        except (TypeError, ValueError) as exc:  # parameters the driver cannot send
+            raise QueryFailed(f"the query parameters are not valid: {exc}") from exc
+        return rows
+
+    # export / import ------------------------------------------------------------------------------
+
+    def export_lines(self) -> list[str]:
+        """The whole graph as sorted JSON lines: nodes by (label, id), then relationships."""
+        nodes: list[tuple[str, str, str]] = []
+        for row in self._run(cypher.EXPORT_NODES):
+            labels = [label for label in row["labels"] if label in NODE_LABELS]
+            if len(labels) != 1:
+                raise DataError(
+                    f"node {row['props'].get('id')!r} has labels {row['labels']}: expected "
+                    f"{MEMORY_LABEL} and exactly one of {', '.join(NODE_LABELS)}"
+                )
+            node = NODE_ADAPTER.validate_python({**row["props"], "label": labels[0]})
+            line = json.dumps(
+                {"node": node.model_dump(mode="json")}, sort_keys=True, ensure_ascii=False
+            )
+            nodes.append((node.label, node.id, line))
+        rels: list[tuple[str, str, str, str]] = []
+        for row in self._run(cypher.EXPORT_RELATIONSHIPS):
+            rel = Relationship.model_validate(
+                {**row["props"], "type": row["type"], "start": row["start"], "end": row["end"]}
+            )
+            line = json.dumps(
+                {"relationship": rel.model_dump(mode="json")}, sort_keys=True, ensure_ascii=False
+            )
+            rels.append((rel.type, rel.start, rel.end, line))
+        return [n[-1] for n in sorted(nodes)] + [r[-1] for r in sorted(rels)]
+
+    def export_jsonl(self, path: Path) -> GraphCounts:
+        """Write the deterministic export atomically (export -> import -> export is identical)."""
+        lines = self.export_lines()
+        write_atomic(Path(path), "".join(line + "\n" for line in lines))
+        return self.counts()
+
+    def import_jsonl(self, path: Path, *, create_schema: bool = True) -> WriteReceipt:
+        """Load an export: schema first, then nodes, then relationships.
+
+        Into an empty graph (the answer stage's fresh server) rows are CREATEd, which is faster;
+        into a graph that holds nodes already they are MERGEd like any write.
+        """
+        path = Path(path)
+        nodes: list[GraphNode] = []
+        rels: list[Relationship] = []
+        try:
+            handle = path.open(encoding="utf-8")
+        except OSError as exc:
+            raise DataError(f"graph export {path} cannot be read: {exc}") from exc
+        with handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                    if "node" in obj and len(obj) == 1:
+                        nodes.append(NODE_ADAPTER.validate_python(obj["node"]))
+                    elif "relationship" in obj and len(obj) == 1:
+                        rels.append(Relationship.model_validate(obj["relationship"]))
+                    else:
+                        raise ValueError("expected one key, `node` or `relationship`")
+                except ValueError as exc:  # json and pydantic errors are ValueErrors
+                    raise DataError(
+                        f"{path}:{number}: not a graph export line ({exc}); re-run the ingest"
+                    ) from exc
+        if create_schema:
+            self.create_schema()
+        load = int(self._run(cypher.COUNT_MEMORY_NODES)[0]["n"]) == 0
+        size = self.params.write_batch_size * 5
+        written_nodes = written_rels = 0
+        for part in _chunks(nodes, size):
+            written_nodes += self._write(GraphBatch(nodes=list(part)), load=load).nodes
+        for part in _chunks(rels, size):
+            batch = GraphBatch(relationships=list(part))
+            written_rels += self._write(batch, load=load).relationships
+        if written_rels != len(rels):
+            raise IntegrityError(
+                f"{path}: {len(rels) - written_rels} of {len(rels)} relationships name nodes that "
+                "are not in the file; the export is damaged: re-run the ingest"
+            )
+        return WriteReceipt(nodes=written_nodes, relationships=written_rels, missing_endpoints=0)
+
+
+@contextlib.contextmanager
+def start_graph(
+    params: GraphParams, workdir: Path, *, name: str = "graph", port: int | None = None
+) -> Iterator[Neo4jGraphStore]:
+    """Start a server for one graph, yield its store, and stop it on every way out.
+
+    The server's home is `<workdir>/neo4j-<name>` (wiped and recreated at each start).
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ServiceError(f"graph name {name!r} must be letters, digits, '.', '_' or '-'")
+    server = make_server(params, Path(workdir) / f"neo4j-{name}", port=port)
+    store: Neo4jGraphStore | None = None
+    try:
+        server.start()
+        store = Neo4jGraphStore(server, params)
+        if params.backend == "uri":
+            store.clear()
+        yield store
+    finally:
+        if store is not None:
+            store.close()
+        server.stop()

@@ -1,0 +1,71 @@
+"""The servers of the `local/` models this process uses: each started on its first request, one
+per model shared by every role that names it, all stopped when the process ends.
+
+The model door serves a `local/<name>` model like any OpenAI-compatible endpoint (`openai/<name>`
+at the server's loopback URL, with a dummy key); only the start lives here. The server itself is
+clients/local_model.py's `local_model_server`: it stops a server that does not come up, turns a
+SIGTERM into SystemExit, and kills its server with the process even on SIGKILL. The context
+managers it yields are held in one ExitStack, closed at exit (atexit) or by `stop_local_servers`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+from dataclasses import dataclass
+
+from schemas.errors import ServiceError
+
+
+@dataclass(frozen=True)
+class _Running:
+    base_url: str
+    context_tokens: int
+
+
+_LOCK = threading.Lock()
+_STACK = contextlib.ExitStack()
+_RUNNING: dict[str, _Running] = {}
+_AT_EXIT = {"registered": False}
+
+
+def local_base_url(model: str, *, context_tokens: int, seed: int) -> str:
+    """The OpenAI base URL of `model`'s server, started now if this process has none yet (it
+    blocks until the server answers its health check)."""
+    from clients.local_model import local_model_server
+
+    with _LOCK:
+        running = _RUNNING.get(model)
+        if running is not None:
+            if context_tokens > running.context_tokens:
+                raise ServiceError(
+                    f"{model} already runs in this process with a context of "
+                    f"{running.context_tokens} tokens, and another role asks for "
+                    f"{context_tokens}: give every role that names it the same "
+                    "models.<role>.context_tokens"
+                )
+            return running.base_url
+        if not _AT_EXIT["registered"]:
+            atexit.register(stop_local_servers)
+            _AT_EXIT["registered"] = True
+        url = _STACK.enter_context(
+            local_model_server(model, context_tokens=context_tokens, seed=seed)
+        )
+        _RUNNING[model] = _Running(url, context_tokens)
+        return url
+
+
+def running_local_models() -> dict[str, str]:
+    """Model name -> base URL of the servers this process runs (for tests and logs)."""
+    with _LOCK:
+        return {model: r.base_url for model, r in _RUNNING.items()}
+
+
+def stop_local_servers() -> None:
+    """Stop every local model server this process started (atexit does it too)."""
+    global _STACK
+    with _LOCK:
+        _RUNNING.clear()
+        stack, _STACK = _STACK, contextlib.ExitStack()
+    stack.close()

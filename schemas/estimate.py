@@ -1,0 +1,79 @@
+"""Records of the dry-run estimate: a phase's expected calls and tokens, and rates read from a run.
+
+Shared by the harness (bench/estimate.py: the judge's estimate, the table beside the caps, the
+record's cost table) and the memory systems (each estimates its own build and answer phases), so
+neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas.params import EstimateParams, Mode
+
+
+@dataclass(frozen=True)
+class PhaseEstimate:
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: PhaseEstimate) -> PhaseEstimate:
+        return PhaseEstimate(
+            self.calls + other.calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+ZERO = PhaseEstimate(0, 0, 0)
+
+ROLES = ("extraction", "resolution", "agent", "judge")
+"""The estimate's phases, one per model role; `total` is their sum. A memory system estimates
+the first three (zero where it makes no such call), the harness the judge."""
+
+
+def with_total(phases: dict[str, PhaseEstimate]) -> dict[str, PhaseEstimate]:
+    """Every role (ZERO where absent), in ROLES order, and their `total`."""
+    ordered = {role: phases.get(role, ZERO) for role in ROLES}
+    total = ZERO
+    for phase in ordered.values():
+        total += phase
+    return {**ordered, "total": total}
+
+
+class RateOrigin(BaseModel):
+    """Where one rate of a `RunRates` came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Literal["run", "params"]
+    """`run`: measured on the run's files; `params`: the run cannot show it, params.yaml's kept."""
+    basis: str
+    """What it was measured on (`1,667 statements over 757 chunks`), or why the run cannot show
+    it (`no event-ordering question in the run`)."""
+
+
+class RunRates(BaseModel):
+    """The estimator's rates taken from a finished run, with where each came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: str
+    """Which run: the folder, or the git revision / DVC experiment and its commit."""
+    system: str
+    mode: Mode
+    models: dict[str, str]
+    """Role -> model name of the run."""
+    test_model: bool
+    """The run used the scripted test model: its rates describe that model, nothing real."""
+    rates: EstimateParams
+    origins: dict[str, RateOrigin]
+    """`<section>.<rate>` (e.g. `ingest.entities_per_chunk`) -> its origin, for every rate."""

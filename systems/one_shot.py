@@ -1,0 +1,101 @@
+"""One answer call with the chat (or part of it) in the prompt: the baselines' shared answer path.
+
+full_context, rag and no_memory differ only in the context they put before the question; the
+instructions, the layout and the trace are the same, so their scores differ by their memory
+alone. The context is chat text as graphrag's chunks render it: each message headed
+`[message <id> · <role>]`, each session opened by `## Session <n> (<date>)`. The user message is
+
+    <chat>
+    ...context...
+    </chat>
+
+    Question: ...
+
+(no `<chat>` block for no_memory). Task `answer`: the scripted test model answers it from the
+context by word overlap (clients/scripted/rules.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from clients.llm.port import ChatModel, ChatRequest, Message
+from schemas.records import ChatMessage, Question, Session
+from schemas.traces import Trace
+from systems.graphrag.chunk import message_header
+
+TASK = "answer"
+CHAT_OPEN = "<chat>"
+CHAT_CLOSE = "</chat>"
+QUESTION_LEAD = "Question: "
+
+_RULES = """Answer directly and concisely, with the relevant dates and numbers. Where the chat
+updates or contradicts an earlier statement, the newest one holds. Follow the instructions and
+preferences the user gave in the chat about how to answer. If the answer is not in what you see,
+say that you don't know rather than guess."""
+
+
+def system_prompt(what_you_see: str) -> str:
+    """The instructions every one-shot baseline shares, after what its context holds."""
+    return (
+        "You answer questions about a long past chat between a user and an assistant.\n"
+        f"{what_you_see}\n{_RULES}"
+    )
+
+
+def render_message(message: ChatMessage) -> str:
+    """A message as the prompt shows it (the same header as graphrag's chunks)."""
+    return message_header(message) + message.content
+
+
+def session_heading(session: Session) -> str:
+    return f"## Session {session.number} ({session.date_iso})"
+
+
+def user_prompt(question: str, context: str | None) -> str:
+    """The question, after the chat context in its tags (none: the question alone)."""
+    if context is None:
+        return f"{QUESTION_LEAD}{question}"
+    return f"{CHAT_OPEN}\n{context}\n{CHAT_CLOSE}\n\n{QUESTION_LEAD}{question}"
+
+
+def answer_request(
+    question: Question, context: str | None, *, instructions: str, prompt_version: str
+) -> ChatRequest:
+    return ChatRequest(
+        messages=(
+            Message.system(instructions),
+            Message.user(user_prompt(question.question, context)),
+        ),
+        task=TASK,
+        prompt_version=prompt_version,
+    )
+
+
+def answer_once(
+    question: Question,
+    model: ChatModel,
+    request: ChatRequest,
+    *,
+    reached_ids: Sequence[str] = (),
+    reached_message_ids: Sequence[int] = (),
+    dropped_tokens: int = 0,
+) -> Trace:
+    """One call; its reply is the answer (a call that failed after its retries: `error`)."""
+    completion = model.complete(request)
+    return Trace(
+        question_id=question.id,
+        answer=(completion.text or "").strip() if completion.ok else "",
+        tool_calls=[],
+        turn_texts=[],
+        reached_ids=list(reached_ids),
+        reached_message_ids=sorted(set(reached_message_ids)),
+        steps=0,
+        calls=1,
+        prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        max_context_tokens=completion.prompt_tokens,
+        test_model=completion.test_model,
+        error=completion.error,
+        dropped_tokens=dropped_tokens,
+    )

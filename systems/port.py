@@ -1,0 +1,180 @@
+"""The memory-system port: what every system under test implements, and what it hands back.
+
+A system is measured in two steps, each a DVC stage (stages/ingest.py, stages/answer.py):
+
+1. `build(chat, ...)`: read one conversation's chat (`ChatSlice`, chat messages only) and write
+   its memory to one deterministic file, `data/ingest/conv<N>.jsonl` (`memory_file`): a graph
+   export for graphrag, the chunks for rag, the sessions for full_context, nothing for
+   no_memory. Returns the memory's counts and the model calls the build took (`BuiltMemory`).
+2. `open_memory(conversation_id, file, ...)`: a context manager that makes that file ready to
+   answer from (a Neo4j server with the graph imported, a BM25 index, the transcript), and
+   yields a `Memory`, whose `answer(question, model)` returns one `schemas.traces.Trace`: the
+   answer, the calls and tokens it took, the largest prompt, and the chat message ids its
+   evidence came from (`reached_message_ids`). Questions of one conversation are answered
+   concurrently: a `Memory` must allow that.
+
+Every system answers with the same model (the `agent` role) and is scored by the same judge; the
+build may use other roles (`build_roles`). Before any call the stages check the system's own
+estimate (`estimate_build`, `estimate_answer`) against the spend cap (`Budget.check_estimate`).
+`systems/registry.py` builds a system by name from params.yaml (`system: graphrag`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, get_args
+
+from clients.llm.port import ChatModel, Role
+from schemas.estimate import ZERO, PhaseEstimate
+from schemas.records import ChatSlice, Question
+from schemas.traces import Trace
+
+SystemName = Literal["graphrag", "full_context", "rag", "no_memory"]
+"""The systems under test (params `system`)."""
+SYSTEM_NAMES: tuple[SystemName, ...] = get_args(SystemName)
+ANSWER_ROLE: Role = "agent"
+"""The model role every system answers with (so systems differ only in their memory)."""
+
+Progress = Callable[[int, int], None]
+"""Called with (done, total) as a build advances (e.g. chunks extracted)."""
+
+__all__ = [
+    "ANSWER_ROLE",
+    "SYSTEM_NAMES",
+    "ZERO",
+    "BuiltMemory",
+    "Memory",
+    "MemorySystem",
+    "PhaseEstimate",
+    "Progress",
+    "SystemEstimate",
+    "SystemName",
+    "estimate_system",
+    "memory_file",
+]
+
+
+def memory_file(folder: Path, conversation_id: str) -> Path:
+    """Where a system keeps one conversation's memory: `<folder>/conv<N>.jsonl`."""
+    return folder / f"conv{conversation_id}.jsonl"
+
+
+@dataclass(frozen=True)
+class BuiltMemory:
+    """What building one conversation's memory gave."""
+
+    conversation_id: str
+    counts: Mapping[str, int]
+    """The memory's size (data/ingest/graphs.json): chunks, entities, ... for graphrag; chunks for
+    rag; sessions, messages and tokens for full_context; nothing for no_memory."""
+    summary: str = ""
+    """One line for the log, e.g. `4 chunks, 12 entities, ...`."""
+    model_calls: int = 0
+    failed_calls: int = 0
+    """Calls that still failed after their retries (the stage checks `max_failed_share`)."""
+    last_error: str | None = None
+    notes: Mapping[str, Any] = field(default_factory=dict)
+    """Per-conversation facts for data/ingest/run.json (graphrag: its empty and failed
+    extractions), keyed by what they are."""
+
+
+@dataclass(frozen=True)
+class SystemEstimate:
+    """A system's expected model calls and tokens, before any call (rates from params
+    `estimate` where a model decides; counted exactly where the prompts are known)."""
+
+    build: Mapping[Role, PhaseEstimate]
+    """Per role its build calls (graphrag: extraction, resolution; the baselines: none)."""
+    answer: PhaseEstimate
+    """The answer model's calls (role `agent`) over all the questions."""
+
+    @property
+    def build_calls(self) -> int:
+        return sum(e.calls for e in self.build.values())
+
+    @property
+    def build_tokens(self) -> int:
+        return sum(e.tokens for e in self.build.values())
+
+    def phases(self) -> dict[Role, PhaseEstimate]:
+        """By model role, every role of the run present (zero where the system uses none)."""
+        return {
+            "extraction": self.build.get("extraction", ZERO),
+            "resolution": self.build.get("resolution", ZERO),
+            "agent": self.answer,
+        }
+
+
+class Memory(Protocol):
+    """One conversation's memory, open for questions (answered concurrently: thread-safe)."""
+
+    def answer(self, question: Question, model: ChatModel) -> Trace:
+        """The answer with how it was reached; a model call that failed after its retries sets
+        `Trace.error` (never raised: the stage counts failures against `max_failed_share`)."""
+        ...
+
+
+class MemorySystem(Protocol):
+    """A memory system under test (systems/__init__.py: `load_system` builds one by name)."""
+
+    @property
+    def name(self) -> SystemName: ...
+
+    @property
+    def build_roles(self) -> tuple[Role, ...]:
+        """The model roles its build calls; () when it builds without a model."""
+        ...
+
+    @property
+    def memory_noun(self) -> str:
+        """What its memory file holds, for messages (`graph`, `chunks`, `transcript`, ...)."""
+        ...
+
+    def build(
+        self,
+        chat: ChatSlice,
+        models: Mapping[Role, ChatModel],
+        out: Path,
+        workdir: Path,
+        progress: Progress | None = None,
+    ) -> BuiltMemory:
+        """Build one conversation's memory and write it to `out` (deterministic bytes for the
+        same chat, params and model replies). `models` holds the `build_roles`; `workdir` is
+        scratch space removed after the stage (a Neo4j server's home)."""
+        ...
+
+    def open_memory(
+        self, conversation_id: str, memory: Path, workdir: Path
+    ) -> AbstractContextManager[Memory]:
+        """The memory in `memory` (written by `build`), ready to answer; closed on leaving."""
+        ...
+
+    def estimate_build(self, chats: Sequence[ChatSlice]) -> Mapping[Role, PhaseEstimate]:
+        """Expected calls and tokens of `build` over `chats`, per role of `build_roles`."""
+        ...
+
+    def estimate_answer(
+        self,
+        chats: Sequence[ChatSlice],
+        questions: Sequence[Question],
+        memory_dir: Path | None = None,
+    ) -> PhaseEstimate:
+        """Expected calls and tokens of answering `questions` (role `agent`); with `memory_dir`
+        (the built memories) it may use their real size."""
+        ...
+
+
+def estimate_system(
+    system: MemorySystem,
+    chats: Sequence[ChatSlice],
+    questions: Sequence[Question],
+    memory_dir: Path | None = None,
+) -> SystemEstimate:
+    """A system's whole estimate: its build and its answers (the judge is the harness's)."""
+    return SystemEstimate(
+        build=system.estimate_build(chats),
+        answer=system.estimate_answer(chats, questions, memory_dir),
+    )

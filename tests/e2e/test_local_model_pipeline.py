@@ -1,0 +1,295 @@
+"""The lite pipeline on a real model: `dvc repro` with every role (judge included) on
+`local/smollm2-135m-instruct`, served by the llama-server the harness builds and starts itself,
+through litellm, twice, in two temporary copies run at the same time.
+
+It asserts what a weak model cannot fake (issue 15): every stage completes, or stops with exit 3
+and the failure-semantics message leaving no out behind; the requests the door sends are well
+formed (extraction: a json_schema response format whose label fields are enums; agent: tools with
+tool_choice "auto"; every request: max_tokens); usage comes from the server; constrained
+extraction keeps at least one valid entity or statement; the record names the model and says a
+model this small measures nothing about memory; the two runs' outs and metrics (wall times aside)
+are byte-identical. It asserts nothing about the scores: a 135M model has none worth checking.
+
+Settings of the copies, chosen so one run takes about 4-5 minutes on 2 busy cores (SmolLM2
+generates ~14 tokens/s there with one thread) and each with its reason:
+- every role: `local/smollm2-135m-instruct`, context_tokens 8192 (its trained length; the roles
+  of one stage share one server, which needs one size), temperature 0 and llm.seed 0.
+- extraction max_tokens 1536: its replies ran 1,000-2,000 tokens (the schema bounds the lists),
+  so this keeps most replies whole while bounding a call to ~2 minutes; a reply cut there is a
+  failed call, tolerated below. extra_body {repeat_penalty: 1.1} (llama-server's sampler option):
+  a tiny model under a grammar tends to loop on one item until the list's bound.
+- ingest.chunk_tokens 2000: 2 extraction calls instead of 4 (the replies are as long whatever
+  the chunk's size, so fewer chunks is what shortens the run); answer.result_limit 4 keeps the
+  agent's tool results, which carry those chunks, inside the context.
+- resolution max_tokens 512, with the same repeat penalty: a few pair decisions.
+- agent max_tokens 256 and answer.max_steps 2: one tool turn and the answer.
+- judge max_tokens 128: a verdict with a short reason; a longer one is a failed judge call.
+- judge_check: the first case of each of the 5 kinds (fixtures/judge_check.json's own entries,
+  sha256 checked as always) instead of 80: 80 judge calls would take longer than the rest.
+- llm.max_attempts 1: with temperature 0 and a seed a retried reply is the same reply.
+  llm.concurrency 1: the server has one slot; queued requests would spend their timeout waiting.
+- every `max_failed_share` 1.0: a weak model's failed calls (cut replies, unparsable verdicts)
+  stand beside the score instead of stopping the run; a stage that still stops must show exit 3,
+  the message and no outs.
+- estimate: params.yaml's real-model guesses (not the scripted model's rates), and
+  budget.max_over_estimate 20, since this model's reply sizes are unlike anyone's guesses.
+
+The two copies run concurrently (each `dvc repro` in its own thread, each stage starting its own
+one-thread server), so the wall time is about one run's. Requests are read from BEAM_LLM_RECORD
+(clients/llm/litellm_door.py). The copy's records measure nothing and stay in the test's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+from tests.support.e2e_repo import RepoCopy, repo_copy
+from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.local_model,
+    pytest.mark.beam,
+    pytest.mark.neo4j,
+    pytest.mark.slow,
+]
+MODEL = "local/smollm2-135m-instruct"
+REPRO_TIMEOUT_SECONDS = 1500
+STAGES = (
+    "fetch",
+    "verify-hash",
+    "repair",
+    "slice",
+    "ingest",
+    "answer",
+    "judge",
+    "judge-check",
+    "report",
+)
+REPEAT_PENALTY = {"repeat_penalty": 1.1}
+ROLE_SETTINGS: dict[str, dict[str, Any]] = {
+    "extraction": {"max_tokens": 1536, "extra_body": REPEAT_PENALTY},
+    "resolution": {"max_tokens": 512, "extra_body": REPEAT_PENALTY},
+    "agent": {"max_tokens": 256},
+    "judge": {"max_tokens": 128},
+}
+FIXED_DATE = "2026-01-01T00:00:00+00:00"
+"""Both copies get the same commit (the record names HEAD)."""
+
+
+def local_params() -> dict[str, Any]:
+    """The sections of the copy's params.yaml that point it at the local model (module doc)."""
+    checkout = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    models = {
+        role: {
+            "model": MODEL,
+            "api_base": None,
+            "context_tokens": 8192,
+            "temperature": 0.0,
+            **settings,
+        }
+        for role, settings in ROLE_SETTINGS.items()
+    }
+    return {
+        "models": models,
+        "ingest": {"chunk_tokens": 2000, "max_failed_share": 1.0},
+        "answer": {"max_steps": 2, "result_limit": 4, "max_failed_share": 1.0},
+        "judge": {"max_failed_share": 1.0},
+        "judge_check": {"max_failed_share": 1.0},
+        "llm": {"max_attempts": 1, "concurrency": 1, "timeout_seconds": 600},
+        "budget": {"max_over_estimate": 20.0},
+        "estimate": checkout["estimate"],
+    }
+
+
+def trim_judge_check(repo: RepoCopy) -> None:
+    """The first recipe entry of each kind (their sha256 stay checked by the stage)."""
+    path = repo.path / "fixtures" / "judge_check.json"
+    recipe = json.loads(path.read_text())
+    first: dict[str, Any] = {}
+    for case in recipe["cases"]:
+        first.setdefault(case["kind"], case)
+    recipe["cases"], recipe["n_per_kind"] = list(first.values()), 1
+    path.write_text(json.dumps(recipe, indent=2) + "\n")
+
+
+def prepare(repo: RepoCopy, record: Path) -> None:
+    repo.update_params(local_params())
+    trim_judge_check(repo)
+    repo.env["BEAM_LLM_RECORD"] = str(record)
+    dated = {**repo.env, "GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
+    for args in (["add", "-A"], ["commit", "-q", "--amend", "--no-edit", "--reset-author"]):
+        subprocess.run(
+            ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", *args],
+            cwd=repo.path,
+            env=dated,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+
+def repro(repo: RepoCopy) -> tuple[int, str, float]:
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "dvc", "repro"],
+        cwd=repo.path,
+        env=repo.env,
+        capture_output=True,
+        text=True,
+        timeout=REPRO_TIMEOUT_SECONDS,
+    )
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+
+
+def stage_outs(repo: RepoCopy, stage: str) -> list[str]:
+    """The outs and metrics dvc.yaml declares for a stage."""
+    spec = yaml.safe_load((repo.path / "dvc.yaml").read_text())["stages"][stage]
+    entries = [*spec.get("outs", []), *spec.get("metrics", [])]
+    return [next(iter(e)) if isinstance(e, dict) else str(e) for e in entries]
+
+
+def completed_stages(repo: RepoCopy, returncode: int, output: str) -> list[str]:
+    """Every stage when the run finished; else the ones before the stage that stopped, which
+    must have stopped with exit 3, the failure-semantics message and no outs."""
+    if returncode == 0:
+        for stage in STAGES:
+            assert f"Running stage '{stage}'" in output, output
+        return list(STAGES)
+    failed = re.findall(r"failed to reproduce '([\w-]+)'", output)
+    assert failed, output
+    stage = failed[0]
+    assert "exited with 3" in output, output  # a ModelFailures stop, not a crash (exit 1/2)
+    lines = [line for line in output.splitlines() if "failed after retries" in line]
+    assert len(lines) == 1, output
+    assert "Run `dvc repro` again: finished calls are cached" in lines[0], lines[0]
+    assert "max_failed_share" in lines[0], lines[0]
+    left = [rel for rel in stage_outs(repo, stage) if (repo.path / rel).exists()]
+    assert left == [], f"{stage} stopped and left outs behind: {left}"
+    return list(STAGES[: STAGES.index(stage)])
+
+
+def requests_of(record: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in record.read_text().splitlines() if line]
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return dict(schema["$defs"][ref.removeprefix("#/$defs/")])
+    return node
+
+
+def label_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every `label` property of the schema's objects, $refs resolved."""
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            label = node.get("properties", {}).get("label") if "properties" in node else None
+            if isinstance(label, dict):
+                found.append(_resolve(schema, label))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return found
+
+
+def assert_requests_well_formed(requests: list[dict[str, Any]], done: list[str]) -> None:
+    assert requests, "the door recorded no request"
+    assert all(isinstance(r.get("max_tokens"), int) and r["max_tokens"] > 0 for r in requests)
+    assert {r["model"] for r in requests} == {f"openai/{MODEL}"}
+    extraction = [r for r in requests if r["role"] == "extraction"]
+    assert extraction
+    for request in extraction:
+        assert request["max_tokens"] == ROLE_SETTINGS["extraction"]["max_tokens"]
+        form = request["response_format"]
+        assert form["type"] == "json_schema", form
+        labels = label_fields(form["json_schema"]["schema"])
+        assert len(labels) >= 2 and all(len(label.get("enum", [])) >= 2 for label in labels)
+    if "answer" in done:
+        agent = [r for r in requests if r["role"] == "agent"]
+        with_tools = [r for r in agent if r.get("tools")]
+        assert with_tools, "no agent request offered the tools"
+        assert all(r.get("tool_choice") == "auto" for r in with_tools)
+        assert all(r.get("tools") for r in agent if "tool_choice" in r)
+        assert {r["max_tokens"] for r in agent} == {ROLE_SETTINGS["agent"]["max_tokens"]}
+    if "judge" in done:
+        judge = [r for r in requests if r["role"] == "judge"]
+        assert judge and {r["max_tokens"] for r in judge} == {ROLE_SETTINGS["judge"]["max_tokens"]}
+
+
+def assert_usage_from_the_server(repo: RepoCopy, done: list[str]) -> None:
+    for stage in ("ingest", "answer", "judge", "judge_check"):
+        if stage.replace("_", "-") not in done:
+            continue
+        for role, usage in repo.read_json(f"metrics/usage/{stage}.json").items():
+            assert usage["calls"] > 0, (stage, role, usage)
+            assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0, (stage, role)
+
+
+def outs_and_metrics(root: Path) -> dict[str, object]:
+    """Every data out, the record, usage and plot files (bytes), and the metrics files without
+    their `seconds` (wall time: the one thing allowed to differ)."""
+    paths = [p for p in (root / "data").rglob("*") if p.is_file()]
+    paths += [root / "reports" / "memory.md"] if (root / "reports" / "memory.md").exists() else []
+    paths += [p for sub in ("usage", "plots") for p in (root / "metrics" / sub).glob("*")]
+    out: dict[str, object] = {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
+    for path in sorted((root / "metrics").glob("*.json")):
+        values = json.loads(path.read_text())
+        out[path.relative_to(root).as_posix()] = {k: v for k, v in values.items() if k != "seconds"}
+    return out
+
+
+@pytest.mark.timeout(REPRO_TIMEOUT_SECONDS + 300)
+def test_lite_pipeline_on_the_local_model_twice_is_well_formed_and_identical(
+    tmp_path: Path, hub_mirror: HubMirror
+) -> None:
+    with ExitStack() as stack:
+        copies = []
+        for name in ("first", "second"):
+            (tmp_path / name).mkdir()
+            repo = stack.enter_context(repo_copy(tmp_path / name, hub_mirror))
+            prepare(repo, tmp_path / name / "requests.jsonl")
+            copies.append(repo)
+        start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            runs = list(pool.map(repro, copies))
+        wall = time.monotonic() - start
+        print(f"\nboth runs: {wall:.0f} s wall; each: {[round(r[2]) for r in runs]} s")
+
+        done_per_run = []
+        for repo, (returncode, output, _) in zip(copies, runs, strict=True):
+            done = completed_stages(repo, returncode, output)
+            done_per_run.append(done)
+            assert "ingest" in done, output  # constrained extraction must have run
+            assert_requests_well_formed(requests_of(Path(repo.env["BEAM_LLM_RECORD"])), done)
+            assert_usage_from_the_server(repo, done)
+            total = repo.read_json("data/ingest/graphs.json")["total"]
+            print(f"{repo.path}: {done[-1]} last; graph {json.dumps(total)[:400]}")
+            assert total["entities"] + total["statements"] >= 1, total
+            if "report" in done:
+                record = (repo.path / "reports" / "memory.md").read_text()
+                assert f"`{MODEL}`" in record
+                assert "a model this small measures nothing about memory" in record
+        assert done_per_run[0] == done_per_run[1]
+        first, second = (outs_and_metrics(repo.path) for repo in copies)
+        assert sorted(first) == sorted(second)
+        differing = [rel for rel in first if first[rel] != second[rel]]
+        assert differing == [], f"the two runs differ in {differing}"

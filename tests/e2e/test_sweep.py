@@ -1,0 +1,157 @@
+"""A sweep that DVC runs: four experiments from one queue, two at a time, then the comparison.
+
+In a lite copy of the repo whose every role talks to the scripted test model served over HTTP
+(tests/support/scripted_server.py), so that calls are counted at the model server: the baseline
+runs its data stages and the judge check (`dvc repro judge-check`, committed, as a user's
+checkout has run `dvc repro`), then `dvc exp run --queue -S <param>=a,b,c,d` and
+`dvc queue start -j 2`. Each queued experiment runs in its own copy under `.dvc/tmp/exps/`; the
+checkout's Neo4j jars (no BEAM_NEO4J_LIB), call cache and spend ledger serve them all
+(clients/shared_root.py). Then `python -m stages.compare` has one column per experiment, the
+ledger is one file that counted every call the server saw, and a second identical sweep, whose
+stages run again in fresh copies, makes no model call.
+
+The swept param is `system` (graphrag, rag, full_context, no_memory) where params.yaml has it,
+else `answer.max_steps`, so the sweep runs before the systems exist.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.e2e_repo import RepoCopy, git, repo_copy
+from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
+from tests.support.scripted_server import ServerProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.beam, pytest.mark.neo4j, pytest.mark.slow]
+
+MODEL = "openai/test-model"
+QUEUE_TIMEOUT_SECONDS = 1200
+POLL_SECONDS = 2.0
+
+
+def swept_param(repo: RepoCopy) -> tuple[str, tuple[str, ...]]:
+    params = yaml.safe_load((repo.path / "params.yaml").read_text())
+    if "system" in params:
+        return "system", ("graphrag", "rag", "full_context", "no_memory")
+    return "answer.max_steps", ("3", "4", "5", "6")
+
+
+def queue_states(repo: RepoCopy) -> dict[str, str]:
+    """Experiment name -> its state in `dvc queue status` (Queued, Running, Success, Failed)."""
+    states = {}
+    for line in repo.dvc("queue", "status").splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[-1] in ("Queued", "Running", "Success", "Failed"):
+            states[words[1]] = words[-1]
+    return states
+
+
+def run_queue(repo: RepoCopy, names: set[str]) -> float:
+    """Start two workers, wait until the named experiments end; all must succeed. Wall time."""
+    started = time.monotonic()
+    repo.dvc("queue", "start", "-j", "2")
+    deadline = started + QUEUE_TIMEOUT_SECONDS
+    while True:
+        states = {k: v for k, v in queue_states(repo).items() if k in names}
+        if set(states) == names and all(s in ("Success", "Failed") for s in states.values()):
+            break
+        assert time.monotonic() < deadline, f"the queue did not finish: {states}"
+        time.sleep(POLL_SECONDS)
+    failed = [n for n, s in states.items() if s != "Success"]
+    logs = "\n".join(repo.dvc("queue", "logs", n, check=False)[-3000:] for n in failed)
+    assert not failed, f"experiments failed: {failed}\n{logs}"
+    return time.monotonic() - started
+
+
+def queue_sweep(repo: RepoCopy, param: str, values: tuple[str, ...]) -> set[str]:
+    out = repo.dvc("exp", "run", "--queue", "-S", f"{param}={','.join(values)}")
+    names = {
+        line.split("'")[1] for line in out.splitlines() if line.startswith("Queued experiment")
+    }
+    assert len(names) == len(values), out
+    return names
+
+
+def ledgers(repo: RepoCopy) -> list[Path]:
+    return sorted((repo.path / ".cache" / "llm").glob("budget-*.json"))
+
+
+def compare(repo: RepoCopy, *names: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.compare", *names],
+        cwd=repo.path,
+        env=repo.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
+    tmp_path: Path, hub_mirror: HubMirror
+) -> None:
+    with repo_copy(tmp_path, hub_mirror) as repo:
+        repo.use_checkout_jars()
+        server = ServerProcess(tmp_path / "served.jsonl", cwd=repo.path, env=repo.env).start()
+        try:
+            endpoint = {"model": MODEL, "api_base": server.api_base}
+            roles = {r: endpoint for r in ("extraction", "resolution", "agent")}
+            # the default lite caps stay: the one shared ledger holds the whole sweep under them
+            repo.update_params({"models": roles | {"judge": {"model": None, "api_base": None}}})
+            if "full_context" in yaml.safe_load((repo.path / "params.yaml").read_text()):
+                # the served model's window: litellm knows none for `openai/test-model`
+                repo.update_params({"full_context": {"context_tokens": 32_768}})
+            repo.env |= {"OPENAI_API_KEY": "dummy"}
+            repo.dvc("repro", "judge-check")
+            git(repo.path, "add", "-A")
+            git(repo.path, "commit", "-q", "-m", "served model; data stages and judge check run")
+            before = len(server.requests())
+            assert before > 0
+
+            param, values = swept_param(repo)
+            first = queue_sweep(repo, param, values)
+            seconds = run_queue(repo, first)
+            print(f"\nsweep of {len(values)} ({param}) with -j 2: {seconds:.0f} s")
+            served = len(server.requests())
+            assert served > before, "the sweep made no model call"
+
+            table = compare(repo)
+            print(table)
+            header = next(line for line in table.splitlines() if line.startswith("| metric |"))
+            assert len(header.strip("| ").split(" | ")) == 1 + len(values), header
+            rows = list(
+                csv.DictReader(io.StringIO((repo.path / "reports/compare.csv").read_text()))
+            )
+            assert {r["experiment"] for r in rows} == first
+            overall = [r for r in rows if r["group"] == "score" and r["key"] == "overall"]
+            assert len(overall) == len(values) and all(r["value"] for r in overall)
+            swept = {r["value"] for r in rows if r["key"] == param}
+            assert swept == set(values), swept  # the column's param, from its own params.yaml
+            assert (repo.path / "reports/compare.svg").read_bytes().startswith(b"<?xml")
+
+            (ledger,) = ledgers(repo)  # one ledger: every experiment's stages charged it
+            spent = json.loads(ledger.read_text())
+            assert spent["calls"] == served, (spent, served)  # every call the server saw
+            assert not spent["open"]
+
+            second = queue_sweep(repo, param, values)
+            seconds = run_queue(repo, second)
+            print(f"second sweep, from the call cache: {seconds:.0f} s")
+            assert len(server.requests()) == served, "the second sweep called the model"
+            assert ledgers(repo) == [ledger]
+            assert json.loads(ledger.read_text())["calls"] == served
+            assert len(compare(repo, *sorted(second)).splitlines()) > 10
+        finally:
+            repo.dvc("queue", "stop", "--kill", check=False, timeout=120)
+            server.kill()

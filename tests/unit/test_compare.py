@@ -1,0 +1,270 @@
+"""The compare table from crafted `dvc exp show --json` documents (the shape DVC 3 prints: a list
+of baselines, the workspace first, each commit with `experiments` whose `revs` hold the run's
+params and metrics files, an `executor` with its state while DVC tracks it)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.compare import (
+    MISSING,
+    build_comparison,
+    column_labels,
+    read_exp_show,
+    render_csv,
+    render_markdown,
+    render_svg,
+    select_runs,
+)
+from schemas.errors import DataError
+from stages.compare import main
+
+SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
+PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge")
+
+
+def report(score: float, tokens: int, *, asked: tuple[str, ...] = ("information_extraction",)):
+    per_phase = {p: tokens // 4 for p in PHASES}
+    return {
+        "score": {"overall": score, **dict.fromkeys(asked, score)},
+        "score_ci_low": {"overall": score - 0.1},
+        "score_ci_high": {"overall": score + 0.1},
+        "questions": {"overall": 2, "known_bad_rubric": 0, **dict.fromkeys(asked, 2)},
+        "score_beam_code": {"overall": score / 2},
+        "evidence_recall": {"overall": 1.0},
+        "agent": {"context_tokens_median": 300, "context_tokens_p95": 450},
+        "failures": {"questions_in_error": 0, "tool_errors": 1},
+        "cost_calls": {**dict.fromkeys(PHASES, 2), "total": 8},
+        "cost_tokens": {**per_phase, "total": sum(per_phase.values())},
+        "judge_check": {"agreement": 0.725, "cases": 80},
+    }
+
+
+def params(system: str | None, model: str = "openai/test-model", steps: int = 6) -> dict:
+    out: dict[str, Any] = {
+        "mode": "lite",
+        "answer": {"max_steps": steps, "result_limit": 8},
+        "models": {"agent": {"model": model, "api_base": None}, "judge": {"model": None}},
+    }
+    if system is not None:
+        out["system"] = system
+    return out
+
+
+def data(
+    rev: str, p: dict | None, metrics: dict | None, *, timestamp: str | None = None
+) -> dict[str, Any]:
+    files = ("metrics/slice.json", "metrics/report.json")
+    return {
+        "rev": rev,
+        "timestamp": timestamp,
+        "params": {} if p is None else {"params.yaml": {"data": p}},
+        "metrics": {
+            f: {"data": metrics}
+            if metrics is not None and f == "metrics/report.json"
+            else {"data": {"chat": {"tokens": 1}}}
+            if metrics is not None
+            else {"error": {"type": "FileNotFoundError", "msg": f"{f} does not exist"}}
+            for f in files
+        },
+        "deps": {},
+        "outs": {},
+        "meta": {},
+    }
+
+
+def experiment(name: str, rev: str, p: dict, metrics: dict | None, state: str | None) -> dict:
+    executor = None
+    if state is not None:
+        executor = {
+            "state": state,
+            "name": "dvc-task",
+            "local": {"root": None, "log": "x.out", "pid": 1, "returncode": 0, "task_id": rev},
+        }
+    return {
+        "revs": [
+            {
+                "rev": rev,
+                "name": name,
+                "data": data(rev, p, metrics),
+                "error": None,
+                "experiments": None,
+            }
+        ],
+        "executor": executor,
+        "name": name,
+    }
+
+
+def document(experiments: list[dict], baseline_metrics: dict | None = None) -> list[dict]:
+    """`dvc exp show --json` of HEAD with these experiments, given in the order they were run."""
+    head = "a3ff83ad0c54980a404860388b9b6e0bee1ceb25"
+    return [
+        {
+            "rev": "workspace",
+            "name": None,
+            "data": data("workspace", params("graphrag"), baseline_metrics),
+            "error": None,
+            "experiments": None,
+        },
+        {
+            "rev": head,
+            "name": "main",
+            "data": data(head, params("graphrag"), baseline_metrics, timestamp="2026-12-02T21:11"),
+            "error": None,
+            "experiments": experiments[::-1],  # DVC lists the newest first
+        },
+    ]
+
+
+def sweep(**extra: dict) -> list[dict]:
+    exps = [
+        experiment(f"exp-{s}", f"{i}" * 40, params(s), report(0.1 * (4 - i), 1000 * (i + 1)), None)
+        for i, s in enumerate(SYSTEMS)
+    ]
+    exps.append(experiment("exp-broken", "f" * 40, params("rag", steps=3), None, "failed"))
+    exps.append(experiment("exp-waiting", "e" * 40, params("rag", steps=4), None, "queued"))
+    return document(exps, **extra)
+
+
+def table_of(doc: list[dict], names: tuple[str, ...] = ()):
+    runs, left_out = select_runs(read_exp_show(doc), names)
+    return build_comparison(runs, left_out)
+
+
+def test_a_sweep_has_one_column_per_system_and_lists_runs_without_a_report() -> None:
+    table = table_of(sweep())
+    assert table.columns == SYSTEMS
+    assert table.left_out == ("exp-broken (failed)", "exp-waiting (queued)")
+    markdown = render_markdown(table)
+    assert "| metric | graphrag | rag | full_context | no_memory |" in markdown
+    assert "Left out (no report): exp-broken (failed), exp-waiting (queued)." in markdown
+
+
+def test_score_cells_carry_their_interval_and_questions() -> None:
+    markdown = render_markdown(table_of(sweep()))
+    overall = next(line for line in markdown.splitlines() if line.startswith("| overall |"))
+    assert "0.400 [0.30, 0.50] (n=2)" in overall  # graphrag: 0.1 * 4
+    ability = next(line for line in markdown.splitlines() if "| information_extraction |" in line)
+    assert "0.400 (n=2)" in ability  # no interval in the report: none shown
+
+
+def test_an_ability_a_run_did_not_ask_shows_a_dash() -> None:
+    exps = [
+        experiment("a", "1" * 40, params("graphrag"), report(0.5, 100), None),
+        experiment("b", "2" * 40, params("rag"), report(0.5, 100, asked=("summarization",)), None),
+    ]
+    table = table_of(document(exps))
+    rows = {r.key: r for r in table.rows if r.group == "score"}
+    assert list(rows) == ["overall", "information_extraction", "summarization"]
+    assert rows["summarization"].cells[0].value is None
+    line = next(x for x in render_markdown(table).splitlines() if x.startswith("| summarization"))
+    assert line.split(" | ")[1] == MISSING
+
+
+def test_cost_rows_per_question_and_per_phase_in_pipeline_order() -> None:
+    table = table_of(sweep())
+    row = next(r for r in table.rows if r.key == "cost_tokens_per_question")
+    assert [c.value for c in row.cells] == [500.0, 1000.0, 1500.0, 2000.0]  # total / 2 questions
+    phases = [r.key for r in table.rows if r.group == "cost_calls"]
+    assert phases == [*PHASES, "total"]
+
+
+def test_params_are_shown_only_where_the_columns_differ() -> None:
+    exps = [
+        experiment("a", "1" * 40, params("graphrag", steps=3), report(0.5, 100), None),
+        experiment("b", "2" * 40, params("graphrag", steps=6), report(0.5, 100), None),
+    ]
+    table = table_of(document(exps))
+    settings = {r.key: [c.value for c in r.cells] for r in table.rows if r.group == "params"}
+    assert settings["answer.max_steps"] == ["3", "6"]
+    assert "answer.result_limit" not in settings
+    assert settings["models.judge.model"] == ["= agent", "= agent"]
+    assert table.columns == ("graphrag (a)", "graphrag (b)")  # same system: the names tell
+
+
+def test_headings_name_the_model_where_models_differ_and_fall_back_to_the_name() -> None:
+    exps = [
+        experiment("a", "1" * 40, params("rag", model="m1"), report(0.5, 100), None),
+        experiment("b", "2" * 40, params("rag", model="m2"), report(0.5, 100), None),
+    ]
+    assert table_of(document(exps)).columns == ("rag · m1", "rag · m2")
+    runs = read_exp_show(document([experiment("x", "1" * 40, params(None), report(1, 1), None)]))
+    assert column_labels([r for r in runs if r.kind == "experiment"]) == ["x"]
+
+
+def test_named_runs_in_the_given_order_and_clear_errors() -> None:
+    doc = sweep(baseline_metrics=report(0.9, 10))
+    table = table_of(doc, ("exp-rag", "main", "22222222"))
+    assert [r.name for r in table.runs] == ["exp-rag", "main", "exp-full_context"]
+    with pytest.raises(DataError, match=r"'nope' is not an experiment .*known: workspace, main"):
+        table_of(doc, ("nope",))
+    with pytest.raises(DataError, match=r"no metrics/report.json for exp-broken \(failed\)"):
+        table_of(doc, ("exp-broken",))
+
+
+def test_an_unfinished_experiment_never_shows_the_workspace_s_metrics() -> None:
+    """DVC fills a queued or running experiment's row with the workspace's files."""
+    running = [experiment("r", "e" * 40, params("rag"), report(0.9, 10), "running")]
+    table = table_of(document(running, baseline_metrics=report(0.5, 10)))
+    assert [r.name for r in table.runs] == ["main"]
+    with pytest.raises(DataError, match=r"no metrics/report.json for r \(running\)"):
+        table_of(document(running), ("r",))
+
+
+def test_nothing_to_compare_says_how_to_make_something() -> None:
+    waiting = [experiment("w", "e" * 40, params("rag"), None, "queued")]
+    with pytest.raises(DataError, match=r"nothing to compare.*w \(queued\).*dvc queue start"):
+        table_of(document(waiting))
+    with pytest.raises(DataError, match="expected the output of `dvc exp show --json`"):
+        read_exp_show({"rev": "workspace"})
+
+
+def test_without_experiments_the_commits_with_a_report_are_compared() -> None:
+    table = table_of(document([], baseline_metrics=report(0.9, 10)))
+    assert [r.name for r in table.runs] == ["main"]  # the workspace repeats it: once
+
+
+def test_groups_this_module_does_not_know_still_show() -> None:
+    extra = report(0.5, 100) | {"full_context": {"tokens_dropped": 12}}
+    exps = [experiment("a", "1" * 40, params("full_context"), extra, None)]
+    rows = [r for r in table_of(document(exps)).rows if r.section == "other"]
+    assert [(r.label, r.cells[0].value) for r in rows] == [("full_context.tokens_dropped", 12.0)]
+
+
+def test_the_csv_is_long_format_one_row_per_column_and_metric() -> None:
+    table = table_of(sweep())
+    rows = list(csv.DictReader(io.StringIO(render_csv(table))))
+    assert len(rows) == len(table.rows) * len(table.columns)
+    overall = {r["system"]: r for r in rows if r["group"] == "score" and r["key"] == "overall"}
+    assert set(overall) == set(SYSTEMS)
+    assert (overall["rag"]["value"], overall["rag"]["ci_low"], overall["rag"]["n"]) == (
+        "0.3",
+        "0.2",
+        "2",
+    )
+    assert overall["rag"]["experiment"] == "exp-rag" and overall["rag"]["rev"] == "1" * 40
+
+
+def test_the_figure_is_an_svg_with_every_column_and_the_same_bytes_each_time() -> None:
+    table = table_of(sweep())
+    first, second = render_svg(table), render_svg(table)
+    assert first.startswith(b"<?xml") and b"<svg" in first
+    assert first == second
+    for label in (*SYSTEMS, "score (95% interval)", "tokens per phase", "information_extraction"):
+        assert label.encode() in first, label
+
+
+def test_the_command_writes_table_csv_and_figure(tmp_path: Path, capsys) -> None:
+    saved = tmp_path / "show.json"
+    saved.write_text(json.dumps(sweep()))
+    main(["--from-json", str(saved), "--out-dir", str(tmp_path / "out")])
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["compare.csv", "compare.md", "compare.svg"]
+    assert capsys.readouterr().out == (tmp_path / "out" / "compare.md").read_text()

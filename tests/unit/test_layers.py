@@ -1,0 +1,94 @@
+"""The import contract (`lint-imports`, [tool.importlinter] in pyproject.toml) holds on the tree
+and fails on a planted violation of each of its contracts, an import inside a function included."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+PACKAGES = ("stages", "bench", "systems", "clients", "schemas")
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+CONTRACTS: dict[str, str] = {
+    contract["id"]: contract["name"]
+    for contract in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "tool"
+    ]["importlinter"]["contracts"]
+}
+# (file, code added at its end, the import the report must name, contracts it breaks)
+PLANTS = [
+    ("clients/files.py", "import litellm\n", "clients.files -> litellm", {"litellm-door"}),
+    (
+        "clients/workdir.py",
+        "from stages import common\n",
+        "clients.workdir -> stages.common",
+        {"doors", "layers"},
+    ),
+    (
+        "bench/report.py",
+        "\n\ndef _planted() -> object:\n    from systems import port\n\n    return port\n",
+        "bench.report -> systems.port",
+        {"layers"},
+    ),
+    (
+        "bench/judge.py",
+        "import neo4j\n",
+        "bench.judge -> neo4j",
+        {"neo4j-door", "harness-no-graph"},
+    ),
+]
+
+
+def lint_imports(root: Path) -> tuple[int, str]:
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=root,  # lint-imports puts its folder first on sys.path: the copy is what it reads
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def verdicts(report: str) -> dict[str, str]:
+    """Contract id -> KEPT or BROKEN, from the report's summary lines."""
+    found: dict[str, str] = {}
+    for key, name in CONTRACTS.items():
+        match = re.search(rf"^{re.escape(name)} (KEPT|BROKEN)$", report, re.MULTILINE)
+        assert match, f"contract {name!r} is not in the report:\n{report}"
+        found[key] = match.group(1)
+    return found
+
+
+def test_the_contracts_are_the_layers_of_the_tree() -> None:
+    assert set(CONTRACTS) == {"layers", "doors", "harness-no-graph", "litellm-door", "neo4j-door"}
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    code, report = lint_imports(REPO_ROOT)
+    assert code == 0, report
+    assert set(verdicts(report).values()) == {"KEPT"}
+
+
+def test_a_planted_violation_of_each_contract_fails(tmp_path: Path) -> None:
+    for package in PACKAGES:
+        shutil.copytree(
+            REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path)
+    for file, code, _, _ in PLANTS:
+        with (tmp_path / file).open("a", encoding="utf-8") as handle:
+            handle.write(code)
+
+    status, report = lint_imports(tmp_path)
+    assert status != 0, report
+    broken = {key for key, verdict in verdicts(report).items() if verdict == "BROKEN"}
+    assert broken == set().union(*(contracts for *_, contracts in PLANTS))
+    for _, _, named, _ in PLANTS:
+        assert named in report, f"{named} is not reported:\n{report}"
