@@ -129,10 +129,13 @@ def judge_question(
     ask: Ask,
     *,
     max_equivalence_calls: int | None = None,
+    answer_error: str | None = None,
 ) -> Judgement:
     """Score one answer. Rubric abilities: one judge call per item, score = mean item score.
     event_ordering: the equivalence alignment only (item i scores 1 when some line matched it),
-    score = event_f1 × event_tau_norm. `ask` must return None rather than raise on failure."""
+    score = event_f1 × event_tau_norm. `ask` must return None rather than raise on failure.
+    An answer that failed (`answer_error`: the system's call failed, or its reply was cut at
+    max_tokens) is never scored from what it left: every item scores 0 without a judge call."""
     if rubric.question_id != question.id or rubric.ability != question.ability:
         raise DataError(
             f"rubric {rubric.question_id} ({rubric.ability}) was paired with question "
@@ -145,7 +148,15 @@ def judge_question(
         flags.add("known_bad_rubric")
 
     event: EventAlignment | None = None
-    if question.ability == EVENT_ORDERING:
+    if answer_error is not None:
+        answer = ""  # a fragment is no answer
+    if answer_error is not None and question.ability != EVENT_ORDERING:
+        items = [
+            ItemScore(rubric_item=item, score=0.0, error=f"not judged: {answer_error}")
+            for item in rubric.rubric
+        ]
+        calls, score = 0, 0.0
+    elif question.ability == EVENT_ORDERING:
 
         def are_equivalent(line: str, reference_event: str) -> bool | None:
             reply = ask(equivalence_messages(prompts, reference_event, line))

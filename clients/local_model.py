@@ -28,7 +28,7 @@ What is fetched, and from where (nothing but PyPI, through its simple index, by 
 
 `<cache>` is env BEAM_LOCAL_CACHE, else `~/.cache/beam-memory` (outside the repository: DVC
 records none of it). `python -m clients.local_model build` (the `make local-model` target)
-fetches and builds everything once (~12 minutes on 2 cores); `ensure_runtime()` and
+fetches and builds everything once (275 s on the 2-core machine); `ensure_runtime()` and
 `ensure_weights()` are idempotent and return at once when the cache is complete.
 
 The server (SERVER_FLAGS and server_command)
@@ -51,9 +51,7 @@ conventions as the Neo4j launch in clients/graph/server.py).
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import hashlib
@@ -63,7 +61,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -80,6 +77,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from clients.child_servers import (
+    LiveServers,
+    find_free_port,
+    install_sigterm_handler,
+    kill_with_parent,
+    tail,
+)
 from schemas.errors import FetchError, IntegrityError, ServiceError
 
 __all__ = [
@@ -232,7 +236,6 @@ START_TIMEOUT_SECONDS = 120.0
 STOP_GRACE_SECONDS = 10.0
 HEALTH_POLL_SECONDS = 0.1
 PORT_ATTEMPTS = 3
-LOG_TAIL_LINES = 40
 BUILD_RECORD = "BUILD.json"
 SERVER_ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
 
@@ -521,17 +524,6 @@ def ensure_weights(model: str | WeightsPin = "local/smollm2-135m-instruct") -> P
 # --- runtime ---------------------------------------------------------------------------------
 
 
-def _tail_text(text: str, lines: int = LOG_TAIL_LINES) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return _tail_text(path.read_text(encoding="utf-8", errors="replace"), lines)
-    except OSError:
-        return f"(no log at {path})"
-
-
 def _run_logged(command: list[str], log: Path, timeout: float, what: str, cwd: Path) -> None:
     """Run a build step with its output appended to `log`; ServiceError with the tail on failure.
 
@@ -549,7 +541,7 @@ def _run_logged(command: list[str], log: Path, timeout: float, what: str, cwd: P
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_kill_with_parent if in_main else None,
+                preexec_fn=kill_with_parent if in_main else None,
             )
         except OSError as exc:
             raise ServiceError(f"{what} could not run `{command[0]}`: {exc}") from exc
@@ -724,49 +716,17 @@ def _build_runtime(pin: RuntimePin) -> Path:
 
 # --- process safety: every server we start is stopped ----------------------------------------
 
-_LIVE: dict[int, LlamaServer] = {}
-_LIVE_LOCK = threading.Lock()
+_LIVE: LiveServers[LlamaServer] = LiveServers()
 
 
 def live_servers() -> list[LlamaServer]:
     """Servers started by this process and not yet stopped."""
-    with _LIVE_LOCK:
-        return list(_LIVE.values())
+    return _LIVE.list()
 
 
 def stop_all() -> None:
-    """Stop every server this process started (atexit calls it; so can a test)."""
-    for server in live_servers():
-        with contextlib.suppress(Exception):
-            server.stop()
-
-
-atexit.register(stop_all)
-
-
-def _raise_system_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _install_sigterm_handler() -> None:
-    """Turn a SIGTERM into SystemExit so `with local_model_server(...)` blocks unwind."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, _raise_system_exit)
-
-
-def _kill_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def find_free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago (a race is handled by retrying the start)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """Stop every server this process started (atexit does too; so can a test)."""
+    _LIVE.stop_all()
 
 
 def server_environment(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
@@ -866,7 +826,7 @@ class LlamaServer:
         binary = ensure_runtime()
         template = template_path()
         gguf = ensure_weights(self.spec.weights)
-        _install_sigterm_handler()
+        install_sigterm_handler()
         self.home = Path(tempfile.mkdtemp(prefix="beam-llama-server-"))
         failures: list[str] = []
         try:
@@ -915,10 +875,9 @@ class LlamaServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_kill_with_parent if in_main else None,
+                preexec_fn=kill_with_parent if in_main else None,
             )
-        with _LIVE_LOCK:
-            _LIVE[id(self)] = self
+        _LIVE.add(self)
         self._wait_healthy(started)
 
     def _wait_healthy(self, started: float) -> None:
@@ -973,8 +932,7 @@ class LlamaServer:
                 process.wait(timeout=30)
         if process is not None:
             self.exit_code = process.returncode
-        with _LIVE_LOCK:
-            _LIVE.pop(id(self), None)
+        _LIVE.remove(self)
         if not keep_log and self.home is not None:
             shutil.rmtree(self.home, ignore_errors=True)
 

@@ -29,6 +29,11 @@ from schemas.traces import Trace
 from stages.common import progress, run_stage, stage_seconds
 
 
+def judged_answer(trace: Trace) -> str:
+    """The answer the judge scored: none where the answer failed (never a fragment)."""
+    return "" if trace.error is not None else trace.answer
+
+
 def main() -> None:
     from bench.beam_code import beam_code_score, beam_code_summary
 
@@ -62,7 +67,7 @@ def main() -> None:
     batch: list[list[Message]] = [
         item_messages(prompts, q.question, item, traces[q.id].answer)
         for q in questions
-        if q.ability != EVENT_ORDERING
+        if q.ability != EVENT_ORDERING and traces[q.id].error is None
         for item in rubrics[q.id].rubric
     ]
     judge_calls = JudgeCalls(counted)
@@ -79,6 +84,7 @@ def main() -> None:
             prompts,
             judge_calls.ask,
             max_equivalence_calls=params.max_equivalence_calls,
+            answer_error=trace.error,
         )
         judgements.append(judgement)
         rows.append(
@@ -93,7 +99,7 @@ def main() -> None:
                 ),
                 "judge_calls": judgement.calls,
                 # what the benchmark's published code computes from the same verdicts
-                "score_beam_code": beam_code_score(judgement, trace.answer),
+                "score_beam_code": beam_code_score(judgement, judged_answer(trace)),
             }
         )
 
@@ -128,7 +134,7 @@ def main() -> None:
         summary[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
         summary[group]["error_questions"] = sum("error" in r["flags"] for r in members)
     summary["overall"]["failed_calls"] = len(failures)
-    answers = {q.id: traces[q.id].answer for q in questions}
+    answers = {q.id: judged_answer(traces[q.id]) for q in questions}
     for group, values in beam_code_summary(judgements, answers).items():
         summary[group].update(values)
     write_json(out_dir / "summary.json", summary)

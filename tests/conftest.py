@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -61,7 +62,7 @@ def mirror_parquet(shared_beam: Path) -> Path:
 # moved to the end of the session, wait for it before their timeout starts, and fail with the
 # log's tail if it failed. A build still running when the session ends is stopped.
 LOCAL_BUILD_WAIT_SECONDS = 3600.0
-LOCAL_BUILD_STOP_GRACE_SECONDS = 10.0
+LOCAL_BUILD_STOP_GRACE_SECONDS = 40.0
 LOCAL_BUILD_LOG_TAIL_LINES = 40
 _LOCAL_BUILD: dict[str, Any] = {}
 """proc (Popen), log (Path), outcome (None, "ok" or the failure text) of the session's build."""
@@ -96,9 +97,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stopped as a whole
+            preexec_fn=_build_child_setup,
         )
     _LOCAL_BUILD.update(log=log, outcome=None)
     print(f"\nbuilding the local model in the background (log: {log})")
+
+
+def _build_child_setup() -> None:  # runs in the child between fork and exec
+    """The build stops on SIGINT (a KeyboardInterrupt in clients/local_model.py kills cmake's own
+    process group, ninja and compilers included): SIGINT is made to work even where a shell
+    started pytest with it ignored, and the kernel sends it when pytest dies (PR_SET_PDEATHSIG),
+    so a killed session leaves no build behind either."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
 
 
 def _log_tail(log: Path) -> str:
@@ -148,7 +160,8 @@ def _stop_local_build() -> None:
     proc: subprocess.Popen[bytes] | None = _LOCAL_BUILD.get("proc")
     if proc is None or proc.poll() is not None:
         return
-    for sig, grace in ((signal.SIGTERM, LOCAL_BUILD_STOP_GRACE_SECONDS), (signal.SIGKILL, 30.0)):
+    stops = ((signal.SIGINT, LOCAL_BUILD_STOP_GRACE_SECONDS), (signal.SIGKILL, 30.0))
+    for sig, grace in stops:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:

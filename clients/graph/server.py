@@ -23,14 +23,9 @@ SIGTERM, then SIGKILL after `graph.stop_grace_seconds`. Every server is register
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import ctypes
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -43,6 +38,15 @@ from neo4j import GraphDatabase
 from neo4j import exceptions as neo4j_errors
 
 from clients import cypher
+from clients.child_servers import (
+    LOG_TAIL_LINES,
+    LiveServers,
+    find_free_port,
+    install_sigterm_handler,
+    kill_with_parent,
+    port_is_free,
+    tail,
+)
 from clients.graph.conf import (
     HARDENING_CONF,
     auth_ini_line,
@@ -63,72 +67,22 @@ SUPPORTED_JAVA = (17, 21)
 PORT_ATTEMPTS = 3
 READY_POLL_SECONDS = 0.25
 HOME_MARKER = ".beam-neo4j-home"
-LOG_TAIL_LINES = 40
 CONNECT_TIMEOUT_SECONDS = 5.0
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def find_free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago (a race is handled by retrying the start)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 # --- process safety: every server we start is stopped ----------------------------------------
 
-_LIVE: dict[int, Server] = {}
-_LIVE_LOCK = threading.Lock()
+_LIVE: LiveServers[Server] = LiveServers()
 
 
 def live_servers() -> list[Server]:
     """Servers started by this process and not yet stopped."""
-    with _LIVE_LOCK:
-        return list(_LIVE.values())
+    return _LIVE.list()
 
 
 def stop_all() -> None:
-    """Stop every server this process started (atexit calls it; so can a test)."""
-    for server in live_servers():
-        with contextlib.suppress(Exception):
-            server.stop()
-
-
-atexit.register(stop_all)
-
-
-def _raise_system_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _install_sigterm_handler() -> None:
-    """Turn a SIGTERM into SystemExit so `with start_graph(...)` blocks unwind and stop servers."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, _raise_system_exit)
-
-
-def _kill_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    """Stop every server this process started (atexit does too; so can a test)."""
+    _LIVE.stop_all()
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -303,7 +257,7 @@ class LocalServer:
         lib = neo4j_lib()
         java = resolve_java()
         check_java(java)
-        _install_sigterm_handler()
+        install_sigterm_handler()
         attempts = 1 if self.requested_port else PORT_ATTEMPTS
         failures: list[str] = []
         for _ in range(attempts):
@@ -347,10 +301,9 @@ class LocalServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_kill_with_parent if in_main else None,
+                preexec_fn=kill_with_parent if in_main else None,
             )
-        with _LIVE_LOCK:
-            _LIVE[id(self)] = self
+        _LIVE.add(self)
         _wait_ready(
             self.uri,
             self.auth,
@@ -382,8 +335,7 @@ class LocalServer:
                 process.wait(timeout=30)
         if process is not None:
             self.exit_code = process.returncode
-        with _LIVE_LOCK:
-            _LIVE.pop(id(self), None)
+        _LIVE.remove(self)
 
 
 class DockerServer:
@@ -416,7 +368,7 @@ class DockerServer:
         self.docker = shutil.which("docker") or ""
         if not self.docker:
             raise ServiceError("graph.backend is docker but no `docker` command was found")
-        _install_sigterm_handler()
+        install_sigterm_handler()
         self.port = self.port or find_free_port()
         self.uri = f"bolt://127.0.0.1:{self.port}"
         p = self.params
@@ -434,8 +386,7 @@ class DockerServer:
         args = ["run", "-d", "--rm", "--name", self.name, "-p", f"127.0.0.1:{self.port}:7687"]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
-        with _LIVE_LOCK:
-            _LIVE[id(self)] = self
+        _LIVE.add(self)
         self.started = True
         done = self._docker(*args, p.docker_image, timeout=p.start_timeout_seconds)
         if done.returncode != 0:
@@ -467,8 +418,7 @@ class DockerServer:
             )
             self._docker("rm", "-f", self.name, timeout=30)
             self.started = False
-        with _LIVE_LOCK:
-            _LIVE.pop(id(self), None)
+        _LIVE.remove(self)
 
 
 class UriServer:

@@ -10,8 +10,9 @@ extraction keeps at least one valid entity or statement; the record names the mo
 model this small measures nothing about memory; the two runs' outs and metrics (wall times aside)
 are byte-identical. It asserts nothing about the scores: a 135M model has none worth checking.
 
-Settings of the copies, chosen so one run takes about 4-5 minutes on 2 busy cores (SmolLM2
-generates ~14 tokens/s there with one thread) and each with its reason:
+Settings of the copies, chosen so one run stays within 4-5 minutes on 2 busy cores (SmolLM2
+generates ~14-20 tokens/s there with one thread; measured 2026-12-02: both runs together 166-191 s
+wall, extraction 2 calls / 928 tokens, 7 entities and 3 statements kept), each with its reason:
 - every role: `local/smollm2-135m-instruct`, context_tokens 8192 (its trained length; the roles
   of one stage share one server, which needs one size), temperature 0 and llm.seed 0.
 - extraction max_tokens 1536: its replies ran 1,000-2,000 tokens (the schema bounds the lists),
@@ -35,8 +36,11 @@ generates ~14 tokens/s there with one thread) and each with its reason:
   budget.max_over_estimate 20, since this model's reply sizes are unlike anyone's guesses.
 
 The two copies run concurrently (each `dvc repro` in its own thread, each stage starting its own
-one-thread server), so the wall time is about one run's. Requests are read from BEAM_LLM_RECORD
-(clients/llm/litellm_door.py). The copy's records measure nothing and stay in the test's folder.
+one-thread server), so the wall time is about one run's. Both copies get the same commit (one
+scorer stand-in serves both, fixed git dates): the record names it. The model's build is waited
+for by tests/conftest.py (built in the background while the other tests run). Requests are read
+from BEAM_LLM_RECORD (clients/llm/litellm_door.py). The copies' records measure nothing and stay
+in the test's folder.
 """
 
 from __future__ import annotations
@@ -86,7 +90,6 @@ ROLE_SETTINGS: dict[str, dict[str, Any]] = {
     "judge": {"max_tokens": 128},
 }
 FIXED_DATE = "2026-01-01T00:00:00+00:00"
-"""Both copies get the same commit (the record names HEAD)."""
 
 
 def local_params() -> dict[str, Any]:
@@ -106,7 +109,6 @@ def local_params() -> dict[str, Any]:
         "models": models,
         "ingest": {"chunk_tokens": 2000, "max_failed_share": 1.0},
         "answer": {"max_steps": 2, "result_limit": 4, "max_failed_share": 1.0},
-        "judge": {"max_failed_share": 1.0},
         "judge_check": {"max_failed_share": 1.0},
         "llm": {"max_attempts": 1, "concurrency": 1, "timeout_seconds": 600},
         "budget": {"max_over_estimate": 20.0},
@@ -125,8 +127,11 @@ def trim_judge_check(repo: RepoCopy) -> None:
     path.write_text(json.dumps(recipe, indent=2) + "\n")
 
 
-def prepare(repo: RepoCopy, record: Path) -> None:
-    repo.update_params(local_params())
+def prepare(repo: RepoCopy, record: Path, scorer_base_url: str) -> None:
+    """The copy on the local model, its requests recorded, and its commit the same in both
+    copies (the record names it): same params (one scorer stand-in serves both), same dates."""
+    judge = {"max_failed_share": 1.0, "base_url": scorer_base_url}
+    repo.update_params(local_params() | {"judge": judge})
     trim_judge_check(repo)
     repo.env["BEAM_LLM_RECORD"] = str(record)
     dated = {**repo.env, "GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
@@ -240,8 +245,10 @@ def assert_usage_from_the_server(repo: RepoCopy, done: list[str]) -> None:
         if stage.replace("_", "-") not in done:
             continue
         for role, usage in repo.read_json(f"metrics/usage/{stage}.json").items():
-            assert usage["calls"] > 0, (stage, role, usage)
-            assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0, (stage, role)
+            # resolution may have no pair to decide; every other role of a stage made calls
+            assert usage["calls"] > 0 or role == "resolution", (stage, role, usage)
+            if usage["calls"]:
+                assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0, (stage, role)
 
 
 def outs_and_metrics(root: Path) -> dict[str, object]:
@@ -266,8 +273,8 @@ def test_lite_pipeline_on_the_local_model_twice_is_well_formed_and_identical(
         for name in ("first", "second"):
             (tmp_path / name).mkdir()
             repo = stack.enter_context(repo_copy(tmp_path / name, hub_mirror))
-            prepare(repo, tmp_path / name / "requests.jsonl")
             copies.append(repo)
+            prepare(repo, tmp_path / name / "requests.jsonl", copies[0].scorer.base_url)
         start = time.monotonic()
         with ThreadPoolExecutor(max_workers=2) as pool:
             runs = list(pool.map(repro, copies))

@@ -147,7 +147,7 @@ def local_ready() -> None:
     if installed_runtime() is None:
         skip_or_fail(
             f"llama-server is not built in {lm.runtime_dir()}: run `make local-model` "
-            "(python -m clients.local_model build; ~5-12 minutes on 2 cores)"
+            "(python -m clients.local_model build; about 5 minutes on 2 cores)"
         )
     if installed_weights(MODEL) is None:
         skip_or_fail(f"the {MODEL} weights are not in {lm.cache_root() / 'models'}: run the build")

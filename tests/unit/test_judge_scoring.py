@@ -193,3 +193,25 @@ def test_mismatched_rubric_and_empty_rubric_are_refused(prompts: JudgePrompts) -
 )
 def test_equivalence_reply(reply: str, same: bool) -> None:
     assert parse_equivalence_reply(reply) is same
+
+
+@pytest.mark.parametrize("ability", ["information_extraction", "event_ordering"])
+def test_a_failed_answer_is_never_scored_from_its_fragment(
+    prompts: JudgePrompts, ability: str
+) -> None:
+    """An answer cut at max_tokens keeps its fragment in the trace; the judge must not see it:
+    every item scores 0 and no judge call is made (a judge that would give full marks proves it)."""
+    judge = ScriptedJudge(lambda m: '{"score": 1.0, "reason": "states it"}')
+    fragment = "Lisbon, in May, because the"
+    judgement = judge_question(
+        _question(ability),
+        _rubric(["Names Lisbon", "Gives the month"], ability=ability),
+        fragment,
+        prompts,
+        judge,
+        answer_error="the answer hit max_tokens (256) before it ended",
+    )
+    assert judgement.score == 0.0 and judgement.calls == 0 and judge.history == []
+    assert all(i.score == 0.0 for i in judgement.items)
+    if ability != "event_ordering":
+        assert all("max_tokens" in (i.error or "") for i in judgement.items)

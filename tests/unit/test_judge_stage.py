@@ -244,7 +244,10 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
     # the scripted judge saw the question, the rubric item and the answer in each item prompt
     calls = [json.loads(line) for line in (workdir.parent / "calls.jsonl").read_text().splitlines()]
     item_prompts = [c["messages"][-1]["content"] for c in calls if c["task"] == "judge"]
-    assert len(item_prompts) == 4  # 2 + 1 + 1 rubric items outside event ordering
+    # 2 + 1 rubric items outside event ordering; the failed answer's item goes to no judge
+    assert len(item_prompts) == 3
+    failed = by_id["conv3:temporal_reasoning:0"]
+    assert failed.calls == 0 and failed.score == 0.0
     assert any(
         "What is my monthly grocery budget?" in p and "Riverside apartment" in p
         for p in item_prompts
