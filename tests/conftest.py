@@ -107,8 +107,10 @@ def _build_child_setup() -> None:  # runs in the child between fork and exec
     """The build stops on SIGINT (a KeyboardInterrupt in clients/local_model.py kills cmake's own
     process group, ninja and compilers included): SIGINT is made to work even where a shell
     started pytest with it ignored, and the kernel sends it when pytest dies (PR_SET_PDEATHSIG),
-    so a killed session leaves no build behind either."""
+    so a killed session leaves no build behind either. It runs niced, so that the tests beside it,
+    whose timeouts are counted, keep the cores first and the build takes what they leave."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.nice(10)  # cmake, ninja and the compilers inherit it
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
 

@@ -564,7 +564,8 @@ def test_answer_with_a_tolerated_share_reports_failed_questions_beside_the_score
     failed = [e for e in heal.requests if e.outcome == "server_error"]
     assert len(failed) == MAX_ATTEMPTS
     traces = [json.loads(line) for line in (clean.repo.path / "data/answer/traces.jsonl").open()]
-    assert [t["error"] is not None for t in traces] == [True, False]
+    # the agent answers questions concurrently: the faulted first request is either question's
+    assert sorted(t["error"] is not None for t in traces) == [False, True]
     report = clean.repo.read_json("metrics/report.json")
     assert report["failures"]["questions_in_error"] == 1
     assert report["score"]["overall"] is not None
