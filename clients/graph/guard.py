@@ -27,12 +27,21 @@ class QueryRejected(BeamError):
     """A query on the agent's read-only path that could write, administer or escape its graph."""
 
 
+# The clauses of Neo4j 5.26's grammars (Cypher5Parser and Cypher25Parser of the 5.26.30 jars,
+# `*ClauseContext`) are CALL, CREATE, DELETE (DETACH / NODETACH), FINISH, FOREACH, INSERT (GQL's
+# CREATE), LOAD CSV, MATCH, MERGE, ORDER BY / SKIP / LIMIT, REMOVE, RETURN, SET, UNWIND, USE,
+# WITH, WHERE, YIELD, plus SET AUTH and WAIT of administration commands. Every one that writes,
+# reads outside the graph or administers has its keyword here; CYPHER (query options, a
+# language version) is refused too, as no read of the memory graph needs another parser or
+# runtime.
 WRITE_KEYWORDS = frozenset(
     {
         "CREATE",
+        "INSERT",
         "MERGE",
         "DELETE",
         "DETACH",
+        "NODETACH",
         "SET",
         "REMOVE",
         "DROP",
@@ -51,6 +60,8 @@ WRITE_KEYWORDS = frozenset(
         "ENABLE",
         "DEALLOCATE",
         "REALLOCATE",
+        "WAIT",
+        "CYPHER",
     }
 )
 READ_PROCEDURE_NAMES = (
@@ -117,7 +128,8 @@ def strip_literals(query: str) -> str:
 def check_read_only(query: str) -> None:
     r"""Raise QueryRejected unless `query` is a single read-only Cypher statement.
 
-    Rejected: write clauses (CREATE, MERGE, DELETE, DETACH, SET, REMOVE, FOREACH), schema and
+    Rejected: write clauses (CREATE, INSERT, MERGE, DELETE, DETACH, NODETACH, SET, REMOVE,
+    FOREACH), query options and versions (CYPHER ...), schema and
     admin commands (DROP, ALTER, GRANT, DENY, REVOKE, START/STOP DATABASE, SHOW, TERMINATE),
     LOAD CSV, USE (another database), CALL { } IN TRANSACTIONS, any procedure outside a short
     read-only allow-list (so dbms.*, db.create*, apoc.* and gds.* are refused), several
@@ -178,6 +190,16 @@ _REFUSED_OPERATOR = re.compile(
     r"|Deallocate|Reallocate|Lock|Assert|Dry)|Command|Admin|Procedure(?!Call$)",
 )
 READ_QUERY_TYPE = "r"
+# A subquery expression (COLLECT / COUNT / EXISTS { ... }) inside a list comprehension, a CASE or
+# another expression is planned as a nested plan: its operators are not in the tree, only in the
+# text of the parent operator's Details (Neo4j 5.26.30, verified: `LOAD CSV FROM "file:///..." AS
+# row` and `ResolvedCall(db.info() :: ...)` appear there and the query type stays 'r'). The text
+# is searched for both; literals of the query may appear in it too, so a read whose string
+# mentions LOAD CSV inside such a subquery is refused as well (a refusal, never a leak).
+_NESTED_LOAD = re.compile(r"\bLOAD\s+CSV\b", re.I)
+_NESTED_CALL = re.compile(
+    r"\b(?:Resolved|Unresolved)?Call\(\s*([^\s(]+)\s*\(|\bCALL\s+([^\s({]+)", re.I
+)
 
 
 def _plan_operators(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -192,7 +214,8 @@ def check_plan(query_type: str | None, plan: Mapping[str, Any] | None) -> None:
     its query type and operator tree) is a read of the graph and nothing else.
 
     Refused: a query type other than 'r' (writes 'rw'/'w', schema and administration 's'), LOAD
-    CSV, a procedure outside READ_PROCEDURES (dbms.*, db.create*, ...), SHOW / TERMINATE,
+    CSV, a procedure outside READ_PROCEDURES (dbms.*, db.create*, ...), also where a subquery
+    expression's nested plan holds them (the parent operator's Details), SHOW / TERMINATE,
     administration commands and CALL { } IN TRANSACTIONS, whatever the query text looked like.
     """
     if query_type != READ_QUERY_TYPE:
@@ -211,6 +234,18 @@ def check_plan(query_type: str | None, plan: Mapping[str, Any] | None) -> None:
                 "graph does not need (LOAD CSV, SHOW, TERMINATE, administration and "
                 "IN TRANSACTIONS are not allowed)"
             )
+        if _NESTED_LOAD.search(details):
+            raise QueryRejected(
+                "the query plan reads a file or URL (LOAD CSV) inside a subquery expression, "
+                "which a read of the memory graph does not need"
+            )
+        for match in _NESTED_CALL.finditer(details):
+            nested = (match.group(1) or match.group(2)).replace("`", "")
+            if nested.lower() not in READ_PROCEDURES:
+                raise QueryRejected(
+                    f"the query plan calls procedure {nested!r} inside a subquery expression, "
+                    f"which is not allowed; allowed: {', '.join(sorted(READ_PROCEDURES))}"
+                )
         if name == "ProcedureCall":
             procedure = details.split("(", 1)[0].strip().replace("`", "")
             if procedure.lower() not in READ_PROCEDURES:

@@ -38,6 +38,9 @@ ALLOWED = [
     "RETURN 'it\\'s' AS s, \"a\\\"b\" AS t, 'C:\\\\temp' AS path",  # escapes in strings
     "MATCH (n) WHERE n.text = 'x\\\\' RETURN n // an escaped backslash ends the string",
     "RETURN 'café, Zoë' AS names, 1 AS a\u00a0",  # letters and a no-break space (Neo4j: space)
+    "MATCH (n) WHERE n.text CONTAINS 'insert; nodetach' RETURN n.insert AS i",  # string, key
+    "RETURN {insert: 1, nodetach: 2, cypher: 3} AS m, $insert AS p",  # map keys, a parameter
+    "MATCH (n:`Insert`) RETURN n FINISH",  # FINISH writes nothing
 ]
 
 REJECTED = [
@@ -96,6 +99,14 @@ REJECTED = [
     "LOAD CSV FROM $url AS row RETURN row",
     "SHOW SETTINGS YIELD name, value RETURN name, value",
     "SHOW TRANSACTIONS YIELD transactionId TERMINATE TRANSACTIONS transactionId",
+    # GQL's spellings that Neo4j 5.26 accepts: INSERT is CREATE, NODETACH DELETE is DELETE
+    "INSERT (n:Fact&Memory {id: 'x'})",
+    "insert (n:Fact)",
+    "MATCH (a:Person), (b:Topic) INSERT (a)-[:RELATED_TO]->(b)",
+    "MATCH (n) NODETACH DELETE n",
+    "MATCH (n:Fact) WITH n LIMIT 1 NODETACH DELETE n",
+    "CYPHER runtime=interpreted MATCH (n) RETURN n",  # query options and versions
+    "CYPHER 25 MATCH (n) RETURN n",
 ]
 
 # Characters a reader does not see and Neo4j 5.26 reads its own way (checked on the server):
@@ -219,6 +230,18 @@ READ_PLANS = [
         "n",
         op("Limit", "5", op("Expand(All)", "(a)-[r]->(n)", op("AllNodesScan", "a"))),
     ),
+    # subquery expressions in a list comprehension: nested plans, read in the Details text
+    op("ProduceResults", "x", op("Projection", "[i IN $l | COLLECT { MATCH (n) RETURN n.id }]")),
+    op(
+        "ProduceResults",
+        "x",
+        op(
+            "Projection",
+            "[i IN $l | COLLECT { ResolvedCall(db.labels() :: label :: STRING,ArraySeq(),"
+            "ArraySeq(ProcedureResultItem(None,Variable(label))),true,true,false,false) "
+            "RETURN label AS label }] AS x",
+        ),
+    ),
 ]
 REFUSED_PLANS = [
     ("r", op("ProduceResults", "row", op("Limit", "1", op("LoadCSV", "row")))),
@@ -248,6 +271,41 @@ REFUSED_PLANS = [
     ("s", op("CreateIndex", "RANGE INDEX foo FOR (:X) ON (a)")),
     ("r", op("ProduceResults", "n", op("SetProperty", "n.x = 1"))),  # even if mislabelled 'r'
     ("r", {"operatorType": "", "args": {}, "children": []}),
+    # nested plans of subquery expressions, as Neo4j 5.26.30 prints them (query type stays 'r')
+    (
+        "r",
+        op(
+            "ProduceResults",
+            "x",
+            op(
+                "Projection",
+                '[i IN $autolist_0 | COLLECT { LOAD CSV FROM "file:///etc/passwd" AS row '
+                "RETURN row AS row }] AS x",
+            ),
+        ),
+    ),
+    (
+        "r",
+        op(
+            "ProduceResults",
+            "x",
+            op(
+                "Projection",
+                "CASE\n  WHEN true THEN COUNT { ResolvedCall(db.info() :: id :: STRING, name :: "
+                "STRING,ArraySeq(),ArraySeq(ProcedureResultItem(None,Variable(id))),true,true,"
+                "false,false) RETURN id AS id }\nEND AS x",
+            ),
+        ),
+    ),
+    (
+        "r",
+        op(
+            "ProduceResults",
+            "x",
+            op("Filter", "EXISTS { CALL {   load csv from $u AS row   RETURN row AS row } }"),
+        ),
+    ),
+    ("r", op("ProduceResults", "x", op("Projection", "COUNT { CALL db.stats.retrieve('GRAPH') }"))),
     ("r", None),
     (None, op("ProduceResults", "x")),
 ]
@@ -273,5 +331,8 @@ def test_plan_refusals_name_the_operator_or_procedure() -> None:
     config = op("ProduceResults", "", op("ProcedureCall", "dbms.listConfig() :: (name :: STRING)"))
     with pytest.raises(QueryRejected, match=r"procedure 'dbms\.listConfig', .*allowed: db\.index"):
         check_plan("r", config)
+    nested = op("ProduceResults", "x", op("Projection", "COLLECT { ResolvedCall(db.info() :: ) }"))
+    with pytest.raises(QueryRejected, match=r"procedure 'db\.info' inside a subquery"):
+        check_plan("r", nested)
     with pytest.raises(QueryRejected, match="classifies this query as 'rw'"):
         check_plan("rw", op("ProduceResults"))
