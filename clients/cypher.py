@@ -175,6 +175,14 @@ CHUNK_FULLTEXT = (
     "ORDER BY score DESC, id LIMIT $limit"
 )
 PING = "RETURN 1 AS ok"
+# The project's own (admin) connection frees the server from an agent read that outlived its
+# deadline: each agent read carries its tag in the transaction's metadata.
+AGENT_READ_METADATA_KEY = "beam_agent_read"
+RUNNING_AGENT_READS = (
+    "SHOW TRANSACTIONS YIELD transactionId, metaData "
+    f"WHERE metaData.{AGENT_READ_METADATA_KEY} = $tag RETURN transactionId AS id"
+)
+TERMINATE_TRANSACTIONS = "TERMINATE TRANSACTIONS $ids"
 
 _LUCENE_SPECIAL = re.compile(r'([+\-&|!(){}\[\]^"~*?:\\/])')
 

@@ -10,11 +10,13 @@ deterministic export/import and the agent's guarded read path.
 3. the server refuses by itself (HARDENING_CONF, clients/graph/conf.py) and its JVM holds no
    secret: LOAD CSV from file and web URLs, SHOW SETTINGS; the environment is
    `server_environment` (no API key).
-What passes runs in a READ-mode session, with the transaction timeout
+What passes runs in a READ-mode session on its own connection, with the transaction timeout
 `graph.query_timeout_seconds`, returning at most `graph.row_limit` rows; a read that outlives the
 timeout by READ_GRACE_SECONDS is cut client-side (Neo4j does not check its timeout inside one
-expression). Refusals raise QueryRejected, Cypher errors QueryFailed (messages the agent can
-read); a dead or unreachable server becomes ServiceError.
+expression, its parser or its planner): its connection is closed, its transaction terminated
+from the project's connection, and a server that still runs it is restarted with the same graph,
+so a runaway read costs only its own tool call. Refusals raise QueryRejected, Cypher errors
+QueryFailed (messages the agent can read); a dead or unreachable server becomes ServiceError.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
+import sys
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -57,6 +62,11 @@ from schemas.params import GraphParams
 # checks its timeout between rows, not inside one expression (a `reduce` or list comprehension
 # over range(1, 10^12) ignores it).
 READ_GRACE_SECONDS = 5.0
+# After a cut read's transaction is terminated, how long the store waits for the server to drop it
+# before it restarts the server. Measured on 5.26.30 (scripts/bench_cypher_layers.py): a `reduce`
+# over a huge range and 200 nested COLLECT subqueries run on after TERMINATE.
+FREE_WAIT_SECONDS = 5.0
+FREE_POLL_SECONDS = 0.25
 
 
 _UNREACHABLE = (
@@ -92,6 +102,41 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _Gate:
+    """Agent reads run side by side; a restart of the server waits until none runs and holds
+    new ones back until the server and its graph are back."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._restarting = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._restarting)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._restarting)
+            self._restarting = True
+            self._cond.wait_for(lambda: self._readers == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._restarting = False
+                self._cond.notify_all()
+
+
 def _chunks(rows: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(rows), size):
         yield rows[start : start + size]
@@ -104,27 +149,13 @@ class Neo4jGraphStore:
         self.server = server
         self.params = params
         self.driver = open_driver(server.uri, server.auth)
-        # The agent's reads have their own connections: a read that outlives its deadline is
-        # cut by closing them, which never touches the project's own queries.
-        self._reader: neo4j.Driver | None = None
-        self._reader_lock = threading.Lock()
+        self.restarts = 0
+        """Times a runaway agent read made the store restart its server (and re-import)."""
+        self._gate = _Gate()
+        self._vector_index: bool | None = None
 
     def close(self) -> None:
-        self._drop_reader()
         self.driver.close()
-
-    def _reader_driver(self) -> neo4j.Driver:
-        with self._reader_lock:
-            if self._reader is None:
-                self._reader = open_driver(self.server.uri, self.server.auth)
-            return self._reader
-
-    def _drop_reader(self) -> None:
-        with self._reader_lock:
-            reader, self._reader = self._reader, None
-        if reader is not None:
-            with contextlib.suppress(Exception):
-                reader.close()
 
     # errors ---------------------------------------------------------------------------------------
 
@@ -164,12 +195,14 @@ class Neo4jGraphStore:
         except _UNREACHABLE as exc:
             raise self._unavailable(exc) from exc
 
-    def _run_auto(self, query: str, params: Mapping[str, Any] | None = None) -> None:
-        """Schema commands and IN TRANSACTIONS need an auto-commit transaction."""
+    def _run_auto(
+        self, query: str, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Schema and transaction commands need an auto-commit transaction."""
         try:
             with self.driver.session(database=DATABASE) as session:
                 timed = Query(query, timeout=self.params.start_timeout_seconds)
-                session.run(timed, dict(params or {})).consume()
+                return [record.data() for record in session.run(timed, dict(params or {}))]
         except _UNREACHABLE as exc:
             raise self._unavailable(exc) from exc
 
@@ -183,6 +216,7 @@ class Neo4jGraphStore:
             *cypher.RANGE_INDEX_STATEMENTS,
         ]
         use_vector = self.params.vector_index if vector_index is None else vector_index
+        self._vector_index = use_vector
         if use_vector:
             statements.append(cypher.vector_index_statement(self.params.vector_dimensions))
         for statement in statements:
@@ -328,47 +362,109 @@ class Neo4jGraphStore:
     def _read_with_deadline(
         self, query: str, params: Mapping[str, object], *, explain: bool
     ) -> Rows:
-        """Run the read in a worker thread and stop waiting READ_GRACE_SECONDS after the query
-        timeout: the server's timeout does not interrupt a long expression, and the agent must
-        get its answer (an error) instead of waiting forever. The connection is then closed."""
-        outcome: dict[str, Any] = {}
+        """Run the read on its own connection in a worker thread and stop waiting
+        READ_GRACE_SECONDS after the query timeout: the server's timeout does not interrupt a
+        long expression, a parser or a planner, and the agent must get its answer (an error)
+        instead of waiting forever.
 
-        def work() -> None:
-            try:
-                outcome["rows"] = self._read_once(query, params, explain=explain)
-            except BaseException as exc:  # handed to the waiting thread
-                outcome["error"] = exc
+        A read that outlives its deadline costs only its own tool call: its own connection is
+        closed (no other read shares it), its transaction is terminated from the project's
+        connection, and if the server still runs it after FREE_WAIT_SECONDS the server is
+        restarted with its graph re-imported (`restarts`), once no other read runs."""
+        tag = secrets.token_hex(8)
+        with self._gate.shared():
+            reader = open_driver(self.server.uri, self.server.auth)
+            outcome: dict[str, Any] = {}
 
-        worker = threading.Thread(target=work, name="beam-agent-read", daemon=True)
-        worker.start()
-        worker.join(self.params.query_timeout_seconds + READ_GRACE_SECONDS)
-        if worker.is_alive():
-            self._drop_reader()  # closes the socket the worker waits on
-            raise QueryFailed(
-                f"the query ran longer than {self.params.query_timeout_seconds:g} s and was "
-                "stopped (it did not stop at the server's timeout, so its connection was closed): "
-                "narrow it (LIMIT, a more selective MATCH, an index lookup, no huge range())"
+            def work() -> None:
+                try:
+                    outcome["rows"] = self._read_once(reader, query, params, explain, tag)
+                except BaseException as exc:  # handed to the waiting thread
+                    outcome["error"] = exc
+
+            worker = threading.Thread(target=work, name="beam-agent-read", daemon=True)
+            worker.start()
+            worker.join(self.params.query_timeout_seconds + READ_GRACE_SECONDS)
+            with contextlib.suppress(Exception):
+                reader.close()  # a read still running gets a closed socket and ends
+            if not worker.is_alive():
+                if "error" in outcome:
+                    raise outcome["error"]
+                rows: Rows = outcome["rows"]
+                return rows
+            stuck = self._terminate_read(tag)
+        if stuck:
+            self._restart_after(tag)
+        raise QueryFailed(
+            f"the query ran longer than {self.params.query_timeout_seconds:g} s and was "
+            "stopped (it did not stop at the server's timeout): narrow it (LIMIT, a more "
+            "selective MATCH, an index lookup, no huge range() or deeply nested expression)"
+        )
+
+    def _running_reads(self, tag: str) -> list[str]:
+        return [row["id"] for row in self._run_auto(cypher.RUNNING_AGENT_READS, {"tag": tag})]
+
+    def _terminate_read(self, tag: str) -> bool:
+        """Terminate the agent read tagged `tag` on the server; True if it still runs after
+        FREE_WAIT_SECONDS (Neo4j marks it terminated, but a long expression, its parser and its
+        planner do not look at the mark)."""
+        waited_until = time.monotonic() + FREE_WAIT_SECONDS
+        running = self._running_reads(tag)
+        if running:
+            with contextlib.suppress(neo4j_errors.Neo4jError):
+                self._run_auto(cypher.TERMINATE_TRANSACTIONS, {"ids": running})
+        while running and time.monotonic() < waited_until:
+            time.sleep(FREE_POLL_SECONDS)
+            running = self._running_reads(tag)
+        return bool(running)
+
+    def _restart_after(self, tag: str) -> None:
+        """Restart the server that still runs the agent read `tag`, and load the same graph into
+        it, once no other agent read runs (new ones wait). A server the store did not start
+        (backend `uri`) is left as it is. A server that cannot be restarted is a ServiceError."""
+        with self._gate.exclusive():
+            if self.params.backend == "uri" or not self._running_reads(tag):
+                return  # not ours to restart, or freed (or restarted for another read) meanwhile
+            lines = self.export_lines()
+            print(
+                f"[graph] an agent query did not stop when terminated: restarting "
+                f"{self.server.description} and re-importing its graph ({len(lines)} lines)",
+                file=sys.stderr,
+                flush=True,
             )
-        if "error" in outcome:
-            raise outcome["error"]
-        rows: Rows = outcome["rows"]
-        return rows
+            self.driver.close()
+            self.server.stop()
+            self.server.start()
+            self.driver = open_driver(self.server.uri, self.server.auth)
+            nodes, rels = _parse_export(lines, "the graph before the restart")
+            self._load(nodes, rels, self._vector_index, schema=True)
+            self.restarts += 1
 
-    def _read_once(self, query: str, params: Mapping[str, object], *, explain: bool) -> Rows:
+    def _read_once(
+        self,
+        reader: neo4j.Driver,
+        query: str,
+        params: Mapping[str, object],
+        explain: bool,
+        tag: str,
+    ) -> Rows:
         limit = self.params.row_limit
         timeout = self.params.query_timeout_seconds
+        metadata = {cypher.AGENT_READ_METADATA_KEY: tag}
         rows = Rows()
         try:
-            with self._reader_driver().session(
+            with reader.session(
                 database=DATABASE,
                 default_access_mode=neo4j.READ_ACCESS,
                 fetch_size=limit + 1,
             ) as session:
                 if explain:
-                    planned = session.run(Query(f"EXPLAIN {query}", timeout=timeout), dict(params))
+                    planned = session.run(
+                        Query(f"EXPLAIN {query}", timeout=timeout, metadata=metadata), dict(params)
+                    )
                     summary = planned.consume()
                     check_plan(summary.query_type, summary.plan)
-                result = session.run(Query(query, timeout=timeout), dict(params))
+                result = session.run(Query(query, timeout=timeout, metadata=metadata), dict(params))
                 for record in result:
                     if len(rows) >= limit:
                         rows.truncated = True
@@ -430,30 +526,26 @@ class Neo4jGraphStore:
         into a graph that holds nodes already they are MERGEd like any write.
         """
         path = Path(path)
-        nodes: list[GraphNode] = []
-        rels: list[Relationship] = []
         try:
-            handle = path.open(encoding="utf-8")
-        except OSError as exc:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
             raise DataError(f"graph export {path} cannot be read: {exc}") from exc
-        with handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    if "node" in obj and len(obj) == 1:
-                        nodes.append(NODE_ADAPTER.validate_python(obj["node"]))
-                    elif "relationship" in obj and len(obj) == 1:
-                        rels.append(Relationship.model_validate(obj["relationship"]))
-                    else:
-                        raise ValueError("expected one key, `node` or `relationship`")
-                except ValueError as exc:  # json and pydantic errors are ValueErrors
-                    raise DataError(
-                        f"{path}:{number}: not a graph export line ({exc}); re-run the ingest"
-                    ) from exc
+        nodes, rels = _parse_export(lines, str(path))
         if create_schema:
             self.create_schema()
+        return self._load(nodes, rels, None, source=str(path))
+
+    def _load(
+        self,
+        nodes: Sequence[GraphNode],
+        rels: Sequence[Relationship],
+        vector_index: bool | None = None,
+        source: str = "the graph before the restart",
+        *,
+        schema: bool = False,
+    ) -> WriteReceipt:
+        if schema:
+            self.create_schema(vector_index)
         load = int(self._run(cypher.COUNT_MEMORY_NODES)[0]["n"]) == 0
         size = self.params.write_batch_size * 5
         written_nodes = written_rels = 0
@@ -464,10 +556,32 @@ class Neo4jGraphStore:
             written_rels += self._write(batch, load=load).relationships
         if written_rels != len(rels):
             raise IntegrityError(
-                f"{path}: {len(rels) - written_rels} of {len(rels)} relationships name nodes that "
-                "are not in the file; the export is damaged: re-run the ingest"
+                f"{source}: {len(rels) - written_rels} of {len(rels)} relationships name nodes "
+                "that are not in the file; the export is damaged: re-run the ingest"
             )
         return WriteReceipt(nodes=written_nodes, relationships=written_rels, missing_endpoints=0)
+
+
+def _parse_export(lines: Iterable[str], source: str) -> tuple[list[GraphNode], list[Relationship]]:
+    """The nodes and relationships of an export's lines (`source` names them in errors)."""
+    nodes: list[GraphNode] = []
+    rels: list[Relationship] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if "node" in obj and len(obj) == 1:
+                nodes.append(NODE_ADAPTER.validate_python(obj["node"]))
+            elif "relationship" in obj and len(obj) == 1:
+                rels.append(Relationship.model_validate(obj["relationship"]))
+            else:
+                raise ValueError("expected one key, `node` or `relationship`")
+        except ValueError as exc:  # json and pydantic errors are ValueErrors
+            raise DataError(
+                f"{source}:{number}: not a graph export line ({exc}); re-run the ingest"
+            ) from exc
+    return nodes, rels
 
 
 @contextlib.contextmanager
