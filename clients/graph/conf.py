@@ -77,6 +77,9 @@ JVM_FLAGS: tuple[str, ...] = (
     "-Dlog4j2.disable.jmx=true",
     "-Dfile.encoding=UTF-8",
     "-XX:TieredStopAtLevel=1",
+    # No host name is ever resolved (an empty hosts file instead of DNS): a LOAD CSV URL with a
+    # host name would otherwise be looked up before the IP block-list refuses it.
+    "-Djdk.net.hosts.file=/dev/null",
 )
 ENTRY_POINT = "org.neo4j.server.CommunityEntryPoint"
 

@@ -243,6 +243,22 @@ def corpus(canary: Path, port: int) -> list[Attack]:
         f"LOAD CSV FROM '{file_url}' AS row FIELDTERMINATOR ';' RETURN row",
     ]
     attacks = [Attack(q, server_must_refuse=True) for q in loads]
+    # LOAD CSV in a subquery expression inside a list comprehension or CASE: a nested plan,
+    # only in the parent operator's Details
+    nested_loads = [
+        f"RETURN [i IN [1] | COLLECT {{ LOAD CSV FROM '{file_url}' AS row RETURN row }}] AS x",
+        "RETURN [i IN [1] | COLLECT { LOAD CSV FROM 'file:///proc/self/environ' AS row "
+        "RETURN row }] AS x",
+        f"RETURN CASE WHEN true THEN COUNT {{ LOAD CSV FROM 'http://127.0.0.1:{port}/x.csv' "
+        "AS row RETURN row } END AS x",
+        f"RETURN [i IN [1] | EXISTS {{ LOAD CSV FROM 'http://localhost:{port}/x.csv' AS row "
+        "RETURN row }] AS x",
+        f"RETURN [i IN [1] | COLLECT {{ CALL {{ LOAD CSV FROM '{file_url}' AS row RETURN row }} "
+        "RETURN row }] AS x",
+        f"MATCH (n:Fact) WHERE COUNT {{ LOAD CSV FROM '{file_url}' AS row RETURN row }} > 0 "
+        "RETURN n.id",
+    ]
+    attacks += [Attack(q, server_must_refuse=True) for q in nested_loads]
     attacks.append(
         Attack(
             "LOAD CSV FROM $url AS row RETURN row",
@@ -262,8 +278,12 @@ def corpus(canary: Path, port: int) -> list[Attack]:
     attacks += [
         Attack(q)
         for q in (
-            # writes in every form
+            # writes in every form, also GQL's INSERT and NODETACH DELETE
             "CREATE (n:Memory:Fact {id: 'evil', text: 'x'}) RETURN n",
+            "INSERT (n:Fact&Memory {id: 'evil'})",
+            "MATCH (a:Person), (b:Topic) INSERT (a)-[:RELATED_TO]->(b)",
+            "MATCH (n:Memory) NODETACH DELETE n",
+            "MATCH (n:Fact {id: 'c5:f1'}) NODETACH DELETE n",
             "MERGE (n:Memory {id: 'evil'}) RETURN n",
             "MATCH (n:Memory) DETACH DELETE n",
             "MATCH (n:Memory {id: 'c5:f1'}) DELETE n",
@@ -317,6 +337,15 @@ def corpus(canary: Path, port: int) -> list[Attack]:
             "CALL apoc.load.json('file:///etc/passwd')",
             "RETURN apoc.text.join(['a'], '')",
             "CALL gds.graph.list()",
+            "CALL dbms.queryJmx('java.lang:type=Runtime') YIELD attributes RETURN attributes",
+            "CALL dbms.killConnections([])",
+            # procedures in a subquery expression inside a list comprehension or CASE
+            "RETURN [i IN [1] | COLLECT { CALL db.info() YIELD id RETURN id }] AS x",
+            "RETURN [i IN [1] | COLLECT { CALL db.stats.retrieve('GRAPH COUNTS') YIELD data "
+            "RETURN data }] AS x",
+            "RETURN CASE WHEN true THEN COUNT { CALL dbms.components() YIELD name RETURN name } "
+            "END AS x",
+            "RETURN [i IN [1] | EXISTS { CALL dbms.listConfig() YIELD name RETURN name }] AS x",
             # SHOW, TERMINATE, administration
             "SHOW USERS",
             "SHOW CURRENT USER",
@@ -520,6 +549,14 @@ def test_the_hardened_server_alone_refuses_files_urls_and_settings(
     ):
         with pytest.raises(QueryFailed, match="blocked via the configuration property"):
             store._read_unguarded(f"LOAD CSV FROM '{url}' AS row RETURN row", {})
+    # No host name is resolved: the JVM reads an empty hosts file instead of asking DNS (so a
+    # name is never looked up before the IP block-list applies; `localhost` Java answers itself)
+    assert server.pid is not None
+    assert b"-Djdk.net.hosts.file=/dev/null" in Path(f"/proc/{server.pid}/cmdline").read_bytes()
+    with pytest.raises(QueryFailed, match="Couldn't load the external resource"):
+        store._read_unguarded(
+            "LOAD CSV FROM 'http://beam-canary.invalid/x.csv' AS row RETURN row", {}
+        )
     with pytest.raises(QueryFailed, match="SHOW SETTINGS` clause is not available"):
         store._read_unguarded("SHOW SETTINGS YIELD name, value RETURN name, value", {})
     for write in ("CREATE (n:Memory {id: 'evil'})", "MATCH (n:Memory) DETACH DELETE n"):
@@ -537,6 +574,88 @@ def test_the_hardened_server_alone_refuses_files_urls_and_settings(
     assert_nothing_leaks(world, json.dumps(config), config=False)
     assert store.export_lines() == before
     assert world.loopback.connections == []
+
+
+def test_the_guard_alone_refuses_them(world: World, attacks: list[Attack]) -> None:
+    """Our guard on its own: every hostile query of the corpus is refused before it reaches a
+    server; what it lets through (the reads and the bombs) runs on the server WITHOUT hardening
+    and with no plan check, and must be a plain read there."""
+    store = world.plain
+    before = store.export_lines()
+    refused = 0
+    for attack in attacks:
+        if attack.kind == "refuse":
+            with pytest.raises(QueryRejected):
+                check_read_only(attack.query)
+            refused += 1
+        elif attack.kind == "read":
+            check_read_only(attack.query)
+            assert store._read_unguarded(attack.query, attack.params), attack.query
+    assert refused == sum(1 for a in attacks if a.kind == "refuse")
+    assert store.export_lines() == before
+    print(f"\nguard alone: {refused} of {refused} hostile queries refused")
+
+
+# What the hardened server ALONE (no guard, no plan check, READ mode) still answers: Neo4j 5.26
+# Community has no roles and applies its procedure allow-list to plugins only, so built-in
+# procedures and SHOW / TERMINATE run for the one (admin) user. They read or stop nothing of the
+# harness's (no secret is in the config or the JVM's environment), and the guard and the plan
+# check each refuse all of them. Pinned, so that a change in a future Neo4j is noticed.
+SERVER_ALONE_ANSWERS = {
+    "CALL db.clearQueryCaches()",
+    "CALL db.ping()",
+    "CALL dbms.components()",
+    "CALL dbms.info()",
+    "CALL dbms.killConnections([])",
+    "CALL dbms.listConfig() YIELD name, value RETURN name, value",
+    "CALL dbms.listConfig;",
+    "CALL dbms.listConnections()",
+    "CALL dbms.queryJmx('java.lang:type=Runtime') YIELD attributes RETURN attributes",
+    "CALL dbms.showCurrentUser()",
+    "CALL tx.setMetaData({evil: true})",
+    "CALL/**/dbms.listConfig() YIELD name, value RETURN name, value",
+    "CALL`dbms`.`listConfig`()",
+    "MATCH (n) CALL { WITH n RETURN n.id AS id } IN TRANSACTIONS RETURN id",
+    "RETURN CASE WHEN true THEN COUNT { CALL dbms.components() YIELD name RETURN name } END AS x",
+    "RETURN [i IN [1] | COLLECT { CALL db.info() YIELD id RETURN id }] AS x",
+    "RETURN [i IN [1] | COLLECT { CALL db.stats.retrieve('GRAPH COUNTS') YIELD data "
+    "RETURN data }] AS x",
+    "RETURN [i IN [1] | EXISTS { CALL dbms.listConfig() YIELD name RETURN name }] AS x",
+    "SHOW CURRENT USER",
+    "SHOW DATABASES",
+    "SHOW FUNCTIONS",
+    "SHOW INDEXES",
+    "SHOW PROCEDURES",
+    "SHOW TRANSACTIONS",
+    "SHOW USERS",
+    "TERMINATE TRANSACTIONS 'neo4j-transaction-1'",
+    "UNWIND [1] AS x CALL { RETURN 1 AS y } IN 2 CONCURRENT TRANSACTIONS RETURN y",
+}
+
+
+def test_the_hardened_server_alone_on_the_whole_corpus(world: World, attacks: list[Attack]) -> None:
+    """The guard and the plan check bypassed on the hardened server: every hostile query is
+    refused, except the Community gaps pinned in SERVER_ALONE_ANSWERS; nothing leaks a secret,
+    writes, or reaches the network."""
+    store = world.hardened
+    before = store.export_lines()
+    answered: set[str] = set()
+    for attack in attacks:
+        if attack.kind != "refuse":
+            continue
+        try:
+            rows = store._read_unguarded(attack.query, attack.params)
+        except (QueryFailed, QueryRejected) as exc:
+            assert_nothing_leaks(world, str(exc), config=False)
+            continue
+        assert_nothing_leaks(world, json.dumps(list(rows), default=str), config=False)
+        answered.add(attack.query)
+    hostile = sum(1 for a in attacks if a.kind == "refuse")
+    print(f"\nhardened server alone: {hostile - len(answered)} of {hostile} refused")
+    assert answered == SERVER_ALONE_ANSWERS
+    assert store.export_lines() == before
+    assert world.loopback.connections == []
+    assert store.read("RETURN 1 AS ok") == [{"ok": 1}]
 
 
 def test_the_jvms_hold_no_api_key_of_the_harness(world: World) -> None:
