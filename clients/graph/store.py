@@ -385,9 +385,11 @@ class Neo4jGraphStore:
             worker = threading.Thread(target=work, name="beam-agent-read", daemon=True)
             worker.start()
             worker.join(self.params.query_timeout_seconds + READ_GRACE_SECONDS)
+            # Decided before the close: a read cut by it may still end, with any driver error.
+            finished = not worker.is_alive()
             with contextlib.suppress(Exception):
                 reader.close()  # a read still running gets a closed socket and ends
-            if not worker.is_alive():
+            if finished:
                 if "error" in outcome:
                     raise outcome["error"]
                 rows: Rows = outcome["rows"]
