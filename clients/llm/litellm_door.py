@@ -10,6 +10,7 @@ import email.utils
 import ipaddress
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -47,6 +48,31 @@ def _import_litellm() -> ModuleType:
         litellm.telemetry = False
         _litellm = litellm
     return _litellm
+
+
+# Every litellm call of the process runs on this one event loop, in its own daemon thread. The
+# client runs each batch in a fresh loop (`asyncio.run`), from several threads at once when
+# `llm.concurrency` > 1, while litellm keeps one process-wide logging worker whose queue and task
+# belong to one loop: on every switch it printed "LoggingWorker: event loop changed" warnings and
+# tracebacks, and its pending callbacks piled up. On one loop the worker stays bound and drains.
+_door_loop: asyncio.AbstractEventLoop | None = None
+_door_loop_lock = threading.Lock()
+
+
+def _litellm_loop() -> asyncio.AbstractEventLoop:
+    global _door_loop
+    with _door_loop_lock:
+        if _door_loop is None or _door_loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="beam-litellm", daemon=True)
+            thread.start()
+            _door_loop = loop
+        return _door_loop
+
+
+async def _on_litellm_loop(call: Any) -> Any:
+    """Await the coroutine `call` on the door's loop; cancelling the caller cancels it there."""
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, _litellm_loop()))
 
 
 def _parse_retry_after(headers: Any) -> float | None:
@@ -269,7 +295,7 @@ class LitellmBackend:
             }
         _record_request(self.role, request.task, kwargs)
         try:
-            response = await litellm.acompletion(**kwargs)
+            response = await _on_litellm_loop(litellm.acompletion(**kwargs))
         except Exception as exc:
             raise _classify(exc, self.model, self.ref.api_base, self.role) from exc
         choice = response.choices[0]
