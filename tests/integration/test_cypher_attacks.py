@@ -38,10 +38,13 @@ from clients.graph.guard import QueryRejected, check_read_only
 from clients.graph.port import QueryFailed
 from clients.graph.server import LocalServer
 from clients.graph.store import Neo4jGraphStore, start_graph
-from clients.llm.port import ToolCall
+from clients.llm.port import ChatRequest, Completion, ToolCall
 from schemas.memory import GraphBatch, validate_batch
 from schemas.params import GraphParams
+from schemas.records import Question
+from stages.answer import answer_all
 from systems.graphrag.agent import GraphTools, ToolOutcome
+from systems.graphrag.system import GraphMemory
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 
 # Fixtures shared through tests/support (pytest finds them in this module's namespace).
@@ -733,3 +736,76 @@ def test_a_runaway_query_costs_only_its_own_tool_call(world: World, kind: str) -
     assert store.export_lines() == before
     assert store.read("RETURN 1 AS ok") == [{"ok": 1}]
     print(f"\n{kind}: tool call {elapsed:.1f} s, server restarts so far {store.restarts}")
+
+
+class HostileAgentModel:
+    """An agent model under a prompt injection, for one conversation's two questions: on the
+    question naming a bomb it sends that bomb through read_only_cypher, then answers; on the
+    other it reads the graph on every turn (a second apart, so its reads overlap the bomb's call
+    and the restart) and answers after `READER_TURNS`. Deterministic: the same requests get the
+    same replies, as a replay from the model cache does."""
+
+    role = "agent"
+    test_model = True
+    READER_TURNS = 10
+
+    def complete(self, request: ChatRequest) -> Completion:
+        question = request.messages[1].content or ""
+        turns = sum(1 for m in request.messages if m.role == "assistant")
+        if not request.tools:
+            return Completion(text=f"answer after {turns} turns", model="hostile")
+        if question.startswith("bomb:"):
+            if turns:
+                return Completion(text="done", model="hostile")
+            query = RUNAWAY_BOMBS[question.removeprefix("bomb:")]
+        else:
+            if turns >= self.READER_TURNS:
+                return Completion(text=f"read {turns} times", model="hostile")
+            time.sleep(1.0)
+            query = "MATCH (f:Fact)-[:ABOUT]->(p:Person) RETURN f.id AS id ORDER BY id"
+        return Completion(tool_calls=(call(query),), model="hostile")
+
+    def run_batch(self, requests: Any, on_done: Any = None) -> list[Completion]:
+        return [self.complete(r) for r in requests]
+
+
+def test_a_bomb_in_one_question_leaves_the_other_question_of_the_stage_whole(
+    world: World,
+) -> None:
+    """Last, the answer stage's own loop (stages/answer.answer_all, concurrency 2) on one
+    conversation's memory: one question's model sends a runaway query that needs a server
+    restart, the other reads all along. Both traces end without error, the reader's every tool
+    call succeeded, and a second run gives identical traces (as a replay from the cache does)."""
+    store = world.hardened
+    questions = [
+        Question(
+            id="conv5:information_extraction:0",
+            conversation_id="5",
+            ability="information_extraction",
+            index=0,
+            question="bomb:reduce over range",
+        ),
+        Question(
+            id="conv5:information_extraction:1",
+            conversation_id="5",
+            ability="information_extraction",
+            index=1,
+            question="what does Ana grow?",
+        ),
+    ]
+    memory = GraphMemory(GraphTools(store, limit=8), max_steps=12)
+    runs = []
+    for _ in range(2):
+        restarts = store.restarts
+        traces = answer_all(memory, questions, HostileAgentModel(), 2, "conv5")
+        assert store.restarts == restarts + 1  # the bomb needed the restart each time
+        runs.append([t.model_dump(mode="json") for t in traces])
+    bomb, reader = runs[0]
+    assert bomb["error"] is None and reader["error"] is None
+    assert bomb["answer"] == "done"
+    assert "longer than" in (bomb["tool_calls"][0]["error"] or "")
+    assert reader["answer"] == f"read {HostileAgentModel.READER_TURNS} times"
+    assert len(reader["tool_calls"]) == HostileAgentModel.READER_TURNS
+    assert all(c["error"] is None and c["ids"] for c in reader["tool_calls"])
+    assert runs[0] == runs[1]
+    assert agent_transactions(store) == []

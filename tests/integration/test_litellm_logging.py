@@ -8,7 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from clients.params_file import ROOT
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = textwrap.dedent(
     """
