@@ -297,6 +297,9 @@ class JudgeCheckParams(_Section):
 
     recipe: str = "fixtures/judge_check.json"
     """Which rubric items, kinds and seeds make the cases (no dataset text), with their sha256."""
+    cases: PerMode
+    """Cases judged per mode, drawn from the recipe with every kind in turn (a lite run is a
+    smoke test of minutes; full and all judge the whole recipe)."""
     min_agreement: float = Field(default=0.8, ge=0, le=1)
     """Below this overall agreement the record warns that the judge is not to be trusted."""
     max_failed_share: float = Field(default=0.0, ge=0, le=1)

@@ -181,7 +181,8 @@ def assert_both_scores_and_the_judge_check(record: str, report: dict[str, Any]) 
     beam = report["score_beam_code"]["overall"]
     assert "Benchmark-code score (`beam_code`" in head and f"**{beam:.3f}**" in head
     agreement = report["judge_check"]["agreement"]
-    assert f"Judge agreement {agreement:.0%} on 80 known cases" in head
+    cases = report["judge_check"]["cases"]
+    assert f"Judge agreement {agreement:.0%} on {cases} known cases" in head
     assert agreement < 0.8 and "**Warning: the judge gave the known score" in head
     assert "## Ours and the benchmark's code" in record
 
@@ -230,7 +231,7 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
         assert tasks["agent"] >= 2 and tasks["judge"] >= 2
         # every call of the pipeline's phases, besides the judge check's own (one per case)
         assert report["cost_calls"]["total"] == len(calls) - report["judge_check"]["cases"]
-        assert report["judge_check"]["cases"] == 80
+        assert report["judge_check"]["cases"] == 10  # the lite draw (params judge_check.cases)
         printed = subprocess.run(
             [sys.executable, "-m", "stages.report", "--print"],
             cwd=repo.path,
