@@ -210,6 +210,10 @@ class AnswerParams(_Section):
     """Tool-calling steps before the agent is asked for its final answer."""
     result_limit: int = Field(ge=1, le=50)
     """Rows a search tool returns (compact results keep the agent's context small)."""
+    text_tool_calls: bool = True
+    """Run the tool calls a model writes in its reply's text (`<tool_call>` tags, a JSON call
+    object, `<function name=… arguments=…/>`) when its server returns none; false: such a
+    reply is the answer."""
     max_failed_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the questions whose model calls may still fail after their retries before the
     stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
