@@ -144,17 +144,52 @@ def test_the_page_of_a_lite_run_shows_a_question_and_its_filters_hide_the_other(
     page.close()
 
 
+def copy_run(run: Path, target: Path) -> None:
+    """The files the page is made from (not the graph's memory files)."""
+    for rel in ("data/slice", "data/answer", "data/judge", "data/judge_check", "metrics"):
+        shutil.copytree(run / rel, target / rel)
+    (target / "data/ingest").mkdir()
+    for kept in (run / "data/ingest").glob("*.json"):  # run.json and the graph counts
+        shutil.copy(kept, target / "data/ingest" / kept.name)
+    shutil.copy(run / "params.yaml", target / "params.yaml")
+
+
+def test_a_judge_check_below_the_threshold_and_a_call_written_as_text_show_on_the_page(
+    lite_run: Path, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from playwright.sync_api import expect
+
+    copy_run(lite_run, tmp_path)
+    summary_file = tmp_path / "data/judge_check/summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["agreement"] |= {"overall": 0.5, "buried": 0.0}
+    summary_file.write_text(json.dumps(summary))
+    traces_file = tmp_path / "data/answer/traces.jsonl"
+    traces = read_jsonl(traces_file, Trace)
+    first = traces[0]
+    written = first.tool_calls[0].model_copy(update={"source": "text"})
+    traces[0] = first.model_copy(update={"tool_calls": [written, *first.tool_calls[1:]]})
+    write_jsonl(traces_file, traces)
+    monkeypatch.chdir(tmp_path)
+    page, requests, errors = open_page(browser, write_viewer().resolve())
+    judge_check = page.locator(".judge-check")
+    expect(judge_check).to_have_class("judge-check warn")
+    expect(judge_check).to_contain_text("Judge check: agreement 50% on")
+    expect(judge_check).to_contain_text("Warning: the judge gave the known score on 50%")
+    expect(judge_check).to_contain_text("(weakest: buried 0%")
+    question = page.locator(f"details[id='{first.question_id}']")
+    question.locator("summary").click()
+    expect(question.get_by_text("written as text")).to_have_count(1)
+    assert errors == [] and len(requests) == 1
+    page.close()
+
+
 def test_hostile_texts_of_a_run_are_shown_as_text_and_never_run(
     lite_run: Path, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lite run's files with an answer, a chat message and a judge reason replaced by
     markup that would close the data element, run a script and load an image."""
-    for rel in ("data/slice", "data/answer", "data/judge", "metrics"):
-        shutil.copytree(lite_run / rel, tmp_path / rel)
-    (tmp_path / "data/ingest").mkdir()
-    for kept in (lite_run / "data/ingest").glob("*.json"):  # run.json and the graph counts
-        shutil.copy(kept, tmp_path / "data/ingest" / kept.name)
-    shutil.copy(lite_run / "params.yaml", tmp_path / "params.yaml")
+    copy_run(lite_run, tmp_path)
     traces_file = tmp_path / "data/answer/traces.jsonl"
     traces = [
         t.model_copy(update={"answer": HOSTILE}) if t.question_id == QUESTION else t
