@@ -79,6 +79,7 @@ import json
 import math
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -832,6 +833,32 @@ def recipe_question_ids(recipe: Recipe) -> list[str]:
     ids = [e.question_id for e in recipe.cases]
     ids += [q for e in recipe.cases for q, _ in e.donors]
     return list(dict.fromkeys(ids))
+
+
+def draw_cases(recipe: Recipe, count: int) -> Recipe:
+    """The recipe cut to `count` cases (params `judge_check.cases` of the mode): the kinds take
+    turns, and each turn takes the kind's first remaining entry (recipe order) of the abilities
+    drawn least so far, so every kind has a case once `count` reaches the number of kinds, the
+    kinds differ by at most one case and the abilities are spread over the draw. The cases keep
+    the recipe's order; a count at or above the recipe's size is the whole recipe, unchanged."""
+    if count < 1:
+        raise ParamsError(f"judge_check.cases must be at least 1, got {count}")
+    if count >= len(recipe.cases):
+        return recipe
+    ability = [split_question_id(e.question_id)[1] for e in recipe.cases]
+    lanes = [[i for i, e in enumerate(recipe.cases) if e.kind == kind] for kind in KINDS]
+    drawn: Counter[str] = Counter()
+    chosen: set[int] = set()
+    while len(chosen) < count:
+        for lane in lanes:
+            if lane and len(chosen) < count:
+                pick = min(lane, key=lambda i: (drawn[ability[i]], i))
+                lane.remove(pick)
+                chosen.add(pick)
+                drawn[ability[pick]] += 1
+    return recipe.model_copy(
+        update={"cases": [e for i, e in enumerate(recipe.cases) if i in chosen]}
+    )
 
 
 def load_recipe(path: Path) -> Recipe:

@@ -1,12 +1,14 @@
 """viewer: a self-contained HTML page of a run, `reports/run.html`, to read it question by question.
 
 Reads the run's files in the working directory (the slice's questions, rubrics and chats, the
-agent's traces, the judgements, `metrics/report.json`, the graph counts and the stages' run.json)
-and writes a page that works from file://: its CSS and JavaScript are inline, its data
-is embedded as JSON, and a Content-Security-Policy forbids it any network request. It shows the
-headline (scores with intervals, cost, failures, the test-model warning), the graph built per
-conversation, and every question with its answer, rubric verdicts (the judge's raw reply on
-demand), event alignment, the agent's steps and the evidence it reached, with the chat's licence.
+agent's traces, the judgements, `metrics/report.json`, the judge check's summary, the graph
+counts and the stages' run.json) and writes a page that works from file://: its CSS and
+JavaScript are inline, its data is embedded as JSON, and a Content-Security-Policy forbids it
+any network request. It shows the headline (scores with intervals, the benchmark-code score,
+the judge check's agreement per kind and its warning, cost, failures, the test-model warning),
+the graph built per conversation, and every question with its answer, rubric verdicts (the
+judge's raw reply on demand), event alignment, the agent's steps (a call the model wrote as
+text marked so) and the evidence it reached, with the chat's licence.
 
 The chat and the model's texts are untrusted (they may hold HTML or prompt injections): the page
 puts every text in the DOM with `textContent`, never as markup, and the embedded JSON has every
@@ -24,12 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.judge_check import KINDS, judge_warning
 from bench.slice import load_chats
 from clients.files import read_json, read_records, read_rows, write_atomic
 from clients.params_file import PARAMS_FILE, load_params
 from schemas.errors import DataError
 from schemas.judging import FLAGS, Judgement
-from schemas.params import ReportParams
+from schemas.params import JudgeCheckParams, ReportParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.traces import Trace
 
@@ -49,6 +52,7 @@ GRAPH_KEYS = (
     "failed_extractions",
 )
 GRAPHS = Path("data/ingest/graphs.json")
+JUDGE_CHECK = Path("data/judge_check/summary.json")
 COST_PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
 ROW_FLAGS = (*FLAGS, "error")
 LICENCE = (
@@ -72,6 +76,13 @@ def _confidence() -> float | None:
     if not Path(PARAMS_FILE).is_file():
         return None
     return load_params("report", ReportParams).confidence
+
+
+def _min_agreement() -> float | None:
+    """The judge check's threshold (`judge_check.min_agreement`), where params.yaml says it."""
+    if not Path(PARAMS_FILE).is_file():
+        return None
+    return load_params("judge_check", JudgeCheckParams).min_agreement
 
 
 # -- the page's data (pure) -----------------------------------------------------------------------
@@ -100,6 +111,7 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
                 "error": record.error,
                 "ids": len(record.ids),
                 "message_ids": record.message_ids,
+                "source": record.source,
             }
         )
     return turns
@@ -218,6 +230,28 @@ def _headline(report: Mapping[str, Any], events: Mapping[str, Any]) -> dict[str,
         "events": {k: _num(events.get(k)) for k in ("event_f1", "event_tau_norm")},
         "cost": cost,
         "failures": report.get("failures"),
+        "beam_code": value("score_beam_code", "overall"),
+    }
+
+
+def _judge_check(
+    summary: Mapping[str, Any] | None, min_agreement: float | None
+) -> dict[str, Any] | None:
+    """The judge check's agreement overall and per kind (kinds with a case), with the record's
+    warning when it is below `min_agreement`; None when the run has no check."""
+    if summary is None:
+        return None
+    cases, agreement = summary.get("cases", {}), summary.get("agreement", {})
+    return {
+        "agreement": _num(agreement.get("overall")),
+        "cases": cases.get("overall", 0),
+        "kinds": [
+            {"kind": k, "agreement": _num(agreement.get(k)), "cases": cases[k]}
+            for k in KINDS
+            if cases.get(k)
+        ],
+        "min_agreement": min_agreement,
+        "warning": judge_warning(summary, min_agreement) if min_agreement is not None else None,
     }
 
 
@@ -234,6 +268,8 @@ def page_data(
     graphs: Mapping[str, Any],
     runs: Sequence[Mapping[str, Any]],
     confidence: float | None,
+    judge_check: Mapping[str, Any] | None = None,
+    min_agreement: float | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, as plain JSON data (no wall-clock value: same run, same page)."""
     by_rubric = {r.question_id: r for r in rubrics}
@@ -267,6 +303,7 @@ def page_data(
         "models": [{"role": m["role"], "model": m["model"]} for m in models],
         "confidence": confidence,
         "headline": _headline(report, judge_summary.get("event_ordering", {})),
+        "judge_check": _judge_check(judge_check, min_agreement),
         "system": next((run["system"] for run in runs if run.get("system")), "graphrag"),
         "graphs": [
             {"conversation": name, **{k: counts.get(k) for k in keys}} for name, counts in memories
@@ -333,6 +370,8 @@ def write_viewer(out: Path = OUT) -> Path:
         graphs=_graph_counts(),
         runs=[read_json(Path(f"data/{stage}/run.json")) for stage in ("ingest", "answer", "judge")],
         confidence=_confidence(),
+        judge_check=read_json(JUDGE_CHECK) if JUDGE_CHECK.is_file() else None,
+        min_agreement=_min_agreement(),
     )
     write_atomic(out, render_page(data))
     return out
@@ -449,8 +488,20 @@ function headline() {
   top.append(o.score === null ? el("span", "big", "–") : el("span", "big", fmt(o.score)),
     el("span", "", level + " " + fmt(o.ci_low) + "–" + fmt(o.ci_high) + " · " + o.n +
       " questions · excluding known-bad rubrics " + fmt(o.score_excluding_known_bad) +
-      " · evidence recall " + fmt(o.evidence_recall)));
+      " · evidence recall " + fmt(o.evidence_recall)),
+    el("div", "beam-code", "Benchmark-code score (beam_code: the benchmark's own " +
+      "compute_metrics over the same verdicts) " + fmt(h.beam_code)));
   app.append(top);
+  const jc = RUN.judge_check;
+  if (jc) {
+    const pct = (x) => (x === null || x === undefined ? "–" : Math.round(x * 100) + "%");
+    const kinds = jc.kinds.map((k) => label(k.kind) + " " + pct(k.agreement) + " of " + k.cases);
+    app.append(el("div", "judge-check " + (jc.warning ? "warn" : "card ok"),
+      "Judge check: agreement " + pct(jc.agreement) + " on " + plural(jc.cases, "known case") +
+      (kinds.length ? " (" + kinds.join(", ") + ")" : "") +
+      (jc.min_agreement === null ? "" : ", threshold " + pct(jc.min_agreement)) +
+      (jc.warning ? ". Warning: " + jc.warning : ".")));
+  }
   if (h.failures) {
     const failed = Object.entries(h.failures);
     const model = failed.filter(([k]) => k !== "tool_errors").reduce((a, [, v]) => a + v, 0);
@@ -553,6 +604,7 @@ function questionBody(q) {
     for (const c of turn.calls) {
       const call = el("div", "call", el("code", "", c.name + "(" + c.arguments + ")"));
       call.append(" ", el("span", "chip", plural(c.ids, "node")));
+      if (c.source === "text") call.append(el("span", "chip", "written as text"));
       if (c.message_ids.length) {
         call.append(el("span", "chip", "messages " + c.message_ids.join(", ")));
       }

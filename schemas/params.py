@@ -210,6 +210,10 @@ class AnswerParams(_Section):
     """Tool-calling steps before the agent is asked for its final answer."""
     result_limit: int = Field(ge=1, le=50)
     """Rows a search tool returns (compact results keep the agent's context small)."""
+    text_tool_calls: bool = True
+    """Run the tool calls a model writes in its reply's text (`<tool_call>` tags, a JSON call
+    object, `<function name=… arguments=…/>`) when its server returns none; false: such a
+    reply is the answer."""
     max_failed_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the questions whose model calls may still fail after their retries before the
     stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
@@ -297,6 +301,9 @@ class JudgeCheckParams(_Section):
 
     recipe: str = "fixtures/judge_check.json"
     """Which rubric items, kinds and seeds make the cases (no dataset text), with their sha256."""
+    cases: PerMode
+    """Cases judged per mode, drawn from the recipe with every kind in turn (a lite run is a
+    smoke test of minutes; full and all judge the whole recipe)."""
     min_agreement: float = Field(default=0.8, ge=0, le=1)
     """Below this overall agreement the record warns that the judge is not to be trusted."""
     max_failed_share: float = Field(default=0.0, ge=0, le=1)

@@ -3,7 +3,7 @@ between the systems under test and the harness that scores them)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,12 @@ class ToolCallRecord(BaseModel):
     turn: int = Field(ge=0)
     """The model turn (0-based) that made the call; `Trace.turn_texts[turn]` is its text."""
     error: str | None = None
+    source: Literal["native", "text"] = Field(
+        default="native", exclude_if=lambda source: source == "native"
+    )
+    """Where the call came from: the server's `tool_calls` (native), or calls the model wrote
+    in its reply's text (text). Left out of the dump when native, so traces of models that call
+    tools natively read as before."""
 
 
 class Trace(BaseModel):

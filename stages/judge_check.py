@@ -14,6 +14,7 @@ from bench.judge_check import (
     METRICS,
     OUT_DIR,
     build_cases,
+    draw_cases,
     estimate_tokens,
     judge_warning,
     load_recipe,
@@ -63,7 +64,7 @@ def main() -> None:
         return
 
     mode = load_mode()
-    recipe = load_recipe(recipe_path)
+    recipe = draw_cases(load_recipe(recipe_path), getattr(params.cases, mode))
     rubrics, questions = read_items(REPAIR_OUT, recipe_question_ids(recipe))
     cases = build_cases(recipe, rubrics, questions)
     prompts = load_prompts(load_params("judge", JudgeParams))

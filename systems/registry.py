@@ -72,6 +72,7 @@ def load_system(
             graph=load_params("graph", GraphParams, params_path),
             max_steps=answer.max_steps,
             result_limit=answer.result_limit,
+            text_tool_calls=answer.text_tool_calls,
             ingest_rates=rates.ingest,
             agent_rates=rates.agent,
         )

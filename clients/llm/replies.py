@@ -4,9 +4,11 @@ validated against the request's schema, and its tool calls' arguments."""
 from __future__ import annotations
 
 import functools
+import html
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import json_repair
@@ -166,3 +168,149 @@ def _interpret(request: ChatRequest, reply: RawReply) -> tuple[dict[str, Any], s
     if problem is not None:
         return {}, problem
     return {**fields, "value": value}, None
+
+
+# --------------------------------------------------------------------------------------------
+# Tool calls a model wrote as text (its server returned no `tool_calls`)
+# --------------------------------------------------------------------------------------------
+TEXT_SCAN_CHARS = 32_000
+"""Only a reply's first this many characters are searched for calls written as text (a reply
+is bounded by max_tokens anyway; this bounds the parser's work on any input)."""
+MAX_TEXT_CALLS = 8
+"""Calls read from one reply's text at most; later ones are not run (nor kept in its prose)."""
+_MAX_JSON_STARTS = 64
+"""Bare JSON: at most this many `{`/`[` positions are tried (bounded work on hostile text)."""
+_TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_FUNCTION_TAG = re.compile(r"<function\b((?:[^<>\"']|\"[^\"]*\"|'[^']*')*?)/?>(?:\s*</function>)?")
+_ATTRIBUTE = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_TOOLS_WRAPPER = re.compile(r"</?tools>")
+_ARGUMENT_KEYS = ("arguments", "parameters")
+
+
+@dataclass(frozen=True)
+class TextCalls:
+    """The tool calls found in a reply's text, and the text without them."""
+
+    calls: tuple[ToolCall, ...]
+    prose: str
+
+
+def _decode_first(text: str) -> tuple[Any, int] | None:
+    """The JSON value that starts `text` (after blanks) and where it ends, or None."""
+    stripped = len(text) - len(text.lstrip())
+    try:
+        value, end = json.JSONDecoder().raw_decode(text, stripped)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return value, end
+
+
+def _call_fields(value: Any, *, need_arguments: bool) -> tuple[str, Any] | None:
+    """(name, arguments) of a JSON object shaped like a call, or None."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    keys = [k for k in _ARGUMENT_KEYS if k in value]
+    if need_arguments and not keys:
+        return None
+    if set(value) - {"name", *_ARGUMENT_KEYS}:
+        return None  # an object with other fields is data, not a call
+    return value["name"], value[keys[0]] if keys else {}
+
+
+def _as_calls(value: Any, *, need_arguments: bool) -> list[tuple[str, Any]]:
+    values = value if isinstance(value, list) else [value]
+    found = [_call_fields(v, need_arguments=need_arguments) for v in values]
+    return [f for f in found if f is not None] if all(found) else []
+
+
+def _raw(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _tagged_calls(text: str) -> tuple[list[tuple[str, Any]], list[tuple[int, int]]]:
+    """Qwen's `<tool_call>{"name": …, "arguments": …}</tool_call>` (an unclosed last tag too)."""
+    calls, spans = [], []
+    for match in _TOOL_CALL_TAG.finditer(text):
+        decoded = _decode_first(match.group(1))
+        if decoded is not None and (found := _as_calls(decoded[0], need_arguments=False)):
+            calls += found
+            spans.append(match.span())
+    return calls, spans
+
+
+def _function_calls(text: str) -> tuple[list[tuple[str, Any]], list[tuple[int, int]]]:
+    """`<function name="timeline" arguments='{"query": "…"}'/>`, in `<tools>…</tools>` or not."""
+    calls, spans = [], []
+    for match in _FUNCTION_TAG.finditer(text):
+        attributes = {
+            m.group(1): html.unescape(m.group(2) or m.group(3) or "")
+            for m in _ATTRIBUTE.finditer(match.group(1))
+        }
+        name = attributes.get("name")
+        if name:
+            calls.append(
+                (name, attributes.get("arguments") or attributes.get("parameters") or "{}")
+            )
+            spans.append(match.span())
+    return calls, spans
+
+
+def _json_calls(text: str) -> tuple[list[tuple[str, Any]], list[tuple[int, int]]]:
+    """Fenced JSON blocks, else bare JSON values in the prose, holding `name` and `arguments`."""
+    calls, spans = [], []
+    for match in _FENCE.finditer(text):
+        decoded = _decode_first(match.group(1))
+        if decoded is not None and (found := _as_calls(decoded[0], need_arguments=True)):
+            calls += found
+            spans.append(match.span())
+    if calls:
+        return calls, spans
+    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:_MAX_JSON_STARTS]
+    end = 0
+    for start in starts:
+        if start < end:
+            continue  # inside a value already read
+        decoded = _decode_first(text[start:])
+        if decoded is None:
+            continue
+        if found := _as_calls(decoded[0], need_arguments=True):
+            calls += found
+            spans.append((start, start + decoded[1]))
+        end = start + decoded[1]
+    return calls, spans
+
+
+def _validated(call_id: str, name: str, raw: str, tools: Sequence[Tool]) -> ToolCall:
+    try:
+        return _parse_tool_call(call_id, name, raw, tools)
+    except UnusableReply as exc:  # not JSON at all: the model's to fix, like a bad argument
+        return ToolCall(id=call_id, name=name, raw_arguments=raw, error=str(exc))
+
+
+def text_tool_calls(text: str, tools: Sequence[Tool], *, id_prefix: str) -> TextCalls:
+    """The tool calls a model wrote in its reply's text in a format instruct models commonly
+    emit: Qwen's `<tool_call>` tags, the `<function name=… arguments=…/>` form (in `<tools>` or
+    not), or a fenced or bare JSON object (or list of them) with `name` and `arguments` (or
+    `parameters`), arguments an object or a JSON string. The first format found is the one
+    read. Each call is validated like a native one: an unknown tool or arguments of the wrong
+    shape (or not JSON) set its `error`. Pure; bounded by `TEXT_SCAN_CHARS`, `MAX_TEXT_CALLS`
+    and `_MAX_JSON_STARTS` whatever the input. Ids are `<id_prefix><n>`."""
+    scanned = text[:TEXT_SCAN_CHARS]
+    for reader in (_tagged_calls, _function_calls, _json_calls):
+        found, spans = reader(scanned)
+        if found:
+            break
+    else:
+        return TextCalls((), text)
+    calls = tuple(
+        _validated(f"{id_prefix}{i}", name, _raw(arguments), tools)
+        for i, (name, arguments) in enumerate(found[:MAX_TEXT_CALLS])
+    )
+    prose, cursor = [], 0
+    for start, end in spans:
+        prose.append(scanned[cursor:start])
+        cursor = end
+    prose.append(text[cursor:])
+    return TextCalls(calls, _TOOLS_WRAPPER.sub("", "".join(prose)).strip())

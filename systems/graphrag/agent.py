@@ -4,6 +4,9 @@ The agent is a loop through the `ChatModel` port: the model calls tools (each a 
 read-only query through the store's guarded `read`), sees compact results (ids, short texts,
 dates), and ends with a final answer, or is asked for one when the step limit is reached. A tool
 error (bad arguments, a refused or failed query) goes back to the model as the tool's result.
+Calls a model writes in its reply's text instead of native `tool_calls` (small instruct models
+do) are read by `clients.llm.replies.text_tool_calls` and run the same way, unless params turn
+that off (`answer.text_tool_calls`).
 Every call and every id a tool returned is kept in the question's trace, with the chat message
 ids those ids trace back to (for evidence recall), the tool's result (shortened) and the text the
 model wrote beside its tool calls, so a reader can follow each step (`python -m stages.viewer`).
@@ -24,6 +27,7 @@ from clients import cypher
 from clients.cypher import escape_fulltext
 from clients.graph.port import GraphStore, QueryFailed
 from clients.llm.port import ChatModel, ChatRequest, Message, Tool, ToolCall, tool_from_model
+from clients.llm.replies import text_tool_calls as read_text_calls
 from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
@@ -299,10 +303,20 @@ class GraphTools:
 
 
 def answer_question(
-    question: Question, model: ChatModel, tools: GraphTools, *, max_steps: int
+    question: Question,
+    model: ChatModel,
+    tools: GraphTools,
+    *,
+    max_steps: int,
+    text_tool_calls: bool = True,
 ) -> Trace:
     """Run the tool loop for one question (a model call that failed after its retries, or a
-    final answer cut at max_tokens, ends it with `error` set)."""
+    final answer cut at max_tokens, ends it with `error` set). With `text_tool_calls`, a reply
+    that has no native tool calls but writes calls in its text (`<tool_call>` tags, a JSON call
+    object, `<function name=… arguments=…/>`) has those run like native ones: the same step
+    limit and validation, marked `source="text"` in the trace. Only this turn's reply is read
+    for them, never the question, a tool's result or an earlier turn; the final turn (no tools
+    offered) is always the answer."""
     messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
     records: list[ToolCallRecord] = []
     turn_texts: list[str] = []
@@ -327,16 +341,23 @@ def answer_question(
         if not completion.ok:
             error = completion.error
             break
-        if not completion.tool_calls or final_turn:
+        calls_now, content = completion.tool_calls, completion.text
+        source: Literal["native", "text"] = "native"
+        if not calls_now and text_tool_calls and not final_turn and completion.text:
+            written = read_text_calls(completion.text, TOOLS, id_prefix=f"text_{step}_")
+            if written.calls:
+                # sent back as native calls: the model's own template shows them to it, once
+                calls_now, content, source = written.calls, written.prose, "text"
+        if not calls_now or final_turn:
             # An empty final answer (only tool calls on the turn without tools) is the model's
             # answer, scored as such; `error` is kept for calls that failed after retries.
             answer = (completion.text or "").strip()
             if completion.hit_max_tokens:  # a fragment: kept to read, failed like a call
                 error = "the answer hit max_tokens before it ended: raise models.agent.max_tokens"
             break
-        messages.append(Message.assistant(completion.text, completion.tool_calls))
+        messages.append(Message.assistant(content, calls_now))
         turn_texts.append((completion.text or "").strip())
-        for call in completion.tool_calls:
+        for call in calls_now:
             outcome = tools.run(call)
             records.append(
                 ToolCallRecord(
@@ -348,6 +369,7 @@ def answer_question(
                     result=_short(outcome.content, RESULT_CHARS),
                     turn=len(turn_texts) - 1,
                     error=outcome.error,
+                    source=source,
                 )
             )
             messages.append(Message.tool_result(call, outcome.content))

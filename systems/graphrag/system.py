@@ -57,9 +57,16 @@ class GraphMemory:
 
     tools: GraphTools
     max_steps: int
+    text_tool_calls: bool = True
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
-        return answer_question(question, model, self.tools, max_steps=self.max_steps)
+        return answer_question(
+            question,
+            model,
+            self.tools,
+            max_steps=self.max_steps,
+            text_tool_calls=self.text_tool_calls,
+        )
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class GraphRag:
     """Rows a search tool returns (params `answer.result_limit`)."""
     ingest_rates: IngestRates
     agent_rates: AgentRates
+    text_tool_calls: bool = True
+    """Run tool calls the model writes as text (params `answer.text_tool_calls`)."""
     name: SystemName = "graphrag"
     build_roles: tuple[Role, ...] = ("extraction", "resolution")
     memory_noun: str = "graph"
@@ -117,7 +126,9 @@ class GraphRag:
     ) -> Iterator[GraphMemory]:
         with start_graph(self.graph, workdir, name=f"conv{conversation_id}") as store:
             store.import_jsonl(memory)
-            yield GraphMemory(GraphTools(store, limit=self.result_limit), self.max_steps)
+            yield GraphMemory(
+                GraphTools(store, limit=self.result_limit), self.max_steps, self.text_tool_calls
+            )
 
     def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, PhaseEstimate]:
         ingest = estimate_ingest(chats, self.settings, self.ingest_rates)

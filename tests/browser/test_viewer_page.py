@@ -1,18 +1,21 @@
 """The run viewer in headless Chromium, on the page of a real lite run: `dvc repro` in a temporary
 copy of the repo (loopback Hub mirror, scorer stand-in, the scripted test model), then
 `python -m stages.viewer`. A person's checks: the headline and a known question's answer and
-rubric verdicts are on screen, the filters hide the other question, no text of the run becomes
+rubric verdicts are on screen, the benchmark-code score and the judge check (its agreement per kind
+and warning) beside the headline, the filters hide the other question, no text of the run becomes
 markup or script, and the page makes no request. The screenshot is kept in tests/artifacts/."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bench.viewer import write_viewer
 from clients.files import read_jsonl, write_jsonl
@@ -77,6 +80,30 @@ def test_the_page_of_a_lite_run_shows_a_question_and_its_filters_hide_the_other(
     expect(page.locator("h1")).to_have_text("BEAM memory benchmark: lite run")
     expect(page.get_by_text("This run used a test model")).to_be_visible()
     expect(page.get_by_text("2 of 2 questions shown")).to_be_visible()
+    # beside the headline: the benchmark-code score and the judge check with its warning
+    report = json.loads((lite_run / "metrics/report.json").read_text())
+    beam_code = f"{report['score_beam_code']['overall']:.3f}"
+    expect(page.locator(".beam-code")).to_contain_text("Benchmark-code score (beam_code")
+    expect(page.locator(".beam-code")).to_contain_text(beam_code)
+    check = json.loads((lite_run / "data/judge_check/summary.json").read_text())
+    cases, agreement = check["cases"], check["agreement"]
+    params = yaml.safe_load((lite_run / "params.yaml").read_text())
+
+    def pct(share: float) -> str:  # as the page's Math.round does (half up)
+        return f"{math.floor(share * 100 + 0.5)}%"
+
+    judge_check = page.locator(".judge-check")
+    expect(judge_check).to_contain_text(
+        f"Judge check: agreement {pct(agreement['overall'])} on {cases['overall']} known"
+    )
+    for kind in (k for k in ("stated", "other_fact", "altered", "empty", "buried") if cases[k]):
+        name = kind.replace("_", " ")
+        expect(judge_check).to_contain_text(f"{name} {pct(agreement[kind])} of {cases[kind]}")
+    if agreement["overall"] < params["judge_check"]["min_agreement"]:
+        expect(judge_check).to_have_class("judge-check warn")
+        expect(judge_check).to_contain_text("Warning: the judge gave the known score")
+    else:
+        expect(judge_check).to_have_class("judge-check card ok")
     question = page.locator(f"details[id='{QUESTION}']")
     other = page.locator(f"details[id='{OTHER}']")
     question.locator("summary").click()
@@ -117,17 +144,52 @@ def test_the_page_of_a_lite_run_shows_a_question_and_its_filters_hide_the_other(
     page.close()
 
 
+def copy_run(run: Path, target: Path) -> None:
+    """The files the page is made from (not the graph's memory files)."""
+    for rel in ("data/slice", "data/answer", "data/judge", "data/judge_check", "metrics"):
+        shutil.copytree(run / rel, target / rel)
+    (target / "data/ingest").mkdir()
+    for kept in (run / "data/ingest").glob("*.json"):  # run.json and the graph counts
+        shutil.copy(kept, target / "data/ingest" / kept.name)
+    shutil.copy(run / "params.yaml", target / "params.yaml")
+
+
+def test_a_judge_check_below_the_threshold_and_a_call_written_as_text_show_on_the_page(
+    lite_run: Path, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from playwright.sync_api import expect
+
+    copy_run(lite_run, tmp_path)
+    summary_file = tmp_path / "data/judge_check/summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["agreement"] |= {"overall": 0.5, "buried": 0.0}
+    summary_file.write_text(json.dumps(summary))
+    traces_file = tmp_path / "data/answer/traces.jsonl"
+    traces = read_jsonl(traces_file, Trace)
+    first = traces[0]
+    written = first.tool_calls[0].model_copy(update={"source": "text"})
+    traces[0] = first.model_copy(update={"tool_calls": [written, *first.tool_calls[1:]]})
+    write_jsonl(traces_file, traces)
+    monkeypatch.chdir(tmp_path)
+    page, requests, errors = open_page(browser, write_viewer().resolve())
+    judge_check = page.locator(".judge-check")
+    expect(judge_check).to_have_class("judge-check warn")
+    expect(judge_check).to_contain_text("Judge check: agreement 50% on")
+    expect(judge_check).to_contain_text("Warning: the judge gave the known score on 50%")
+    expect(judge_check).to_contain_text("(weakest: buried 0%")
+    question = page.locator(f"details[id='{first.question_id}']")
+    question.locator("summary").click()
+    expect(question.get_by_text("written as text")).to_have_count(1)
+    assert errors == [] and len(requests) == 1
+    page.close()
+
+
 def test_hostile_texts_of_a_run_are_shown_as_text_and_never_run(
     lite_run: Path, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lite run's files with an answer, a chat message and a judge reason replaced by
     markup that would close the data element, run a script and load an image."""
-    for rel in ("data/slice", "data/answer", "data/judge", "metrics"):
-        shutil.copytree(lite_run / rel, tmp_path / rel)
-    (tmp_path / "data/ingest").mkdir()
-    for kept in (lite_run / "data/ingest").glob("*.json"):  # run.json and the graph counts
-        shutil.copy(kept, tmp_path / "data/ingest" / kept.name)
-    shutil.copy(lite_run / "params.yaml", tmp_path / "params.yaml")
+    copy_run(lite_run, tmp_path)
     traces_file = tmp_path / "data/answer/traces.jsonl"
     traces = [
         t.model_copy(update={"answer": HOSTILE}) if t.question_id == QUESTION else t

@@ -21,10 +21,11 @@ import yaml
 
 from bench.judge import evidence_recall
 from clients.graph.store import Neo4jGraphStore, start_graph
+from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Completion, ToolCall
 from schemas.memory import GraphBatch, validate_batch
-from schemas.params import GraphParams
+from schemas.params import GraphParams, LlmParams, ModelRef
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, Trace
 from systems.graphrag.agent import (
@@ -42,6 +43,7 @@ from systems.graphrag.agent import (
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
+from tests.support.openai_server import Action, LoopbackServer
 
 # Fixtures shared through tests/support (pytest finds them in this module's namespace).
 SHARED_FIXTURES = (graph_params, neo4j_available, no_jvm_left)
@@ -647,3 +649,39 @@ def test_answer_stage_without_a_graph_file_exits_2_and_names_the_fix(
     assert f"no graph for conversation(s) {CONV}" in done.stderr
     assert "dvc repro ingest" in done.stderr
     assert not (work / "data" / "answer").exists()
+
+
+def test_a_call_written_as_text_runs_through_the_real_litellm_path(
+    tools: GraphTools, tmp_path: Path
+) -> None:
+    """A loopback OpenAI-compatible server whose reply has no `tool_calls` but a Qwen-style
+    `<tool_call>` in its text: the agent runs it on the real graph and sends it back to the
+    server as a native call with its result."""
+    written = (
+        'Searching.\n<tool_call>\n{"name": "search_memory", "arguments": '
+        '{"query": "grocery budget", "kind": "statements"}}\n</tool_call>'
+    )
+    params = LlmParams(
+        timeout_seconds=10,
+        max_attempts=1,
+        concurrency=1,
+        seed=0,
+        cache=False,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    with LoopbackServer() as server:
+        server.push(Action.text(written), Action.text("550 dollars a month."))
+        ref = ModelRef.model_validate({"model": "openai/test-model", "api_base": server.api_base})
+        model = LlmClient("agent", ref, params, accounting=Accounting())
+        trace = answer_question(QUESTION, model, tools, max_steps=4)
+        log = [r.body for r in server.log if r.path.endswith("/chat/completions")]
+    assert trace.error is None and trace.answer == "550 dollars a month."
+    [record] = trace.tool_calls
+    assert (record.name, record.source, record.error) == ("search_memory", "text", None)
+    assert cid("budget_new") in record.ids  # it reached the real graph
+    assert len(log) == 2 and log[0]["tools"]  # the tools were offered natively
+    assistant, result = log[1]["messages"][-2:]
+    assert assistant["content"] == "Searching."
+    assert assistant["tool_calls"][0]["function"]["name"] == "search_memory"
+    assert result["role"] == "tool" and result["tool_call_id"] == assistant["tool_calls"][0]["id"]
+    assert json.loads(result["content"])["results"]  # the real graph's rows went back

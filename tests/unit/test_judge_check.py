@@ -17,6 +17,7 @@ import json
 import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Completion
 from clients.scripted import backend as scripted_backend
 from clients.scripted import rules as scripted
-from schemas.errors import IntegrityError
+from schemas.errors import IntegrityError, ParamsError
 from schemas.judging import JudgePrompts
 from schemas.params import BudgetParams, Cap, JudgeCheckParams, LlmParams, ModelRef
 from schemas.records import Question, Rubric
@@ -42,7 +43,7 @@ from tests.conftest import REPO_ROOT
 
 RECIPE = REPO_ROOT / "fixtures" / "judge_check.json"
 SCORER_COMMIT = "b2a3ee8ba12d68f83143dda191097dc3e028ddd3"
-MIN_AGREEMENT = JudgeCheckParams().min_agreement
+MIN_AGREEMENT = JudgeCheckParams.model_fields["min_agreement"].default
 
 
 def _lenient_rule(request: ChatRequest) -> scripted.ScriptedReply:
@@ -143,6 +144,24 @@ def test_labels_hold_by_construction(cases: list[jc.CalibrationCase]) -> None:
             assert not jc.key_tokens(statement) & jc.key_tokens(case.answer)
         else:
             assert case.answer in jc.EMPTY_ANSWERS
+
+
+def test_a_small_draw_takes_every_kind_in_turn_in_the_recipes_order(recipe: jc.Recipe) -> None:
+    for count in (1, 5, 8, 10, 13):
+        drawn = jc.draw_cases(recipe, count).cases
+        assert len(drawn) == count
+        per_kind = Counter(e.kind for e in drawn)
+        assert set(per_kind) == set(jc.KINDS[:count])  # every kind once count reaches 5
+        assert max(per_kind.values()) - min(per_kind.values()) <= 1
+        positions = [recipe.cases.index(e) for e in drawn]
+        assert positions == sorted(positions)
+        abilities = Counter(e.question_id.split(":")[1] for e in drawn)
+        assert len(abilities) == min(count, len(jc.CHECK_ABILITIES))
+        assert max(abilities.values()) - min(abilities.values()) <= 1
+    assert jc.draw_cases(recipe, 10) == jc.draw_cases(recipe, 10)
+    assert jc.draw_cases(recipe, 80) == recipe and jc.draw_cases(recipe, 500) == recipe
+    with pytest.raises(ParamsError, match=r"judge_check\.cases"):
+        jc.draw_cases(recipe, 0)
 
 
 def test_a_tampered_rubric_names_the_case(
@@ -371,7 +390,11 @@ def _stage_folder(tmp_path: Path, mirror_parquet: Path, shared_beam: Path, model
     for mode, field in BudgetParams.model_fields.items():  # every mode's cap, whatever they are
         if field.annotation is Cap:
             params["budget"][mode] = {"calls": 1000, "tokens": 10_000_000}
-    params["judge_check"] = {"recipe": "fixtures/judge_check.json", "min_agreement": 0.8}
+    params["judge_check"] = {
+        "recipe": "fixtures/judge_check.json",
+        "cases": {"lite": 10, "full": 80, "all": 80},
+        "min_agreement": 0.8,
+    }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     (tmp_path / "fixtures").mkdir()
     shutil.copy(REPO_ROOT / "fixtures" / "slices.json", tmp_path / "fixtures" / "slices.json")
@@ -403,7 +426,9 @@ def test_the_stage_draws_the_recipe_then_checks_the_judge(
     judge_check_stage.main()
     cases = (folder / "data" / "judge_check" / "cases.jsonl").read_text().splitlines()
     results = (folder / "data" / "judge_check" / "results.jsonl").read_text().splitlines()
-    assert len(cases) == len(results) == len(jc.load_recipe(RECIPE).cases)
+    # params.yaml's mode is lite: its draw of the recipe, two cases of each kind
+    assert len(cases) == len(results) == 10
+    assert Counter(json.loads(c)["kind"] for c in cases) == dict.fromkeys(jc.KINDS, 2)
     metrics = json.loads((folder / "metrics" / "judge_check.json").read_text())
     assert sorted(metrics["seconds"]) == ["judge_check", "stage_judge_check"]  # wall time only
     summary = json.loads((folder / "data" / "judge_check" / "summary.json").read_text())

@@ -96,6 +96,7 @@ def trace(question_id: str, answer: str, reached: list[int]) -> Trace:
             result='{"error": "unknown tool"}',
             turn=1,
             error="unknown tool 'no_such_tool'",
+            source="text",
         ),
     ]
     return Trace(
@@ -194,10 +195,20 @@ def report(failures: bool = True) -> dict[str, Any]:
         "questions": {"information_extraction": 1, "event_ordering": 1, "overall": 2},
         "cost_calls": dict.fromkeys(phases, 7),
         "cost_tokens": dict.fromkeys(phases, 1234),
+        "score_beam_code": {"overall": 0.4125},
     }
     if failures:
         out["failures"] = {"judge_calls": 1, "tool_errors": 2}
     return out
+
+
+KIND_CASES = {"stated": 2, "other_fact": 2, "altered": 2, "empty": 2, "buried": 2}
+KIND_AGREEMENT = {"stated": 1.0, "other_fact": 0.5, "altered": 1.0, "empty": 0.5, "buried": 0.0}
+CHECK_SUMMARY = {
+    "cases": {"overall": 10, **KIND_CASES},
+    "agreement": {"overall": 0.6, **KIND_AGREEMENT},
+    "parse_failure_rate": 0.0,
+}
 
 
 def lay_out_run(root: Path, *, failures: bool = True) -> None:
@@ -215,6 +226,7 @@ def lay_out_run(root: Path, *, failures: bool = True) -> None:
     write_json(root / "data/ingest/graphs.json", {"total": graph, "conv3": graph})
     events = {"event_ordering": {"event_f1": 0.5, "event_tau_norm": 0.5}}
     write_json(root / "data/judge/summary.json", events)
+    write_json(root / "data/judge_check/summary.json", CHECK_SUMMARY)
     for stage, role in (("ingest", "extraction"), ("answer", "agent"), ("judge", "judge")):
         model = {
             "role": role,
@@ -281,6 +293,7 @@ def test_the_page_data_holds_what_each_question_needs(run_dir: Path) -> None:
     assert json.loads(search["arguments"]) == {"kind": "all", "query": "budget"}
     assert search["result"] == TRACES[0].tool_calls[0].result
     assert unknown["arguments"] == "{oops" and unknown["error"].startswith("unknown tool")
+    assert (search["source"], unknown["source"]) == ("native", "text")
     assert events["event"]["matches"] == [0, None] and events["event"]["tau_b"] is None
     # messages: each quoted once; whole where a question needed it, short where only reached
     messages = data["messages"]
@@ -358,3 +371,28 @@ def test_a_missing_file_or_trace_is_a_data_error_that_names_it(
 def test_render_page_escapes_the_title() -> None:
     page = render_page({"mode": "<b>lite</b>"})
     assert "<title>BEAM memory benchmark: &lt;b&gt;lite&lt;/b&gt; run</title>" in page
+
+
+def test_the_headline_has_the_benchmark_code_score_and_the_judge_check_with_its_warning(
+    run_dir: Path,
+) -> None:
+    params = {
+        "report": {"bootstrap_samples": 100, "seed": 0, "confidence": 0.95},
+        "judge_check": {"cases": {"lite": 10, "full": 80, "all": 80}, "min_agreement": 0.8},
+    }
+    (run_dir / "params.yaml").write_text(json.dumps(params), encoding="utf-8")
+    data = embedded(write_viewer().read_text(encoding="utf-8"))
+    assert data["headline"]["beam_code"] == 0.4125
+    check = data["judge_check"]
+    assert (check["agreement"], check["cases"], check["min_agreement"]) == (0.6, 10, 0.8)
+    assert {k["kind"]: (k["agreement"], k["cases"]) for k in check["kinds"]} == {
+        k: (KIND_AGREEMENT[k], KIND_CASES[k]) for k in KIND_CASES
+    }
+    assert check["warning"].startswith("the judge gave the known score on 60% of 10")
+    assert "buried 0%" in check["warning"]  # the weakest kind is named
+    # at the threshold: no warning; a run without the check (or its params) shows none
+    params["judge_check"]["min_agreement"] = 0.6
+    (run_dir / "params.yaml").write_text(json.dumps(params), encoding="utf-8")
+    assert embedded(write_viewer().read_text(encoding="utf-8"))["judge_check"]["warning"] is None
+    (run_dir / "data/judge_check/summary.json").unlink()
+    assert embedded(write_viewer().read_text(encoding="utf-8"))["judge_check"] is None
