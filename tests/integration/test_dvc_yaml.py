@@ -82,6 +82,7 @@ EXPECTED_PARAMS = {
     "judge-check": [
         "mode",  # written in run.json
         "judge_check.recipe",  # which cases
+        "judge_check.cases",  # how many of the recipe's cases the mode checks
         "judge_check.max_failed_share",  # whether failed calls are accepted
         # the scorer's prompt it asks the judge with, and the pins it checks
         "judge.scorer_repo",
