@@ -36,10 +36,12 @@ import pytest
 
 from bench.judge import equivalence_request, item_request
 from bench.scorer_prompts import equivalence_messages, extract_judge_prompts, item_messages
+from clients.files import read_jsonl
 from clients.llm import client as llm_module
 from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Message
 from schemas.params import LlmParams, ModelRef
+from schemas.traces import Trace
 from systems.graphrag import agent, decide, extract
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import COMMAND_TIMEOUT_SECONDS, RepoCopy, repo_copy
@@ -48,6 +50,7 @@ from tests.support.models import scripted_client
 from tests.support.openai_server import LoopbackServer
 from tests.support.scorer_standin import compute_metrics_py, prompts_py
 from tests.support.scripted_server import (
+    CYPHER_BOMB,
     FaultKind,
     FaultPlan,
     LogEntry,
@@ -184,14 +187,14 @@ class Bench:
         requests = self.server.requests()[before:]
         return Run(stage, done.returncode, done.stdout + done.stderr, requests, seconds)
 
-    def repro(self, *plans: FaultPlan, stage: str = "dvc repro") -> Run:
-        """`dvc repro` with these faults planned (its exit code is not checked); `stage` names
-        the stage the case is about."""
+    def repro(self, *plans: FaultPlan, stage: str = "dvc repro", args: Sequence[str] = ()) -> Run:
+        """`dvc repro [args]` with these faults planned (its exit code is not checked); `stage`
+        names the stage the case is about."""
         self.server.set_faults(*plans)
         before = len(self.server.requests())
         started = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "dvc", "repro"],
+            [sys.executable, "-m", "dvc", "repro", *args],
             cwd=self.repo.path,
             env=self.repo.env,
             capture_output=True,
@@ -438,6 +441,48 @@ def test_answer_outs_are_byte_identical_between_two_runs(clean: Bench) -> None:
     run = clean.run("answer")
     assert run.returncode == 0, run.describe()
     assert clean.differences("answer") == []
+
+
+def test_a_runaway_query_costs_only_its_tool_call_and_a_repro_from_the_cache_repeats_it(
+    clean: Bench,
+) -> None:
+    """A hostile model (what a prompt injection in the chat aims at): one question's first agent
+    turn calls the free Cypher tool with a read that Neo4j stops neither at its timeout nor when
+    terminated (`CYPHER_BOMB`), while the other question is answered beside it (llm.concurrency
+    2). The stage exits 0; the bomb comes back to the model as the tool's error and its question
+    goes on; the server is freed by a restart with its graph; the other question's trace is the
+    clean run's. A forced `dvc repro` of the stage from the call cache (no request reaches the
+    server, the bomb is replayed) writes the same outs."""
+    clean.repo.update_params({"graph": {"query_timeout_seconds": 2}})  # not a dep: no re-run
+    plan = FaultPlan("agent", "cypher_bomb", times=None, request=0)
+    run = clean.run("answer", plan)
+    assert run.returncode == 0, run.describe()
+    assert len(run.faulted("cypher_bomb")) == 1, run.describe()
+    assert "restarting" in run.output and "re-importing its graph" in run.output, run.describe()
+    traces_file = clean.repo.path / "data" / "answer" / "traces.jsonl"
+    traces = read_jsonl(traces_file, Trace)
+    reference = {
+        t.question_id: t for t in read_jsonl(clean.reference / "data/answer/traces.jsonl", Trace)
+    }
+
+    def bombed(trace: Trace) -> bool:
+        return any(
+            call.name == "read_only_cypher" and "longer than" in (call.error or "")
+            for call in trace.tool_calls
+        )
+
+    hit = [t for t in traces if bombed(t)]
+    assert len(hit) == 1 and hit[0].error is None and hit[0].answer, [t.question_id for t in hit]
+    assert (hit[0].tool_calls[0].arguments or {}).get("query") == CYPHER_BOMB
+    others = [t for t in traces if t.question_id != hit[0].question_id]
+    assert others and all(t == reference[t.question_id] for t in others)
+    written = traces_file.read_bytes()
+
+    again = clean.repro(stage="answer", args=("--force", "--single-item", "answer"))
+    assert again.returncode == 0, again.describe()
+    assert "Running stage 'answer'" in again.output, again.describe()
+    assert again.requests == [], "a repro from the call cache asked the model server"
+    assert traces_file.read_bytes() == written
 
 
 def test_judge_recovers_from_transient_faults_with_identical_outputs(clean: Bench) -> None:

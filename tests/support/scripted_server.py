@@ -13,7 +13,10 @@ Kinds: rate_limit (429, Retry-After: 0), server_error (500), hang (no reply befo
 timeout), malformed (a JSON reply cut off: unrepairable; only where the healthy reply is JSON),
 bad_tool_args (a tool call whose arguments are not JSON; only where tools are offered), empty
 (content ""), down (the server process exits at that request: connections are refused until
-the test starts it again on the same port).
+the test starts it again on the same port). One is not a fault of the model server but of the
+model, as a prompt injection would make it: cypher_bomb (only where the agent's tools are
+offered) is a well-formed call of its free Cypher tool with a read that runs past every timeout
+(`CYPHER_BOMB`), the reply a hostile chat wants.
 
 Every request is logged with its task, the key of the stage's request (`request_key`: the same
 for retries and the repair turn) and what it got (`ok` or the fault), in memory and, in the
@@ -54,10 +57,20 @@ from tests.support.openai_server import Action, LoopbackServer
 from tests.support.scorer_standin import compute_metrics_py, prompts_py
 
 FaultKind = Literal[
-    "rate_limit", "server_error", "hang", "malformed", "bad_tool_args", "empty", "down"
+    "rate_limit",
+    "server_error",
+    "hang",
+    "malformed",
+    "bad_tool_args",
+    "empty",
+    "down",
+    "cypher_bomb",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 HANG_SECONDS = 60.0
+CYPHER_BOMB = "RETURN reduce(s = 0, x IN range(1, 1000000000000) | s + x) AS total"
+"""A read that passes every check of the agent's free query and that Neo4j 5.26 does not stop at
+its timeout nor when terminated: only a restart of the server frees it."""
 SERVED_PROMPT_VERSION = "served"
 BAD_TOOL_ARGUMENTS = '{"query": "missing brace"'
 
@@ -310,7 +323,7 @@ class ScriptedResponder:
                     continue
                 if plan.kind == "malformed" and not is_json:
                     continue
-                if plan.kind == "bad_tool_args" and not served.request.tools:
+                if plan.kind in ("bad_tool_args", "cypher_bomb") and not served.request.tools:
                     continue
                 self._used[number] += 1
                 return plan.kind
@@ -355,6 +368,9 @@ class ScriptedResponder:
             return Action("bad_tool_args", tool_name=name, arguments=BAD_TOOL_ARGUMENTS)
         if kind == "empty":
             return Action.empty()
+        if kind == "cypher_bomb":
+            arguments = json.dumps({"query": CYPHER_BOMB})
+            return Action.tool_calls(("call_0", "read_only_cypher", arguments))
         if self.on_down is None:
             raise RuntimeError("the down fault needs the server process (ServerProcess)")
         self.on_down()
