@@ -3,8 +3,8 @@
 This is the only module that knows llama.cpp's `llama-server`. Everything else reaches the model
 through litellm like any other endpoint (`model="openai/<name>"`, `api_base=<url>`)::
 
-    with local_model_server("local/smollm2-135m-instruct", context_tokens=4096, seed=0) as url:
-        litellm.completion(model="openai/local", api_base=url, api_key="sk-local", ...)
+    with local_model_server("local/smollm2-135m-instruct", context_tokens=4096, seed=0) as end:
+        litellm.completion(model="openai/local", api_base=end.base_url, api_key=end.api_key, ...)
     # leaving the block stops the server (also on exceptions, Ctrl-C and SIGTERM)
 
 What is fetched, and from where (nothing but PyPI, through its simple index, by pinned sha256)
@@ -36,16 +36,21 @@ The server (SERVER_FLAGS and server_command)
 `llama-server --host 127.0.0.1 --port N -m <gguf> --alias <name> --jinja --chat-template-file
 <template> -t T -tb T -c <ctx> --seed S --parallel 1 --no-cache-prompt --cache-ram 0 --no-ui`
 on a free loopback port: one slot, prompt caching off (every request evaluates its whole prompt,
-so identical requests give identical replies), no host-memory prompt cache, no Web UI. The
-server's environment is built, never inherited (no API key reaches it, and no stray
-LLAMA_ARG_* variable changes its flags). Its stdout and stderr go to `server.log` in a
-temporary folder; a failed start raises ServiceError with the log's tail (and keeps the folder).
+so identical requests give identical replies), no host-memory prompt cache, no Web UI. Every
+server checks an API key, random per server (LLAMA_API_KEY in its environment: not in its
+command line, which any local user can read, nor in any log), so no other local process can use
+it; `LocalEndpoint` carries it to the model door. The server's environment is built, never
+inherited (no outside API key reaches it, and no stray LLAMA_ARG_* variable changes its flags).
+Its stdout and stderr go to `server.log` in a private folder `<tmp>/beam-llama-server-*` with an
+owner file (clients/workdir.py: a folder whose owner process is gone is removed by the next
+start); a failed start raises ServiceError with the log's tail (and keeps the folder).
 Readiness is GET /health answering 200 within `start_timeout` seconds. Stop: SIGTERM to the
 server's own process group, then SIGKILL after STOP_GRACE_SECONDS. Every server is registered
 for an atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
-SystemExit (so `with` blocks unwind), and on Linux the server gets PR_SET_PDEATHSIG=SIGKILL when
-started from the main thread, so even a SIGKILLed harness leaves no server behind (the same
-conventions as the Neo4j launch in clients/graph/server.py).
+SystemExit (so `with` blocks unwind), and the server is forked by clients/child_servers.py's
+`spawn_child` (PR_SET_PDEATHSIG from a thread that lives as long as the process), so even a
+SIGKILLed harness leaves no server behind, whichever thread started it (the same conventions as
+the Neo4j launch in clients/graph/server.py).
 """
 
 from __future__ import annotations
@@ -59,20 +64,20 @@ import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -81,9 +86,10 @@ from clients.child_servers import (
     LiveServers,
     find_free_port,
     install_sigterm_handler,
-    kill_with_parent,
+    spawn_child,
     tail,
 )
+from clients.workdir import make_workdir
 from schemas.errors import FetchError, IntegrityError, ServiceError
 
 __all__ = [
@@ -91,6 +97,7 @@ __all__ = [
     "LOCAL_PREFIX",
     "RUNTIME",
     "LlamaServer",
+    "LocalEndpoint",
     "LocalModel",
     "RuntimePin",
     "WeightsPin",
@@ -238,6 +245,9 @@ HEALTH_POLL_SECONDS = 0.1
 PORT_ATTEMPTS = 3
 BUILD_RECORD = "BUILD.json"
 SERVER_ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
+API_KEY_ENV = "LLAMA_API_KEY"
+"""llama-server's variable for --api-key (common/arg.cpp); /health stays open without it."""
+HOME_PREFIX = "beam-llama-server-"
 
 
 # --- model names -----------------------------------------------------------------------------
@@ -529,19 +539,12 @@ def _run_logged(command: list[str], log: Path, timeout: float, what: str, cwd: P
 
     The step runs in its own process group, killed whole on a timeout, an exception or Ctrl-C
     (cmake's ninja and compilers included), and dies with this process on Linux."""
-    in_main = threading.current_thread() is threading.main_thread()
     with log.open("ab") as out:
         out.write(("\n$ " + " ".join(command) + "\n").encode())
         out.flush()
         try:
-            process = subprocess.Popen(
-                command,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=kill_with_parent if in_main else None,
+            process = spawn_child(
+                command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
             )
         except OSError as exc:
             raise ServiceError(f"{what} could not run `{command[0]}`: {exc}") from exc
@@ -729,16 +732,30 @@ def stop_all() -> None:
     _LIVE.stop_all()
 
 
-def server_environment(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment of the server: SERVER_ENV_PASSTHROUGH, HOME and TMPDIR in `home`.
+def server_environment(
+    home: Path, environ: Mapping[str, str], api_key: str | None = None
+) -> dict[str, str]:
+    """The whole environment of the server: SERVER_ENV_PASSTHROUGH, HOME and TMPDIR in `home`,
+    and LLAMA_API_KEY when `api_key` is given (the server then refuses requests without it).
 
-    Nothing else: no API key, and no LLAMA_ARG_* / LLAMA_CACHE / HF_* that would change flags."""
+    Nothing else: no outside API key, and no LLAMA_ARG_* / LLAMA_CACHE / HF_* that would change
+    flags."""
     env = {key: environ[key] for key in SERVER_ENV_PASSTHROUGH if environ.get(key)}
     env.setdefault("PATH", os.defpath)
     env.setdefault("LANG", "C.UTF-8")
     env["HOME"] = str(home)
     env["TMPDIR"] = str(home)
+    if api_key is not None:
+        env[API_KEY_ENV] = api_key
     return env
+
+
+@dataclass(frozen=True)
+class LocalEndpoint:
+    """Where a running server answers, and the key it checks (kept out of repr and logs)."""
+
+    base_url: str
+    api_key: str = field(repr=False)
 
 
 def server_command(
@@ -802,6 +819,7 @@ class LlamaServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.home: Path | None = None
+        self.api_key = secrets.token_urlsafe(32)
         self.exit_code: int | None = None
         self.load_seconds: float | None = None
         """Seconds from the process start to the first healthy answer."""
@@ -813,6 +831,10 @@ class LlamaServer:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def endpoint(self) -> LocalEndpoint:
+        return LocalEndpoint(self.base_url, self.api_key)
 
     @property
     def log_path(self) -> Path:
@@ -827,7 +849,7 @@ class LlamaServer:
         template = template_path()
         gguf = ensure_weights(self.spec.weights)
         install_sigterm_handler()
-        self.home = Path(tempfile.mkdtemp(prefix="beam-llama-server-"))
+        self.home = make_workdir(HOME_PREFIX)
         failures: list[str] = []
         try:
             for _ in range(PORT_ATTEMPTS):
@@ -862,20 +884,17 @@ class LlamaServer:
             threads=self.threads,
             parallel=self.parallel,
         )
-        in_main = threading.current_thread() is threading.main_thread()
         started = time.monotonic()
         with self.log_path.open("ab") as log:
             log.write(("$ " + " ".join(command) + "\n").encode())
             log.flush()
-            self.process = subprocess.Popen(
+            self.process = spawn_child(
                 command,
                 cwd=self.home,
-                env=server_environment(self.home, os.environ),
+                env=server_environment(self.home, os.environ, self.api_key),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=kill_with_parent if in_main else None,
             )
         _LIVE.add(self)
         self._wait_healthy(started)
@@ -950,8 +969,9 @@ def local_model_server(
     threads: int = 1,
     parallel: int = 1,
     start_timeout: float = START_TIMEOUT_SECONDS,
-) -> Iterator[str]:
-    """Start llama-server for a local model, yield its OpenAI base URL, stop it on every way out.
+) -> Iterator[LocalEndpoint]:
+    """Start llama-server for a local model, yield its OpenAI base URL and key, stop it on every
+    way out.
 
     The runtime and weights must be buildable or cached (`python -m clients.local_model build`)."""
     server = LlamaServer(
@@ -964,17 +984,19 @@ def local_model_server(
     )
     try:
         server.start()
-        yield server.base_url
+        yield server.endpoint
     finally:
         server.stop()
 
 
-def post_json(url: str, body: Mapping[str, object], timeout: float = 120.0) -> dict[str, Any]:
+def post_json(
+    url: str, body: Mapping[str, object], api_key: str, timeout: float = 120.0
+) -> dict[str, Any]:
     """POST a JSON body to the server and return its JSON answer (ServiceError otherwise)."""
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode("utf-8"),
-        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-local"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -1001,6 +1023,7 @@ def smoke_test(model: str = "local/smollm2-135m-instruct") -> dict[str, Any]:
                 "max_tokens": 8,
                 "temperature": 0,
             },
+            server.api_key,
             timeout=60,
         )
     finally:
@@ -1054,9 +1077,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         seed=args.seed,
         threads=args.threads,
         parallel=args.parallel,
-    ) as url:
-        server = next(s for s in live_servers() if s.base_url == url)
-        print(f"{args.model} at {url} (pid {server.pid}, healthy after {server.load_seconds} s)")
+    ) as endpoint:
+        server = next(s for s in live_servers() if s.base_url == endpoint.base_url)
+        print(f"{args.model} at {endpoint.base_url} (pid {server.pid}, ", end="")
+        print(f"healthy after {server.load_seconds} s)")
+        key_file = server.log_path.parent / "api-key"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(endpoint.api_key + "\n")
+        print(f"API key (send as `Authorization: Bearer <key>`) in {key_file}", flush=True)
         print(f"log: {server.log_path}; Ctrl-C stops it", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while server.failure() is None:
