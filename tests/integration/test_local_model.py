@@ -121,7 +121,11 @@ def test_model_names_and_table() -> None:
     assert not is_local_model("openai/gpt-4o-mini")
     assert not is_local_model(None)
     assert local_model(MODEL).weights.gguf_name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert set(LOCAL_MODELS) == {MODEL}
+    assert set(LOCAL_MODELS) == {
+        MODEL,
+        "local/qwen2.5-coder-0.5b-instruct",
+        "local/qwen2.5-coder-1.5b-instruct",
+    }
     with pytest.raises(ServiceError, match="unknown local model"):
         local_model("local/nope")
 
@@ -477,3 +481,48 @@ def test_stale_server_folders_are_removed_by_the_next_start(local_ready: None) -
     finally:
         shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(mine, ignore_errors=True)
+
+
+QWEN = "local/qwen2.5-coder-0.5b-instruct"
+MEMORY_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search_memory",
+        "description": "Search the memory graph for facts about the user.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to look for"}},
+            "required": ["query"],
+        },
+    },
+}
+
+
+def test_the_qwen_gguf_template_puts_the_tools_in_the_prompt(local_ready: None) -> None:
+    """The gguf's own template (--jinja, no template file) renders the tool schema into the
+    prompt the model reads: the server's own rendering (/apply-template) holds it, and the
+    prompt of a tools-bearing chat request is that much longer. What the model then writes (a
+    native call, a call as text or prose) is not asserted: that is the model's part."""
+    if installed_weights(QWEN) is None:
+        skip_or_fail(f"the {QWEN} weights are not in the cache: run `make local-model`")
+    messages = [
+        {"role": "system", "content": "You answer from the user's memory. Use the tools."},
+        {"role": "user", "content": "When did I adopt my dog?"},
+    ]
+    with local_model_server(QWEN, context_tokens=2048, seed=SEED) as end:
+        server = server_of(end)
+        assert server.threads == 2 and "--chat-template-file" not in server_command_of(server)
+        root = end.base_url.removesuffix("/v1")
+        rendered = lm.post_json(
+            f"{root}/apply-template", {"messages": messages, "tools": [MEMORY_TOOL]}, end.api_key
+        )["prompt"]
+        assert "<tools>" in rendered and "<tool_call>" in rendered
+        schema = rendered.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+        assert json.loads(schema.strip()) == MEMORY_TOOL
+        plain = chat(end, messages, max_tokens=8)
+        with_tools = chat(end, messages, tools=[MEMORY_TOOL], tool_choice="auto", max_tokens=8)
+        assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 40
+
+
+def server_command_of(server: lm.LlamaServer) -> list[str]:
+    return Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
