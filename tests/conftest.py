@@ -55,15 +55,18 @@ def mirror_parquet(shared_beam: Path) -> Path:
 
 
 # -- the local model: its tests run last, and its build overlaps the rest of the session --------
-# `local_model` tests need llama-server built and the SmolLM2 weights fetched (about 4 minutes on 2
-# cores, once per machine: clients/local_model.py). When a session selects such tests and the
-# cache lacks either, `python -m clients.local_model build` starts in the background as the
-# session's tests begin (its own process group, output in a log file); the local_model tests,
-# moved to the end of the session, wait for it before their timeout starts, and fail with the
-# log's tail if it failed. A build still running when the session ends is stopped.
+# `local_model` tests need llama-server built and the weights of TEST_LOCAL_MODELS fetched (about
+# 4 minutes on 2 cores for the build, seconds to a minute for the weights, once per machine:
+# clients/local_model.py). When a session selects such tests and the cache lacks any of them,
+# `python -m clients.local_model build` starts in the background as the session's tests begin (its
+# own process group, output in a log file); the local_model tests, moved to the end of the
+# session, wait for it before their timeout starts, and fail with the log's tail if it failed. A
+# build still running when the session ends is stopped.
 LOCAL_BUILD_WAIT_SECONDS = 3600.0
 LOCAL_BUILD_STOP_GRACE_SECONDS = 40.0
 LOCAL_BUILD_LOG_TAIL_LINES = 40
+TEST_LOCAL_MODELS = ("local/smollm2-135m-instruct", "local/qwen2.5-coder-0.5b-instruct")
+"""The local models the tests use (the Qwen one drives the agent's tools in the smoke test)."""
 _LOCAL_BUILD: dict[str, Any] = {}
 """proc (Popen), log (Path), outcome (None, "ok" or the failure text) of the session's build."""
 
@@ -86,12 +89,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     if not any(_is_local_model_test(i) for i in session.items) or _LOCAL_BUILD:
         return
-    if installed_runtime() is not None and installed_weights() is not None:
+    if installed_runtime() is not None and all(installed_weights(m) for m in TEST_LOCAL_MODELS):
         return
     log = Path(tempfile.mkdtemp(prefix="beam-local-model-build-")) / "build.log"
     with log.open("wb") as out:
         _LOCAL_BUILD["proc"] = subprocess.Popen(
-            [sys.executable, "-m", "clients.local_model", "build"],
+            [
+                sys.executable,
+                "-m",
+                "clients.local_model",
+                *(f"--model={m}" for m in TEST_LOCAL_MODELS),
+                "build",
+            ],
             cwd=REPO_ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,

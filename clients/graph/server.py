@@ -17,8 +17,9 @@ Stop
 ----
 SIGTERM, then SIGKILL after `graph.stop_grace_seconds`. Every server is registered for an
   atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
-  SystemExit (so `with` blocks unwind), and on Linux the JVM gets PR_SET_PDEATHSIG=SIGKILL when
-  started from the main thread, so even a SIGKILLed harness leaves no JVM behind.
+  SystemExit (so `with` blocks unwind), and the JVM is started by clients/child_servers.py's
+  `spawn_child` (PR_SET_PDEATHSIG from a thread that lives as long as the process), so even a
+  SIGKILLed harness leaves no JVM behind, whichever thread started it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -43,8 +43,8 @@ from clients.child_servers import (
     LiveServers,
     find_free_port,
     install_sigterm_handler,
-    kill_with_parent,
     port_is_free,
+    spawn_child,
     tail,
 )
 from clients.graph.conf import (
@@ -291,17 +291,14 @@ class LocalServer:
         self.uri = f"bolt://127.0.0.1:{port}"
         self.exit_code = None
         command = build_java_command(java, lib, self.home, self.params.heap_mb)
-        in_main = threading.current_thread() is threading.main_thread()
         with self.console_log.open("ab") as log:
-            self.process = subprocess.Popen(
+            self.process = spawn_child(
                 command,
                 cwd=self.home,
                 env=server_environment(self.home, os.environ),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=kill_with_parent if in_main else None,
             )
         _LIVE.add(self)
         _wait_ready(

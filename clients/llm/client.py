@@ -27,9 +27,10 @@ Using it from a stage
   options, sent as they are); Ollama also gets `num_ctx` = the context window. With tools goes
   `tool_choice: "auto"`, and an assistant tool-call turn has `content: ""`, never null.
   `LlmClient.context_window()`: `context_tokens`, else litellm's model info, else None.
-- Keys and local endpoints: a loopback `api_base` without a key, and a `local/` model, get the
-  dummy key `sk-local`; any other endpoint whose key variable is not set stops with a
-  ServiceError naming it, in the preflight and before the first call.
+- Keys and local endpoints: a loopback `api_base` without a key gets the dummy key `sk-local`;
+  a `local/` model gets the random key its own server checks; any other endpoint whose key
+  variable is not set stops with a ServiceError naming it, in the preflight and before the
+  first call.
 - `local/<name>` models (clients/local_model.py): the first request starts the model's
   llama-server on a free loopback port (one per process, shared by the roles that name it, its
   context the largest they ask for), served as `openai/<name>` with `response_format:

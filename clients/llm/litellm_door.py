@@ -18,7 +18,7 @@ import urllib.request
 from types import ModuleType
 from typing import Any
 
-from clients.llm.local_servers import local_base_url
+from clients.llm.local_servers import local_endpoint
 from clients.llm.port import (
     OLLAMA_DEFAULT_BASE,
     PREFLIGHT_TIMEOUT_SECONDS,
@@ -96,8 +96,9 @@ def _parse_retry_after(headers: Any) -> float | None:
 
 OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
 LOCAL_KEY = "sk-local"
-"""The key sent to an endpoint on loopback that has none: a local server checks no key, but the
-OpenAI client refuses to send a request without one ("Missing credentials")."""
+"""The key sent to an endpoint on loopback that has none: such a server checks no key, but the
+OpenAI client refuses to send a request without one ("Missing credentials"). A `local/` model's
+own server checks its random key instead (clients/llm/local_servers.py)."""
 
 
 def is_loopback(api_base: str | None) -> bool:
@@ -181,6 +182,8 @@ class LitellmBackend:
         share it); None: this role's own."""
         self._extra: dict[str, Any] | None = None
         self._key_source: str | None = None
+        self._local_key: str | None = None
+        """The key of the harness's own server for a `local/` model (random per server)."""
         self._context: int | None = None
 
     def prepare(self) -> None:
@@ -210,11 +213,13 @@ class LitellmBackend:
             extra: dict[str, Any] = {}
             api_base = self.ref.api_base
             if self.local:
-                api_base = local_base_url(
+                endpoint = local_endpoint(
                     self.ref.model or "",
                     context_tokens=self.local_context or self.context_window() or 0,
                     seed=self.params.seed,
                 )
+                api_base = endpoint.base_url
+                self._local_key = endpoint.api_key
             model, provider, _, _ = litellm.get_llm_provider(self.model)
             supported = litellm.get_supported_openai_params(
                 model=model, custom_llm_provider=provider
@@ -238,7 +243,9 @@ class LitellmBackend:
                 extra["extra_body"] = body
             self._extra = extra
         out = dict(self._extra)
-        if self._key_source == "env" and self.ref.api_key_env:  # read per call, never stored
+        if self._local_key is not None:  # the key the harness's own server checks
+            out["api_key"] = self._local_key
+        elif self._key_source == "env" and self.ref.api_key_env:  # read per call, never stored
             key = os.environ.get(self.ref.api_key_env)
             if not key:
                 raise ServiceError(

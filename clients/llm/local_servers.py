@@ -2,10 +2,12 @@
 per model shared by every role that names it, all stopped when the process ends.
 
 The model door serves a `local/<name>` model like any OpenAI-compatible endpoint (`openai/<name>`
-at the server's loopback URL, with a dummy key); only the start lives here. The server itself is
-clients/local_model.py's `local_model_server`: it stops a server that does not come up, turns a
-SIGTERM into SystemExit, and kills its server with the process even on SIGKILL. The context
-managers it yields are held in one ExitStack, closed at exit (atexit) or by `stop_local_servers`.
+at the server's loopback URL, with the key that server checks); only the start lives here. The
+server itself is clients/local_model.py's `local_model_server`: it stops a server that does not
+come up, turns a SIGTERM into SystemExit, and kills its server with the process even on SIGKILL,
+whichever thread started it (the answer stage starts it from a worker of its question pool). The
+context managers it yields are held in one ExitStack, closed at exit (atexit) or by
+`stop_local_servers`.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import atexit
 import contextlib
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from schemas.errors import ServiceError
+
+if TYPE_CHECKING:
+    from clients.local_model import LocalEndpoint
 
 
 @dataclass(frozen=True)
 class _Running:
-    base_url: str
+    endpoint: LocalEndpoint
     context_tokens: int
 
 
@@ -30,9 +36,9 @@ _RUNNING: dict[str, _Running] = {}
 _AT_EXIT = {"registered": False}
 
 
-def local_base_url(model: str, *, context_tokens: int, seed: int) -> str:
-    """The OpenAI base URL of `model`'s server, started now if this process has none yet (it
-    blocks until the server answers its health check)."""
+def local_endpoint(model: str, *, context_tokens: int, seed: int) -> LocalEndpoint:
+    """The OpenAI base URL and key of `model`'s server, started now if this process has none yet
+    (it blocks until the server answers its health check)."""
     from clients.local_model import local_model_server
 
     with _LOCK:
@@ -45,21 +51,21 @@ def local_base_url(model: str, *, context_tokens: int, seed: int) -> str:
                     f"{context_tokens}: give every role that names it the same "
                     "models.<role>.context_tokens"
                 )
-            return running.base_url
+            return running.endpoint
         if not _AT_EXIT["registered"]:
             atexit.register(stop_local_servers)
             _AT_EXIT["registered"] = True
-        url = _STACK.enter_context(
+        endpoint = _STACK.enter_context(
             local_model_server(model, context_tokens=context_tokens, seed=seed)
         )
-        _RUNNING[model] = _Running(url, context_tokens)
-        return url
+        _RUNNING[model] = _Running(endpoint, context_tokens)
+        return endpoint
 
 
 def running_local_models() -> dict[str, str]:
     """Model name -> base URL of the servers this process runs (for tests and logs)."""
     with _LOCK:
-        return {model: r.base_url for model, r in _RUNNING.items()}
+        return {model: r.endpoint.base_url for model, r in _RUNNING.items()}
 
 
 def stop_local_servers() -> None:

@@ -173,26 +173,41 @@ def test_killed_server_gives_a_clear_error(graph_params: GraphParams, no_jvm_lef
 
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import contextlib, sys, threading, time
     from pathlib import Path
     from clients.graph.store import start_graph
     from schemas.params import GraphParams
     params = GraphParams.model_validate_json(sys.argv[1])
-    with start_graph(params, Path(sys.argv[2]), name="child") as store:
-        print(store.server.pid, flush=True)
+    stack = contextlib.ExitStack()
+    def start():
+        return stack.enter_context(start_graph(params, Path(sys.argv[2]), name="child"))
+    if sys.argv[3] == "main":
+        start()
+    else:  # a worker starts the server and ends: the JVM must outlive it, not the process
+        worker = threading.Thread(target=start)
+        worker.start()
+        worker.join()
+        time.sleep(1.0)
+        from clients.graph.server import live_servers
+        assert live_servers()[0].failure() is None, "the JVM died with its worker thread"
+    with stack:
+        from clients.graph.server import live_servers
+        print(live_servers()[0].pid, flush=True)
         time.sleep(600)
     """
 )
 
 
+@pytest.mark.parametrize("thread", ["main", "worker"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_harness_killed_by_a_signal_leaves_no_jvm(
-    graph_params: GraphParams, no_jvm_left: Path, sig: signal.Signals
+    graph_params: GraphParams, no_jvm_left: Path, sig: signal.Signals, thread: str
 ) -> None:
+    """Whichever thread started it, the JVM stops with its harness (SIGKILL included)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    work = no_jvm_left / f"child-{sig.name}"
+    work = no_jvm_left / f"child-{sig.name}-{thread}"
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, graph_params.model_dump_json(), str(work)],
+        [sys.executable, "-c", CHILD, graph_params.model_dump_json(), str(work), thread],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

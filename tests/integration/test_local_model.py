@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +27,10 @@ import litellm
 import pytest
 
 import clients.local_model as lm
+from clients.llm.accounting import process_start
 from clients.local_model import (
     LOCAL_MODELS,
+    LocalEndpoint,
     cpu_key,
     installed_runtime,
     installed_weights,
@@ -87,18 +93,18 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def server_of(url: str) -> lm.LlamaServer:
-    return next(server for server in live_servers() if server.base_url == url)
+def server_of(end: LocalEndpoint) -> lm.LlamaServer:
+    return next(server for server in live_servers() if server.base_url == end.base_url)
 
 
-def chat(url: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+def chat(end: LocalEndpoint, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
     """One completion through litellm's OpenAI route, deterministic settings, no retries."""
     options: dict[str, Any] = {"temperature": 0, "seed": SEED, "max_tokens": 64}
     options.update(kwargs)
     return litellm.completion(
         model="openai/smollm2",
-        api_base=url,
-        api_key="sk-local",
+        api_base=end.base_url,
+        api_key=end.api_key,
         messages=messages,
         timeout=TIMEOUT,
         num_retries=0,
@@ -115,7 +121,11 @@ def test_model_names_and_table() -> None:
     assert not is_local_model("openai/gpt-4o-mini")
     assert not is_local_model(None)
     assert local_model(MODEL).weights.gguf_name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert set(LOCAL_MODELS) == {MODEL}
+    assert set(LOCAL_MODELS) == {
+        MODEL,
+        "local/qwen2.5-coder-0.5b-instruct",
+        "local/qwen2.5-coder-1.5b-instruct",
+    }
     with pytest.raises(ServiceError, match="unknown local model"):
         local_model("local/nope")
 
@@ -154,13 +164,13 @@ def local_ready() -> None:
 
 
 @pytest.fixture(scope="module")
-def url(local_ready: None) -> Iterator[str]:
+def url(local_ready: None) -> Iterator[LocalEndpoint]:
     with local_model_server(MODEL, context_tokens=4096, seed=SEED) as base_url:
         yield base_url
     assert not live_servers()
 
 
-def test_json_schema_reply_is_constrained(url: str) -> None:
+def test_json_schema_reply_is_constrained(url: LocalEndpoint) -> None:
     """response_format json_schema becomes a grammar: even a request for a poem returns JSON
     that parses and whose enum field holds one of the enum values."""
     schema = {
@@ -189,7 +199,7 @@ def test_json_schema_reply_is_constrained(url: str) -> None:
         assert len(data["note"]) <= 40
 
 
-def test_json_schema_that_cannot_become_a_grammar_is_refused(url: str) -> None:
+def test_json_schema_that_cannot_become_a_grammar_is_refused(url: LocalEndpoint) -> None:
     """The server converts the schema when the request arrives: a broken one is a 400."""
     with pytest.raises(litellm.BadRequestError):
         chat(
@@ -207,7 +217,7 @@ def test_json_schema_that_cannot_become_a_grammar_is_refused(url: str) -> None:
     "and llama-server's grammar waits for `<tool_call>` (lazy), but the model never writes it",
     strict=False,
 )
-def test_tool_call_with_tool_choice_auto(url: str) -> None:
+def test_tool_call_with_tool_choice_auto(url: LocalEndpoint) -> None:
     reply = chat(
         url,
         [
@@ -222,7 +232,7 @@ def test_tool_call_with_tool_choice_auto(url: str) -> None:
     assert choice.message.tool_calls, f"no tool call; content={choice.message.content!r}"
 
 
-def test_tool_call_with_required_and_assistant_prefill(url: str) -> None:
+def test_tool_call_with_required_and_assistant_prefill(url: LocalEndpoint) -> None:
     """What makes the tiny model call: tool_choice="required" (the grammar then demands a
     `<tool_call>` block, though it allows prose before it) plus a final assistant message
     "<tool_call>\n" that llama-server continues (prefill): the arguments follow the schema."""
@@ -244,7 +254,7 @@ def test_tool_call_with_required_and_assistant_prefill(url: str) -> None:
 
 
 @pytest.mark.parametrize("content", ["", None], ids=["empty-string", "null"])
-def test_tool_result_turn_is_accepted(url: str, content: str | None) -> None:
+def test_tool_result_turn_is_accepted(url: LocalEndpoint, content: str | None) -> None:
     """An assistant tool-call turn (content "" or null) followed by the tool's result: HTTP 200."""
     reply = chat(
         url,
@@ -261,7 +271,7 @@ def test_tool_result_turn_is_accepted(url: str, content: str | None) -> None:
     assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
-def test_max_tokens_gives_finish_reason_length(url: str) -> None:
+def test_max_tokens_gives_finish_reason_length(url: LocalEndpoint) -> None:
     reply = chat(
         url,
         [
@@ -274,7 +284,7 @@ def test_max_tokens_gives_finish_reason_length(url: str) -> None:
     assert reply.usage.completion_tokens == 16
 
 
-def test_usage_comes_from_the_server(url: str) -> None:
+def test_usage_comes_from_the_server(url: LocalEndpoint) -> None:
     """litellm's usage is the server's own count (compared with a raw request)."""
     messages = [
         {"role": "system", "content": SYSTEM},
@@ -282,8 +292,9 @@ def test_usage_comes_from_the_server(url: str) -> None:
     ]
     reply = chat(url, messages, max_tokens=24)
     raw = lm.post_json(
-        f"{url}/chat/completions",
+        f"{url.base_url}/chat/completions",
         {"messages": messages, "max_tokens": 24, "temperature": 0, "seed": SEED},
+        url.api_key,
     )
     assert reply.usage.prompt_tokens == raw["usage"]["prompt_tokens"] > 10
     assert reply.usage.completion_tokens == raw["usage"]["completion_tokens"] > 0
@@ -291,7 +302,7 @@ def test_usage_comes_from_the_server(url: str) -> None:
     assert raw["timings"]["prompt_n"] == raw["usage"]["prompt_tokens"]  # no cached prefix
 
 
-def test_identical_requests_give_identical_replies(url: str) -> None:
+def test_identical_requests_give_identical_replies(url: LocalEndpoint) -> None:
     messages = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Explain in two sentences why the sky is blue."},
@@ -303,7 +314,7 @@ def test_identical_requests_give_identical_replies(url: str) -> None:
     assert first.usage.completion_tokens == second.usage.completion_tokens
 
 
-def test_identical_replies_across_server_processes(url: str) -> None:
+def test_identical_replies_across_server_processes(url: LocalEndpoint) -> None:
     """Prompt caching is off and sampling greedy: a fresh server repeats the reply byte for byte
     (here also with 2 threads instead of 1)."""
     messages = [
@@ -359,21 +370,42 @@ def test_failed_start_shows_the_log_tail(
 
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import sys, threading, time
     from clients.local_model import live_servers, local_model_server
-    with local_model_server("local/smollm2-135m-instruct", context_tokens=512, seed=0) as url:
+
+    def serve():
+        with local_model_server("local/smollm2-135m-instruct", context_tokens=512, seed=0):
+            print(live_servers()[0].pid, flush=True)
+            time.sleep(300)
+
+    if sys.argv[1] == "main":
+        serve()
+    else:  # a worker starts the server and ends; the server must outlive it, not the process
+        stack = __import__("contextlib").ExitStack()
+        def start():
+            stack.enter_context(
+                local_model_server("local/smollm2-135m-instruct", context_tokens=512, seed=0)
+            )
+        worker = threading.Thread(target=start)
+        worker.start()
+        worker.join()
+        time.sleep(1.0)
+        assert live_servers()[0].failure() is None, "the server died with its worker thread"
         print(live_servers()[0].pid, flush=True)
-        time.sleep(300)
+        with stack:
+            time.sleep(300)
     """
 )
 
 
+@pytest.mark.parametrize("thread", ["main", "worker"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
-def test_no_orphan_when_the_parent_is_stopped(local_ready: None, signum: int) -> None:
-    """SIGTERM and Ctrl-C unwind the block; a SIGKILLed parent takes the server with it."""
+def test_no_orphan_when_the_parent_is_stopped(local_ready: None, signum: int, thread: str) -> None:
+    """SIGTERM and Ctrl-C unwind the block (or, with no handler, end the process); a SIGKILLed
+    parent takes the server with it: also when a worker thread that has since ended started it."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
+        [sys.executable, "-c", CHILD, thread],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -393,3 +425,104 @@ def test_no_orphan_when_the_parent_is_stopped(local_ready: None, signum: int) ->
         if child.poll() is None:
             child.kill()
             child.wait(timeout=30)
+
+
+def test_requests_without_the_servers_key_are_refused(url: LocalEndpoint) -> None:
+    """Any local process could reach the loopback port: only the key holder may use it. The key
+    is neither in the command line (world-readable in /proc) nor in the server's log."""
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    for headers in (
+        {},
+        {"Authorization": "Bearer sk-local"},
+        {"Authorization": "Bearer x" + url.api_key},
+    ):
+        request = urllib.request.Request(
+            f"{url.base_url}/chat/completions",
+            data=body.encode(),
+            headers={"Content-Type": "application/json", **headers},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 401
+    with pytest.raises(litellm.AuthenticationError):
+        chat(LocalEndpoint(url.base_url, "sk-local"), [{"role": "user", "content": "hi"}])
+    assert chat(url, [{"role": "user", "content": "hi"}], max_tokens=2).choices
+    server = server_of(url)
+    assert url.api_key not in Path(f"/proc/{server.pid}/cmdline").read_bytes().decode()
+    assert url.api_key not in server.log_path.read_text(errors="replace")
+    assert url.api_key not in repr(url)
+    assert len(url.api_key) >= 32
+
+
+def test_stale_server_folders_are_removed_by_the_next_start(local_ready: None) -> None:
+    """A SIGKILLed harness leaves its `beam-llama-server-*` folder (log, key file of `serve`):
+    the next start removes it once its owner process is gone, and never a live owner's."""
+    tmp = Path(tempfile.gettempdir())
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    stale = tmp / f"{lm.HOME_PREFIX}stale-test"
+    stale.mkdir(mode=0o700)
+    (stale / ".owner").write_text(f"pid {int(dead.stdout)}\nstart 1\n")
+    (stale / "server.log").write_text("old log\n")
+    mine = tmp / f"{lm.HOME_PREFIX}live-test"
+    mine.mkdir(mode=0o700)
+    (mine / ".owner").write_text(f"pid {os.getpid()}\nstart {process_start(os.getpid())}\n")
+    try:
+        with local_model_server(MODEL, context_tokens=512, seed=SEED) as end:
+            home = server_of(end).home
+            assert home is not None and home.name.startswith(lm.HOME_PREFIX)
+            assert (home / ".owner").is_file()
+            assert not stale.exists() and mine.exists()
+        assert not home.exists()
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(mine, ignore_errors=True)
+
+
+QWEN = "local/qwen2.5-coder-0.5b-instruct"
+MEMORY_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search_memory",
+        "description": "Search the memory graph for facts about the user.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to look for"}},
+            "required": ["query"],
+        },
+    },
+}
+
+
+def test_the_qwen_gguf_template_puts_the_tools_in_the_prompt(local_ready: None) -> None:
+    """The gguf's own template (--jinja, no template file) renders the tool schema into the
+    prompt the model reads: the server's own rendering (/apply-template) holds it, and the
+    prompt of a tools-bearing chat request is that much longer. What the model then writes (a
+    native call, a call as text or prose) is not asserted: that is the model's part."""
+    if installed_weights(QWEN) is None:
+        skip_or_fail(f"the {QWEN} weights are not in the cache: run `make local-model`")
+    messages = [
+        {"role": "system", "content": "You answer from the user's memory. Use the tools."},
+        {"role": "user", "content": "When did I adopt my dog?"},
+    ]
+    with local_model_server(QWEN, context_tokens=2048, seed=SEED) as end:
+        server = server_of(end)
+        assert server.threads == 2 and "--chat-template-file" not in server_command_of(server)
+        root = end.base_url.removesuffix("/v1")
+        rendered = lm.post_json(
+            f"{root}/apply-template", {"messages": messages, "tools": [MEMORY_TOOL]}, end.api_key
+        )["prompt"]
+        assert "<tools>" in rendered and "<tool_call>" in rendered
+        schema = rendered.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+        assert json.loads(schema.strip()) == MEMORY_TOOL
+        plain = chat(end, messages, max_tokens=8)
+        with_tools = chat(end, messages, tools=[MEMORY_TOOL], tool_choice="auto", max_tokens=8)
+        assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 40
+
+
+def server_command_of(server: lm.LlamaServer) -> list[str]:
+    return Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
