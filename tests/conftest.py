@@ -65,7 +65,7 @@ def mirror_parquet(shared_beam: Path) -> Path:
 LOCAL_BUILD_WAIT_SECONDS = 3600.0
 LOCAL_BUILD_STOP_GRACE_SECONDS = 40.0
 LOCAL_BUILD_LOG_TAIL_LINES = 40
-TEST_LOCAL_MODELS = ("local/smollm2-135m-instruct", "local/qwen2.5-coder-0.5b-instruct")
+TEST_LOCAL_MODELS = ("local/smollm2-135m-instruct", "local/qwen2.5-coder-1.5b-instruct")
 """The local models the tests use (the Qwen one drives the agent's tools in the smoke test)."""
 _LOCAL_BUILD: dict[str, Any] = {}
 """proc (Popen), log (Path), outcome (None, "ok" or the failure text) of the session's build."""

@@ -483,7 +483,7 @@ def test_stale_server_folders_are_removed_by_the_next_start(local_ready: None) -
         shutil.rmtree(mine, ignore_errors=True)
 
 
-QWEN = "local/qwen2.5-coder-0.5b-instruct"
+QWEN = "local/qwen2.5-coder-1.5b-instruct"  # the smoke test's model
 MEMORY_TOOL = {
     "type": "function",
     "function": {
