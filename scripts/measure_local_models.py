@@ -141,7 +141,6 @@ def lite_params(model: str) -> dict[str, Any]:
 
 
 def measure_lite(model: str) -> dict[str, Any]:
-    from tests.e2e.test_local_model_pipeline import trim_judge_check
     from tests.support.hub_mirror import MIRROR_ROOT
 
     with (
@@ -153,20 +152,12 @@ def measure_lite(model: str) -> dict[str, Any]:
             lite_params(model)
             | {"judge": {"max_failed_share": 1.0, "base_url": repo.scorer.base_url}}
         )
-        trim_judge_check(repo)
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "dvc", "repro"],
-            cwd=repo.path,
-            env=repo.env,
-            capture_output=True,
-            text=True,
-            timeout=7200,
-        )
-        wall = time.monotonic() - started
-        result: dict[str, Any] = {"exit_code": done.returncode, "wall_seconds": round(wall, 1)}
-        if done.returncode != 0:
-            result["output_tail"] = (done.stdout + done.stderr)[-3000:]
+        from tests.e2e.test_local_model_pipeline import repro
+
+        returncode, output, wall = repro(repo)
+        result: dict[str, Any] = {"exit_code": returncode, "wall_seconds": round(wall, 1)}
+        if returncode != 0:
+            result["output_tail"] = output[-3000:]
         result["stages"] = stage_numbers(repo)
         return result
 
