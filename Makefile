@@ -99,6 +99,7 @@ bench: setup
 	$(PY) python scripts/bench_pipeline.py
 	$(PY) python scripts/bench_viewer.py
 	$(PY) python scripts/bench_judge_check.py
+	$(PY) python scripts/bench_cypher_layers.py
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache
