@@ -327,3 +327,28 @@ class FullContextParams(_Section):
     set it."""
     reply_tokens: int = Field(default=1024, ge=0)
     """Kept free for the reply: the prompt gets at most `context_tokens - reply_tokens`."""
+
+
+class Params(_Section):
+    """The whole of params.yaml, typed: read once by a stage's `main()` (stages/common.py
+    `read_params`) and passed down; nothing below the stages reads the file."""
+
+    mode: Mode
+    system: str = "graphrag"
+    """The memory system under test (systems/registry.py checks the name)."""
+    fetch: FetchParams
+    verify_hash: VerifyHashParams
+    repair: RepairParams
+    slice: SliceParams
+    ingest: IngestParams
+    answer: AnswerParams
+    rag: RagParams
+    full_context: FullContextParams
+    report: ReportParams
+    estimate: EstimateParams
+    graph: GraphParams
+    judge_check: JudgeCheckParams
+    models: ModelsParams
+    llm: LlmParams
+    budget: BudgetParams
+    judge: JudgeParams

@@ -1,15 +1,19 @@
-"""What every stage shares: params loading, atomic writes, stable JSON, the entry-point shell."""
+"""What every stage shares: reading params.yaml once into its typed root, progress bars, the
+entry-point shell."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import BaseModel
+import yaml
+from pydantic import BaseModel, ValidationError
 
-from schemas.errors import BeamError
+from schemas.errors import BeamError, ParamsError
+from schemas.params import Params
 
 STARTED = time.monotonic()
 """When this stage process started (stages import this module first): its wall time is measured
@@ -17,6 +21,40 @@ from here, and written to metrics only (`seconds.stage`), never to an out."""
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+
+
+PARAMS_FILE = Path("params.yaml")
+"""The working directory's params.yaml: DVC runs every stage from the repository root."""
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
+        for error in exc.errors()
+    )
+
+
+def parse_params(data: Any, *, source: str = str(PARAMS_FILE)) -> Params:
+    """A params mapping validated into its typed root (a ParamsError naming every bad key)."""
+    if not isinstance(data, dict):
+        raise ParamsError(f"{source} must hold a mapping of sections, found {type(data).__name__}")
+    try:
+        return Params.model_validate(data)
+    except ValidationError as exc:
+        raise ParamsError(f"{source} is invalid: {_problems(exc)}") from exc
+
+
+def read_params(path: Path = PARAMS_FILE) -> Params:
+    """params.yaml, read once by a stage's `main()` and passed down as one typed record."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ParamsError(f"{path} not found: run stages from the repository root") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path} is not valid YAML: {exc}") from exc
+    return parse_params(data, source=str(path))
 
 
 def stage_seconds() -> float:

@@ -1,9 +1,16 @@
-"""The repository's layout: no top-level folder takes the import name of a library we use."""
+"""The repository's layout: the files stages exchange are named once (schemas/layout.py) and
+dvc.yaml agrees; no top-level folder takes the import name of a library we use."""
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import packages_distributions
+from typing import Any
 
+import pytest
+import yaml
+
+from schemas.layout import STAGE_FILES
 from tests.conftest import REPO_ROOT
 
 OWN_DISTRIBUTION = "beam-graphrag"
@@ -27,3 +34,42 @@ def test_no_top_level_folder_shadows_an_installed_package() -> None:
     assert not folders & others, (
         f"top-level folders named like installed packages: {folders & others}"
     )
+
+
+def _data_paths(entries: list[Any]) -> set[str]:
+    """dvc.yaml's deps/outs/metrics entries, without the code (.py files, package folders)."""
+    paths = {next(iter(e)) if isinstance(e, dict) else e for e in entries}
+    return {p for p in paths if p.startswith(("data/", "metrics/", "reports/"))}
+
+
+def test_dvc_yaml_reads_and_writes_exactly_the_layout() -> None:
+    stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert set(stages) == set(STAGE_FILES)
+    for name, files in STAGE_FILES.items():
+        stage = stages[name]
+        assert _data_paths(stage.get("deps", [])) == {str(p) for p in files.deps}, name
+        assert _data_paths(stage.get("outs", [])) == {str(p) for p in files.outs}, name
+        assert _data_paths(stage.get("metrics", [])) == {str(p) for p in files.metrics}, name
+
+
+def test_the_fixtures_a_stage_reads_are_named_by_params_and_are_its_deps() -> None:
+    stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    fixtures = {
+        e for stage in stages.values() for e in stage.get("deps", []) if e.startswith("fixtures/")
+    }
+    assert fixtures == {params["slice"]["fixture"], params["judge_check"]["recipe"]}
+
+
+@pytest.mark.xfail(strict=True, reason="the cores still name their files; the move in progress")
+def test_no_module_below_the_stages_spells_a_path_of_the_layout() -> None:
+    # A core, door or system that spelled `data/...` would be a second name for a file the
+    # layout names; the stages pass paths down.
+    spelled = re.compile(r"""["'](data|metrics|reports)/""")
+    offenders = [
+        str(path.relative_to(REPO_ROOT))
+        for package in ("bench", "systems", "clients", "schemas")
+        for path in sorted((REPO_ROOT / package).rglob("*.py"))
+        if path.name != "layout.py" and spelled.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []

@@ -1,0 +1,237 @@
+"""Every file the stages exchange, named once.
+
+A stage reads its inputs and writes its outputs through `LAYOUT` (paths relative to the
+repository root, where DVC runs every stage); no core, door or system spells a `data/...` path.
+`STAGE_FILES` says, per stage of dvc.yaml, which of these files it reads and writes, and a test
+holds dvc.yaml's deps, outs and metrics equal to it. A newcomer finds a stage's inputs and
+outputs here, then its code in `stages/<name>.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DATA = Path("data")
+METRICS = Path("metrics")
+REPORTS = Path("reports")
+FIXTURES = Path("fixtures")
+
+
+def usage_file(stage: str) -> Path:
+    """The calls and tokens a stage's results took, per role (read by the report)."""
+    return METRICS / "usage" / f"{stage}.json"
+
+
+def metrics_file(stage: str) -> Path:
+    """A stage's metrics: what `dvc metrics show` lists (wall time included; no stage reads it)."""
+    return METRICS / f"{stage}.json"
+
+
+@dataclass(frozen=True)
+class FetchFiles:
+    dataset: Path = DATA / "fetch" / "dataset.parquet"
+    scorer: Path = DATA / "scorer"
+    """The benchmark's pinned scorer files, each at its repository path below this folder."""
+
+
+@dataclass(frozen=True)
+class VerifyHashFiles:
+    receipt: Path = DATA / "verify_hash" / "receipt.json"
+
+
+@dataclass(frozen=True)
+class RepairFiles:
+    dataset: Path = DATA / "repair" / "dataset.parquet"
+    record: Path = DATA / "repair" / "record.json"
+
+
+@dataclass(frozen=True)
+class SliceFiles:
+    folder: Path = DATA / "slice"
+    metrics: Path = METRICS / "slice.json"
+
+    @property
+    def chats(self) -> Path:
+        """One `<conversation>.json` per conversation of the mode."""
+        return self.folder / "chats"
+
+    @property
+    def questions(self) -> Path:
+        return self.folder / "questions.jsonl"
+
+    @property
+    def rubrics(self) -> Path:
+        return self.folder / "rubrics.jsonl"
+
+    @property
+    def sizes(self) -> Path:
+        return self.folder / "sizes.json"
+
+
+@dataclass(frozen=True)
+class SystemStageFiles:
+    """A stage that calls models: its folder of results, its run record, usage and metrics."""
+
+    name: str
+
+    @property
+    def folder(self) -> Path:
+        return DATA / self.name
+
+    @property
+    def run(self) -> Path:
+        """Which models, system and settings made this stage's results."""
+        return self.folder / "run.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.folder / "summary.json"
+
+    @property
+    def usage(self) -> Path:
+        return usage_file(self.name)
+
+    @property
+    def metrics(self) -> Path:
+        return metrics_file(self.name)
+
+
+@dataclass(frozen=True)
+class IngestFiles(SystemStageFiles):
+    name: str = "ingest"
+
+    @property
+    def graphs(self) -> Path:
+        """What each conversation's memory holds (counts), and their total."""
+        return self.folder / "graphs.json"
+
+    def memory(self, conversation_id: str) -> Path:
+        """One conversation's memory file (what the system built; the answer stage opens it)."""
+        return self.folder / f"conv{conversation_id}.jsonl"
+
+
+@dataclass(frozen=True)
+class AnswerFiles(SystemStageFiles):
+    name: str = "answer"
+
+    @property
+    def traces(self) -> Path:
+        return self.folder / "traces.jsonl"
+
+
+@dataclass(frozen=True)
+class JudgeFiles(SystemStageFiles):
+    name: str = "judge"
+
+    @property
+    def judgements(self) -> Path:
+        return self.folder / "judgements.jsonl"
+
+    @property
+    def questions(self) -> Path:
+        """One row per question: its scores and what they took."""
+        return self.folder / "questions.jsonl"
+
+
+@dataclass(frozen=True)
+class JudgeCheckFiles(SystemStageFiles):
+    name: str = "judge_check"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    record: Path = REPORTS / "memory.md"
+    page: Path = REPORTS / "run.html"
+    abilities_plot: Path = METRICS / "plots" / "abilities.csv"
+    cost_plot: Path = METRICS / "plots" / "cost.csv"
+    metrics: Path = METRICS / "report.json"
+
+
+@dataclass(frozen=True)
+class CompareFiles:
+    """`make compare` (no DVC stage: it reads experiments, not a run)."""
+
+    table: Path = REPORTS / "compare.md"
+    csv: Path = REPORTS / "compare.csv"
+    plot: Path = REPORTS / "compare.svg"
+
+
+@dataclass(frozen=True)
+class Layout:
+    fetch: FetchFiles = field(default_factory=FetchFiles)
+    verify_hash: VerifyHashFiles = field(default_factory=VerifyHashFiles)
+    repair: RepairFiles = field(default_factory=RepairFiles)
+    slice: SliceFiles = field(default_factory=SliceFiles)
+    ingest: IngestFiles = field(default_factory=IngestFiles)
+    answer: AnswerFiles = field(default_factory=AnswerFiles)
+    judge: JudgeFiles = field(default_factory=JudgeFiles)
+    judge_check: JudgeCheckFiles = field(default_factory=JudgeCheckFiles)
+    report: ReportFiles = field(default_factory=ReportFiles)
+    compare: CompareFiles = field(default_factory=CompareFiles)
+
+
+LAYOUT = Layout()
+
+
+@dataclass(frozen=True)
+class StageIO:
+    """What one DVC stage reads (data deps; its code deps are dvc.yaml's business) and writes."""
+
+    deps: tuple[Path, ...] = ()
+    outs: tuple[Path, ...] = ()
+    metrics: tuple[Path, ...] = ()
+
+
+def _stage_files() -> dict[str, StageIO]:
+    L = LAYOUT
+    return {
+        "fetch": StageIO(outs=(L.fetch.dataset, L.fetch.scorer)),
+        "verify-hash": StageIO(deps=(L.fetch.dataset,), outs=(L.verify_hash.receipt,)),
+        "repair": StageIO(
+            deps=(L.fetch.dataset, L.verify_hash.receipt),
+            outs=(L.repair.dataset, L.repair.record),
+        ),
+        "slice": StageIO(
+            deps=(L.repair.dataset,), outs=(L.slice.folder,), metrics=(L.slice.metrics,)
+        ),
+        "ingest": StageIO(
+            deps=(L.slice.folder,),
+            outs=(L.ingest.folder, L.ingest.usage),
+            metrics=(L.ingest.metrics,),
+        ),
+        "answer": StageIO(
+            deps=(L.slice.folder, L.ingest.folder),
+            outs=(L.answer.folder, L.answer.usage),
+            metrics=(L.answer.metrics,),
+        ),
+        "judge": StageIO(
+            deps=(L.fetch.scorer, L.slice.folder, L.answer.folder),
+            outs=(L.judge.folder, L.judge.usage),
+            metrics=(L.judge.metrics,),
+        ),
+        "judge-check": StageIO(
+            deps=(L.fetch.scorer, L.repair.dataset),
+            outs=(L.judge_check.folder, L.judge_check.usage),
+            metrics=(L.judge_check.metrics,),
+        ),
+        "report": StageIO(
+            deps=(
+                L.fetch.scorer,
+                L.slice.folder,
+                L.ingest.folder,
+                L.answer.folder,
+                L.judge.folder,
+                L.judge_check.folder,
+                L.ingest.usage,
+                L.answer.usage,
+                L.judge.usage,
+            ),
+            outs=(L.report.record, L.report.page, L.report.abilities_plot, L.report.cost_plot),
+            metrics=(L.report.metrics,),
+        ),
+    }
+
+
+STAGE_FILES: dict[str, StageIO] = _stage_files()
+"""Per dvc.yaml stage: the files it reads and writes (fixtures named by params are deps too)."""
