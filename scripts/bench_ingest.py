@@ -54,7 +54,7 @@ from schemas.params import (  # noqa: E402
 from schemas.records import ChatSlice  # noqa: E402
 from stages.common import run_stage  # noqa: E402
 from stages.ingest import settings_for  # noqa: E402
-from systems.graphrag.chunk import chunk_conversation  # noqa: E402
+from systems.chunking import chunk_conversation  # noqa: E402
 from systems.graphrag.estimate import estimate_ingest  # noqa: E402
 from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402
 from tests.support.models import scripted_client  # noqa: E402

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from clients.llm.port import ChatModel, ChatRequest, Message
 from schemas.records import ChatMessage, Question, Session
 from schemas.traces import Trace
-from systems.graphrag.chunk import message_header
+from systems.chunking import message_header
 
 TASK = "answer"
 CHAT_OPEN = "<chat>"

@@ -1,7 +1,7 @@
 """rag: BM25 over the chat's chunks, the top k in the answer prompt.
 
 Its memory is the conversation's chunks, the same ones graphrag extracts from (about
-`ingest.chunk_tokens` tokens each, never across sessions: systems/graphrag/chunk.py), one JSON
+`ingest.chunk_tokens` tokens each, never across sessions: systems/chunking.py), one JSON
 line each. For a question, every chunk is scored by BM25 (bm25s: Lucene's variant, k1 1.5,
 b 0.75, English stopwords, no stemming) over its message texts (the `[message ...]` headers are
 not indexed) against the question; the `top_k` best go in the prompt, in chat order, each under
@@ -28,7 +28,7 @@ from schemas.estimate import PhaseEstimate
 from schemas.params import AgentRates
 from schemas.records import ChatSlice, Chunk, Question
 from schemas.traces import Trace
-from systems.graphrag.chunk import chunk_conversation
+from systems.chunking import chunk_conversation
 from systems.one_shot import answer_once, answer_request, system_prompt
 from systems.port import BuiltMemory, Progress, SystemName, memory_file
 

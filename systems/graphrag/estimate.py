@@ -26,8 +26,8 @@ from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
 from schemas.params import AgentRates, EstimateParams, IngestRates
 from schemas.records import ChatSlice, Chunk, Question
 from schemas.traces import Trace
+from systems.chunking import chunk_conversation
 from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
-from systems.graphrag.chunk import chunk_conversation
 from systems.graphrag.cost import ZERO, PhaseEstimate, estimate_answer
 from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
 from systems.graphrag.extract import extraction_messages

@@ -32,7 +32,7 @@ from schemas.memory import (
     validate_batch,
 )
 from schemas.records import ChatSlice, Chunk
-from systems.graphrag.chunk import chunk_conversation
+from systems.chunking import chunk_conversation
 from systems.graphrag.decide import (
     LINK_PROMPT_VERSION,
     LINK_TASK,

@@ -9,7 +9,7 @@ import pytest
 
 from clients.tokens import count_tokens
 from schemas.records import ChatMessage, ChatSlice, Session
-from systems.graphrag.chunk import chunk_conversation, split_text
+from systems.chunking import chunk_conversation, split_text
 
 
 def _session(number: int, messages: list[tuple[int, str]]) -> Session:

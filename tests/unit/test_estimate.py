@@ -32,8 +32,8 @@ from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
 from schemas.params import AgentRates, EstimateParams, IngestRates, JudgeRates
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
 from schemas.traces import ToolCallRecord, Trace
+from systems.chunking import chunk_conversation
 from systems.graphrag.agent import SYSTEM_PROMPT
-from systems.graphrag.chunk import chunk_conversation
 from systems.graphrag.cost import estimate_answer, tool_result_rows
 from systems.graphrag.estimate import (
     _pair_calls,

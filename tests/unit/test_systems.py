@@ -23,8 +23,8 @@ from schemas.params import AgentRates
 from schemas.records import Question
 from schemas.traces import Trace
 from stages.answer import answer_all
+from systems.chunking import chunk_conversation
 from systems.full_context import FullContext, chat_parts, fit_chat, prompt_overhead
-from systems.graphrag.chunk import chunk_conversation
 from systems.no_memory import NoMemory
 from systems.port import SYSTEM_NAMES, estimate_system, memory_file
 from systems.rag import ChunkIndex, Rag

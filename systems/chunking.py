@@ -1,4 +1,5 @@
-"""Chunking: cut a conversation's sessions into chunks of about `size` tokens for extraction.
+"""Chunking, shared by every system that chunks: cut a conversation's sessions into chunks of about
+`size` tokens.
 
 Rules: a chunk never spans two sessions (a session holds the only clock), whole messages are never
 split unless one alone exceeds the size (then at paragraph, then sentence, then token boundaries),
