@@ -7,12 +7,15 @@ neither imports the other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from schemas.params import EstimateParams, Mode
+from schemas.records import ChatSlice, Question
+from schemas.traces import Trace
 
 
 @dataclass(frozen=True)
@@ -77,3 +80,25 @@ class RunRates(BaseModel):
     rates: EstimateParams
     origins: dict[str, RateOrigin]
     """`<section>.<rate>` (e.g. `ingest.entities_per_chunk`) -> its origin, for every rate."""
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """What a memory system's rates are taken from: one finished run of that same system (read by
+    the estimate stage; the system says which files of its own it needs, `run_files`)."""
+
+    label: str
+    params: Mapping[str, Any]
+    """The run's params.yaml (its own settings, which may differ from the workspace's)."""
+    mode: Mode
+    chats: Sequence[ChatSlice]
+    questions: Sequence[Question]
+    traces: Sequence[Trace]
+    usage: Mapping[str, Mapping[str, int]]
+    """Role -> {calls, prompt_tokens, completion_tokens}, of every stage of the run."""
+    files: Mapping[str, str]
+    """The system's own run files it asked for, by path."""
+
+
+Origins = dict[str, RateOrigin]
+"""Where each rate came from, keyed `<section>.<rate>` (e.g. `agent.calls_per_question`)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.estimate import (
@@ -33,15 +33,13 @@ from bench.estimate import (
 from bench.repair import REPAIR_OUT
 from bench.scorer_prompts import load_prompts, scorer_present
 from bench.slice import Built, build_mode, load_fixture, read_rows, restrict
-from clients.params_file import load_mode, load_params, validate_section
-from schemas.estimate import PhaseEstimate, RateOrigin, RunRates, with_total
+from clients.params_file import load_mode, load_params
+from schemas.estimate import FinishedRun, PhaseEstimate, RateOrigin, RunRates, with_total
 from schemas.judging import JudgePrompts
 from schemas.params import (
     MODES,
-    AgentRates,
     BudgetParams,
     EstimateParams,
-    IngestParams,
     JudgeParams,
     Mode,
     SliceParams,
@@ -98,72 +96,38 @@ def estimate_mode(mode: Mode, rates: EstimateParams | None = None) -> dict[str, 
     return estimate_phases(system, chats, built.questions, built.rubrics, rates, judge_prompts())
 
 
-# ---------------------------------------------------------------------------------------------
-# Rates from a run: the system-specific part is `system_rates`
-# ---------------------------------------------------------------------------------------------
-
-
-def system_files(system: str) -> Mapping[str, str]:
-    """The run files a system's rates need beside the harness's (path -> the stage writing it)."""
-    if system == "graphrag":
-        from systems.graphrag.estimate import RUN_FILES
-
-        return RUN_FILES
-    return {}
-
-
-def system_rates(
-    run: RunData, fallback: EstimateParams
-) -> tuple[EstimateParams, dict[str, RateOrigin]]:
-    """The build and answer rates the run's own system shows (graphrag: its ingest and agent;
-    a baseline, whose answer prompt is counted exactly: completion tokens per call)."""
-    if run.system == "graphrag":
-        from systems.graphrag.estimate import rates_from_run
-        from systems.graphrag.system import ingest_settings
-
-        ingest = validate_section(
-            "ingest", run.params.get("ingest"), IngestParams, source=f"params.yaml of {run.label}"
-        )
-        return rates_from_run(
-            run.files,
-            run.chats,
-            run.questions,
-            run.traces,
-            run.usage,
-            ingest_settings(ingest, run.mode),
-            fallback,
-        )
-    calls = sum(t.calls for t in run.traces)
-    if not calls:
-        return fallback, {}
-    completion = sum(t.completion_tokens for t in run.traces)
-    agent = AgentRates.model_validate(
-        fallback.agent.model_dump() | {"completion_tokens_per_call": completion / calls}
+def finished_run(run: RunData) -> FinishedRun:
+    """What a system reads of a run of its own to take its rates from."""
+    return FinishedRun(
+        label=run.label,
+        params=run.params,
+        mode=run.mode,
+        chats=run.chats,
+        questions=run.questions,
+        traces=run.traces,
+        usage=run.usage,
+        files=run.files,
     )
-    basis = f"{completion:,} completion tokens over {calls:,} calls"
-    origin = RateOrigin(source="run", basis=basis)
-    return fallback.model_copy(update={"agent": agent}), {
-        "agent.completion_tokens_per_call": origin
-    }
 
 
 def rates_from_run(
-    run: RunData, fallback: EstimateParams, prompts: JudgePrompts | None, system: str
+    run: RunData, fallback: EstimateParams, prompts: JudgePrompts | None, system: MemorySystem
 ) -> RunRates:
     """The rates `run` shows, for an estimate of `system`: the judge's always (same harness);
     the build and answer rates only from a run of that same system."""
     judge, judge_origins = judge_rates_from_run(run, prompts, fallback.judge)
     origins = {f"judge.{k}": v for k, v in judge_origins.items()}
     rates = fallback.model_copy(update={"judge": judge})
-    if run.system == system:
-        measured, system_origins = system_rates(run, fallback)
+    if run.system == system.name:
+        measured, system_origins = system.rates_from_run(finished_run(run), fallback)
         rates = measured.model_copy(update={"judge": judge})
         origins |= system_origins
     else:
         for section in ("ingest", "agent"):
             for key in type(getattr(fallback, section)).model_fields:
                 origins[f"{section}.{key}"] = RateOrigin(
-                    source="params", basis=f"the run is of system {run.system}, not {system}"
+                    source="params",
+                    basis=f"the run is of system {run.system}, not {system.name}",
                 )
     return run_rates(run, rates, origins, fallback)
 
@@ -187,8 +151,11 @@ def main() -> None:
     prompts = judge_prompts()
     found: RunRates | None = None
     if args.from_:
-        run = read_run(open_run(args.from_), system_files)
-        found = rates_from_run(run, fallback, prompts, system)
+        planned = load_system(system, mode=mode, rates=fallback)
+        run = read_run(
+            open_run(args.from_), lambda name: planned.run_files if name == system else {}
+        )
+        found = rates_from_run(run, fallback, prompts, planned)
     rates = found.rates if found else fallback
     built = build_slices(mode)
     phases = estimate_phases(

@@ -24,8 +24,8 @@ from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, Role
 from clients.tokens import count_tokens, split_tokens
 from schemas.errors import ParamsError
-from schemas.estimate import PhaseEstimate
-from schemas.params import AgentRates
+from schemas.estimate import FinishedRun, Origins, PhaseEstimate
+from schemas.params import AgentRates, EstimateParams
 from schemas.records import ChatSlice, Question, Session
 from schemas.traces import Trace
 from systems.one_shot import (
@@ -35,7 +35,13 @@ from systems.one_shot import (
     session_heading,
     system_prompt,
 )
-from systems.port import BuiltMemory, Progress, SystemName, memory_file
+from systems.port import (
+    BuiltMemory,
+    Progress,
+    SystemName,
+    answer_rates_from_traces,
+    memory_file,
+)
 
 PROMPT_VERSION = "full-context-v1"
 INSTRUCTIONS = system_prompt(
@@ -200,6 +206,21 @@ class FullContext:
     name: SystemName = "full_context"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "transcript"
+
+    @property
+    def run_files(self) -> Mapping[str, str]:
+        return {}
+
+    def rates_from_run(
+        self, run: FinishedRun, fallback: EstimateParams
+    ) -> tuple[EstimateParams, Origins]:
+        return answer_rates_from_traces(run.traces, fallback)
+
+    def record_settings(self) -> Mapping[str, object]:
+        return {
+            "context window (tokens)": self.context_tokens or "the answer model's",
+            "reply tokens kept free": self.reply_tokens,
+        }
 
     @property
     def window(self) -> int | None:

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
 from clients.llm.port import ChatModel, Role
-from schemas.estimate import ZERO, PhaseEstimate
+from schemas.estimate import ZERO, FinishedRun, Origins, PhaseEstimate, RateOrigin
+from schemas.params import AgentRates, EstimateParams
 from schemas.records import ChatSlice, Question
 from schemas.traces import Trace
 
@@ -46,12 +47,14 @@ __all__ = [
     "SYSTEM_NAMES",
     "ZERO",
     "BuiltMemory",
+    "FinishedRun",
     "Memory",
     "MemorySystem",
     "PhaseEstimate",
     "Progress",
     "SystemEstimate",
     "SystemName",
+    "answer_rates_from_traces",
     "estimate_system",
     "memory_file",
 ]
@@ -152,6 +155,23 @@ class MemorySystem(Protocol):
         """The memory in `memory` (written by `build`), ready to answer; closed on leaving."""
         ...
 
+    @property
+    def run_files(self) -> Mapping[str, str]:
+        """The files of a finished run its rates need beside the harness's (slices, traces,
+        usage): path -> the stage that writes it; empty for a system that needs none."""
+        ...
+
+    def rates_from_run(
+        self, run: FinishedRun, fallback: EstimateParams
+    ) -> tuple[EstimateParams, Origins]:
+        """The build and answer rates a finished run of this system shows, the rest as
+        `fallback` has them; origins keyed `<section>.<rate>`."""
+        ...
+
+    def record_settings(self) -> Mapping[str, object]:
+        """The settings the run's record shows for this system (label -> value)."""
+        ...
+
     def estimate_build(self, chats: Sequence[ChatSlice]) -> Mapping[Role, PhaseEstimate]:
         """Expected calls and tokens of `build` over `chats`, per role of `build_roles`."""
         ...
@@ -178,3 +198,21 @@ def estimate_system(
         build=system.estimate_build(chats),
         answer=system.estimate_answer(chats, questions, memory_dir),
     )
+
+
+def answer_rates_from_traces(
+    traces: Sequence[Trace], fallback: EstimateParams
+) -> tuple[EstimateParams, Origins]:
+    """A one-shot system's answer rates from its run: completion tokens per call (its prompt is
+    counted exactly, so that is the only rate a run adds)."""
+    calls = sum(t.calls for t in traces)
+    if not calls:
+        return fallback, {}
+    completion = sum(t.completion_tokens for t in traces)
+    agent = AgentRates.model_validate(
+        fallback.agent.model_dump() | {"completion_tokens_per_call": completion / calls}
+    )
+    basis = f"{completion:,} completion tokens over {calls:,} calls"
+    return fallback.model_copy(update={"agent": agent}), {
+        "agent.completion_tokens_per_call": RateOrigin(source="run", basis=basis)
+    }

@@ -24,13 +24,19 @@ from pathlib import Path
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, Role
 from clients.tokens import count_tokens
-from schemas.estimate import PhaseEstimate
-from schemas.params import AgentRates
+from schemas.estimate import FinishedRun, Origins, PhaseEstimate
+from schemas.params import AgentRates, EstimateParams
 from schemas.records import ChatSlice, Chunk, Question
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
 from systems.one_shot import answer_once, answer_request, system_prompt
-from systems.port import BuiltMemory, Progress, SystemName, memory_file
+from systems.port import (
+    BuiltMemory,
+    Progress,
+    SystemName,
+    answer_rates_from_traces,
+    memory_file,
+)
 
 PROMPT_VERSION = "rag-v1"
 INSTRUCTIONS = system_prompt(
@@ -124,6 +130,18 @@ class Rag:
     name: SystemName = "rag"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "chunks"
+
+    @property
+    def run_files(self) -> Mapping[str, str]:
+        return {}
+
+    def rates_from_run(
+        self, run: FinishedRun, fallback: EstimateParams
+    ) -> tuple[EstimateParams, Origins]:
+        return answer_rates_from_traces(run.traces, fallback)
+
+    def record_settings(self) -> Mapping[str, object]:
+        return {"chunk size (tokens)": self.chunk_tokens, "chunks in the prompt": self.top_k}
 
     def build(
         self,

@@ -22,6 +22,7 @@ from typing import Any
 from clients.tokens import count_tokens
 from schemas.errors import DataError
 from schemas.estimate import RateOrigin
+from schemas.layout import LAYOUT
 from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
 from schemas.params import AgentRates, EstimateParams, IngestRates
 from schemas.records import ChatSlice, Chunk, Question
@@ -188,7 +189,7 @@ def estimate_phases(
 # Rates from a finished run
 # ---------------------------------------------------------------------------------------------
 
-GRAPHS_FILE = "data/ingest/graphs.json"
+GRAPHS_FILE = str(LAYOUT.ingest.graphs)
 RUN_FILES = {GRAPHS_FILE: "ingest"}
 """What `rates_from_run` reads besides the harness's files (slices, traces, usage), and the stage
 that writes it."""

@@ -17,14 +17,21 @@ from pathlib import Path
 
 from clients.graph.store import start_graph
 from clients.llm.port import ChatModel, Role
-from schemas.estimate import PhaseEstimate
+from schemas.errors import ParamsError
+from schemas.estimate import FinishedRun, Origins, PhaseEstimate
 from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
-from schemas.params import AgentRates, GraphParams, IngestParams, IngestRates
+from schemas.params import (
+    AgentRates,
+    EstimateParams,
+    GraphParams,
+    IngestParams,
+    IngestRates,
+)
 from schemas.records import ChatSlice, Question
 from schemas.traces import Trace
 from systems.graphrag.agent import SYSTEM_PROMPT, GraphTools, answer_question
 from systems.graphrag.cost import estimate_answer
-from systems.graphrag.estimate import estimate_ingest
+from systems.graphrag.estimate import RUN_FILES, estimate_ingest, rates_from_run
 from systems.graphrag.ingest import IngestSettings, build_graph
 from systems.port import BuiltMemory, Progress, SystemName, memory_file
 
@@ -86,6 +93,37 @@ class GraphRag:
     name: SystemName = "graphrag"
     build_roles: tuple[Role, ...] = ("extraction", "resolution")
     memory_noun: str = "graph"
+
+    @property
+    def run_files(self) -> Mapping[str, str]:
+        return RUN_FILES
+
+    def rates_from_run(
+        self, run: FinishedRun, fallback: EstimateParams
+    ) -> tuple[EstimateParams, Origins]:
+        """Its ingest and agent rates, measured with the settings the run itself had."""
+        try:
+            params = IngestParams.model_validate(run.params.get("ingest"))
+        except ValueError as exc:
+            raise ParamsError(
+                f"params.yaml of {run.label}: section 'ingest' is invalid: {exc}"
+            ) from exc
+        return rates_from_run(
+            run.files,
+            run.chats,
+            run.questions,
+            run.traces,
+            run.usage,
+            ingest_settings(params, run.mode),
+            fallback,
+        )
+
+    def record_settings(self) -> Mapping[str, object]:
+        return {
+            "chunk size (tokens)": self.settings.chunk_tokens,
+            "max_llm_pairs (per label and conversation)": self.settings.max_llm_pairs,
+            "agent step limit": self.max_steps,
+        }
 
     def build(
         self,

@@ -684,18 +684,20 @@ def test_a_run_without_its_slices_says_so(tmp_path: Path) -> None:
 
 def test_rates_of_another_systems_run_keep_its_build_and_answer_rates_from_params() -> None:
     from stages.estimate import rates_from_run
+    from systems.no_memory import NoMemory
+    from systems.rag import Rag
 
     plain = question("1")
     judged = [{"question_id": plain.id, "ability": plain.ability, "judge_calls": 3}]
     usage = {"calls": 3, "prompt_tokens": 900, "completion_tokens": 60}
     run = dataclasses.replace(_run_data(judged, [rubric(plain, 3)], [plain], usage), system="rag")
-    found = rates_from_run(run, RATES, None, "graphrag")
+    found = rates_from_run(run, RATES, None, NoMemory(agent_rates=RATES.agent))
     assert found.rates.ingest == RATES.ingest and found.rates.agent == RATES.agent
     origin = found.origins["agent.completion_tokens_per_call"]
     assert origin.source == "params" and "the run is of system rag" in origin.basis
     assert found.origins["judge.completion_tokens_per_call"].source == "run"
     # a rag run estimating rag: its answer model's completion size is measured
-    same = rates_from_run(run, RATES, None, "rag")
+    same = rates_from_run(run, RATES, None, Rag(chunk_tokens=100, top_k=3, agent_rates=RATES.agent))
     assert same.rates.agent.completion_tokens_per_call == 50  # _trace: 50 a call
     assert same.origins["agent.completion_tokens_per_call"].source == "run"
     assert same.origins["ingest.entities_per_chunk"].source == "params"

@@ -69,6 +69,28 @@ def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> 
         system_name(_params(tmp_path, system="mem0"))
 
 
+def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) -> None:
+    shown = {
+        name: dict(load_system(params_path=_params(tmp_path, system=name)).record_settings())
+        for name in SYSTEM_NAMES
+    }
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    assert shown["graphrag"] == {
+        "chunk size (tokens)": params["ingest"]["chunk_tokens"],
+        "max_llm_pairs (per label and conversation)": params["ingest"]["max_llm_pairs"]["lite"],
+        "agent step limit": params["answer"]["max_steps"],
+    }
+    assert shown["rag"] == {
+        "chunk size (tokens)": params["ingest"]["chunk_tokens"],
+        "chunks in the prompt": params["rag"]["top_k"],
+    }
+    assert shown["full_context"]["reply tokens kept free"] == params["full_context"]["reply_tokens"]
+    assert shown["no_memory"] == {}
+    # what a run of a system needs beside the harness's files, for its rates
+    assert load_system(params_path=_params(tmp_path, system="graphrag")).run_files
+    assert not load_system(params_path=_params(tmp_path, system="rag")).run_files
+
+
 def test_full_context_without_a_known_window_stops_with_the_param_to_set(
     tmp_path: Path, agent: LlmClient
 ) -> None:
