@@ -1,8 +1,12 @@
 """Rewrite the code deps of every stage in dvc.yaml from the imports of its module.
 
 A stage's code deps are its own module and every project module it imports, followed
-transitively (the same rule tests/integration/test_dvc_yaml.py checks). Data deps (data/,
-fixtures/, metrics/) are kept as they are. Run it after changing imports:
+transitively (the same rule tests/integration/test_dvc_yaml.py checks), except the models the
+model door starts by name (`NOT_DEPS`): the scripted test model and the local models' downloads,
+build and server. A real run never executes the test model, and which local model answered is
+named by params (`models.<role>.model`) and by the call cache's key (its weights and runtime),
+so editing a test rule or a build flag re-runs no locked stage. Data deps (data/, fixtures/,
+metrics/) are kept as they are. Run it after changing imports:
 `uv run python scripts/sync_dvc_deps.py`.
 """
 
@@ -16,6 +20,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("stages", "bench", "systems", "clients", "schemas")
 DATA_PREFIXES = ("data/", "fixtures/", "metrics/")
+NOT_DEPS = ("clients/scripted", "clients/local_model")
+"""Modules (and packages) that are no code dep of any stage, nor followed: see the docstring."""
+
+
+def _has_code(file: Path) -> bool:
+    """Whether a module holds more than its docstring (an empty `__init__.py` is no dep)."""
+    body = ast.parse(file.read_text(encoding="utf-8")).body
+    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body)
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    """The file of a project module: `a/b.py`, or `a/b/__init__.py` for a package with code."""
+    base = root / name.replace(".", "/")
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    init = base / "__init__.py"
+    return init if init.is_file() and _has_code(init) else None
 
 
 def project_imports(path: Path, root: Path = ROOT) -> set[str]:
@@ -33,9 +54,13 @@ def project_imports(path: Path, root: Path = ROOT) -> set[str]:
             for name in names:
                 if name.split(".")[0] not in PROJECT_PACKAGES:
                     continue
-                file = root / (name.replace(".", "/") + ".py")
+                file = _module_file(name, root)
+                if file is None:
+                    continue
                 rel = file.relative_to(root).as_posix()
-                if file.is_file() and rel not in seen:
+                if rel.startswith(NOT_DEPS):
+                    continue
+                if rel not in seen:
                     seen.add(rel)
                     todo.append(file)
     return seen

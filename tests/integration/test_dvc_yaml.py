@@ -154,6 +154,15 @@ def dvc_stages() -> dict[str, dict[str, object]]:
     return yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]
 
 
+def test_code_deps_follow_packages_and_stop_at_the_models_started_by_name() -> None:
+    # the door imports the test model and the local models; a stage reaching the door does not
+    # depend on them, but it does on a package whose __init__ holds code
+    deps = code_deps("answer")
+    assert "clients/llm/client.py" in deps
+    assert not [d for d in deps if d.startswith(("clients/scripted", "clients/local_model"))]
+    assert "clients/__init__.py" not in deps  # empty: no dep
+
+
 def test_the_pipeline_has_the_stages_in_order() -> None:
     assert list(dvc_stages()) == ORDER
 
@@ -168,6 +177,9 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
     assert isinstance(deps, list)
     code = sorted(d for d in deps if not d.startswith(("data/", "fixtures/", "metrics/")))
     assert code == code_deps(name), "run `uv run python scripts/sync_dvc_deps.py`"
+    # the models the door starts by name are no code of a real run: editing a test rule or a
+    # build flag re-runs no locked stage
+    assert not [d for d in code if d.startswith(("clients/scripted", "clients/local_model"))]
     for dep in deps:
         if not dep.startswith(("data/", "metrics/")):
             assert (REPO_ROOT / dep).exists(), dep

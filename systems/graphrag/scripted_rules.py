@@ -1,20 +1,37 @@
-"""The test model's rules for the ingest tasks (extract, resolve, link).
+"""The test model's rules for GraphRAG's prompts: the ingest tasks (extract, resolve, link) and the
+agent (task `agent`), beside the code that writes those prompts (extract.py, decide.py, agent.py):
+a change to a prompt and to the rule that reads it travel together. The scripted model loads this
+module by name (clients/scripted/backend.py `RULE_MODULES`); no stage imports it, so it is no code
+dep of a real run.
 
-`scripted/rules` (clients/scripted/rules.py) answers by rules keyed on the request's task; these
-three read the prompts this package writes and answer plausibly and deterministically: statements
-are sentences of the chunk's messages, entities are capitalized names and the main topic word,
-look-alike names are "the same" when one contains the other, and a newer fact "supersedes" an
+`scripted/rules` (clients/scripted/rules.py) answers by rules keyed on the request's task; the
+ingest rules read the prompts this package writes and answer plausibly and deterministically:
+statements are sentences of the chunk's messages, entities are capitalized names and the main topic
+word, look-alike names are "the same" when one contains the other, and a newer fact "supersedes" an
 older one when both share most words but not their numbers. A run with them measures nothing; they
-exist so that every path of the write pipeline runs for real in tests.
+exist so that every path of the write pipeline runs for real in tests. The agent's rule: with tools
+offered and no tool result yet, it calls the first tool whose name contains "search" (else the
+first tool) with the question's content words; after tool results, it answers with the sentences of
+the results that best overlap the question, quoted.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from clients.llm.port import ChatRequest
-from clients.scripted.rules import ScriptedReply, content_words, last_user_text, register_rule
+from clients.scripted.rules import (
+    ScriptedReply,
+    content_words,
+    fill_schema,
+    last_user_text,
+    overlap,
+    register_rule,
+    split_sentences,
+)
 from schemas.memory import normalize_name
 
 MAX_STATEMENTS = 12
@@ -181,3 +198,55 @@ def link_rule(request: ChatRequest) -> ScriptedReply:
 register_rule("extract", extract_rule)
 register_rule("resolve", resolve_rule)
 register_rule("link", link_rule)
+
+
+def agent_rule(request: ChatRequest) -> ScriptedReply:
+    question = next((m.content or "" for m in request.messages if m.role == "user"), "")
+    results = [m.content or "" for m in request.messages if m.role == "tool"]
+    if request.tools and not results:
+        tool = next((t for t in request.tools if "search" in t.name), request.tools[0])
+        words = content_words(question)
+        args = fill_schema(tool.parameters, words, _string_hints(tool.parameters, words))
+        return ScriptedReply(tool_calls=((tool.name, args),))
+    sentences = [s.strip() for r in results for t in _result_texts(r) for s in split_sentences(t)]
+    sentences = [s for s in dict.fromkeys(sentences) if s]
+    if not sentences:
+        return ScriptedReply(text="I don't know: my memory holds nothing about this.")
+    ranked = sorted(sentences, key=lambda s: (-overlap(question, s), sentences.index(s)))
+    return ScriptedReply(text="From memory:\n" + "\n".join(ranked[:3]))
+
+
+def _result_texts(result: str) -> list[str]:
+    """The texts inside a tool result: JSON results' `text`/`name` fields, or the raw text."""
+    try:
+        data = json.loads(result)
+    except ValueError:
+        return [result]
+    texts: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("text", "name") and isinstance(item, str):
+                    texts.append(re.sub(r"^\[message [^\]]*\]\s*", "", item))
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(data)
+    return texts
+
+
+def _string_hints(parameters: Mapping[str, Any], words: list[str]) -> dict[str, Any]:
+    """Every required string argument gets the question's content words."""
+    props = parameters.get("properties", {})
+    return {
+        name: " ".join(words) or "memory"
+        for name in parameters.get("required", [])
+        if props.get(name, {}).get("type") == "string"
+    }
+
+
+register_rule("agent", agent_rule)
