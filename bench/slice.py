@@ -476,14 +476,6 @@ def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
         raise
 
 
-def load_chats(folder: Path) -> list[ChatSlice]:
-    """The slice's conversations (`chats/conv<N>.json`), in conversation-number order."""
-    files = sorted(folder.glob("conv*.json"), key=lambda p: int(p.stem.removeprefix("conv")))
-    if not files:
-        raise DataError(f"no conversation slices in {folder}: run `dvc repro slice` first")
-    return [ChatSlice.model_validate_json(f.read_text(encoding="utf-8")) for f in files]
-
-
 def make_slices(
     source: Path,
     fixture_path: Path,

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.judge_check import KINDS, judge_warning
-from bench.slice import load_chats
-from clients.files import read_json, read_records, read_rows, write_atomic
+from clients.files import read_chats, read_json, read_records, read_rows, write_atomic
 from clients.params_file import PARAMS_FILE, load_params
 from schemas.errors import DataError
 from schemas.judging import FLAGS, Judgement
@@ -361,7 +360,7 @@ def write_viewer(out: Path = OUT) -> Path:
     data = page_data(
         questions=questions,
         rubrics=read_records(Path("data/slice/rubrics.jsonl"), Rubric),
-        chats=load_chats(Path("data/slice/chats")),
+        chats=read_chats(Path("data/slice/chats")),
         traces=read_records(Path("data/answer/traces.jsonl"), Trace),
         judgements=read_records(Path("data/judge/judgements.jsonl"), Judgement),
         rows=read_rows(Path("data/judge/questions.jsonl")),

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import DataError, ParamsError
+from schemas.records import ChatSlice
 
 FLOAT_DIGITS = 6
 UMASK = os.umask(0)
@@ -116,3 +117,11 @@ def remove_outputs(*paths: Path) -> None:
             path.rmdir()
         else:
             path.unlink(missing_ok=True)
+
+
+def read_chats(folder: Path) -> list[ChatSlice]:
+    """The slice's conversations (`conv<N>.json` in `folder`), in conversation-number order."""
+    files = sorted(folder.glob("conv*.json"), key=lambda p: int(p.stem.removeprefix("conv")))
+    if not files:
+        raise DataError(f"no conversation slices in {folder}: run `dvc repro slice` first")
+    return [ChatSlice.model_validate_json(f.read_text(encoding="utf-8")) for f in files]

@@ -53,10 +53,10 @@ from schemas.params import (  # noqa: E402
 )
 from schemas.records import ChatSlice  # noqa: E402
 from stages.common import run_stage  # noqa: E402
-from stages.ingest import settings_for  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
 from systems.graphrag.estimate import estimate_ingest  # noqa: E402
 from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402
+from systems.graphrag.system import ingest_settings  # noqa: E402
 from tests.support.models import scripted_client  # noqa: E402
 
 PARAMS = ROOT / "params.yaml"
@@ -249,7 +249,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "chunk_tokens": params.chunk_tokens,
         "chunks": {m: chunk_counts(c, params.chunk_tokens) for m, c in chats.items()},
-        "estimate": {m: estimate(c, settings_for(params, m)) for m, c in chats.items()},
+        "estimate": {m: estimate(c, ingest_settings(params, m)) for m, c in chats.items()},
         "scaling_conversation": args.scaling_conversation,
     }
     by_id = {c.conversation_id: c for c in chats["full"]}
@@ -260,7 +260,7 @@ def main() -> None:
         )
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         result["scaling"] = scaling(
-            by_id[args.scaling_conversation], settings_for(params, "full"), Path(tmp) / "cache"
+            by_id[args.scaling_conversation], ingest_settings(params, "full"), Path(tmp) / "cache"
         )
         if not args.skip_neo4j:
             stage = run_stage_full(built["full"], Path(tmp))

@@ -22,17 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.usage import CountedModel, usage_path, write_usage
-from clients.files import remove_outputs, write_json
+from clients.files import read_chats, remove_outputs, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_model
 from clients.llm.port import ChatModel, Role
 from clients.params_file import load_mode, load_params
 from clients.workdir import stage_workdir
-from schemas.errors import DataError, check_failed_share
+from schemas.errors import check_failed_share
 from schemas.params import IngestParams
 from schemas.records import ChatSlice
 from stages.common import ProgressBar, run_stage, stage_seconds
-from systems.graphrag.system import ingest_settings
 from systems.port import BuiltMemory, MemorySystem, memory_file
 from systems.registry import load_system
 
@@ -41,16 +40,6 @@ OUT_DIR = Path("data/ingest")
 METRICS = Path("metrics/ingest.json")
 PHASES: tuple[Role, ...] = ("extraction", "resolution")
 """The build's roles in the metrics (`seconds.ingest_<role>`), 0 for a system without them."""
-
-settings_for = ingest_settings  # the graphrag write path's settings (the report reads them too)
-
-
-def load_chats(folder: Path) -> list[ChatSlice]:
-    """The slice's conversations, in conversation-number order."""
-    files = sorted(folder.glob("conv*.json"), key=lambda p: int(p.stem.removeprefix("conv")))
-    if not files:
-        raise DataError(f"no conversation slices in {folder}: run `dvc repro slice` first")
-    return [ChatSlice.model_validate_json(f.read_text(encoding="utf-8")) for f in files]
 
 
 def summarize(memories: Sequence[BuiltMemory]) -> dict[str, Any]:
@@ -69,7 +58,7 @@ def main() -> None:
     system = load_system()
     # first: a missing slice must not leave the last run's memory
     remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
-    chats = load_chats(SLICE_CHATS)
+    chats = read_chats(SLICE_CHATS)
 
     accounting = Accounting()
     clients = [open_model(role, accounting=accounting) for role in system.build_roles]

@@ -30,6 +30,7 @@ from bench.report import (
     write_plots,
 )
 from clients.files import (
+    read_chats,
     read_json,
     read_jsonl,
     read_records,
@@ -40,11 +41,10 @@ from clients.files import (
 )
 from clients.params_file import load_mode, load_params
 from schemas.errors import DataError
+from schemas.estimate import with_total
 from schemas.params import (
-    AnswerParams,
     EstimateParams,
     FetchParams,
-    IngestParams,
     JudgeCheckParams,
     JudgeParams,
     ReportParams,
@@ -71,21 +71,19 @@ def main() -> None:
 
 
 def make_report() -> None:
+    from bench.estimate import estimate_judge
     from bench.judge_check import judge_warning
     from bench.scorer_prompts import load_prompts, scorer_present
     from bench.usage import usage_path
     from bench.viewer import write_viewer
-    from stages.estimate import estimate_phases
-    from stages.ingest import load_chats, settings_for
+    from systems.port import estimate_system
     from systems.registry import load_system
 
     mode = load_mode()
     params = load_params("report", ReportParams)
-    ingest_params = load_params("ingest", IngestParams)
     fetch = load_params("fetch", FetchParams)
     verify = load_params("verify_hash", VerifyHashParams)
     judge_params = load_params("judge", JudgeParams)
-    answer_params = load_params("answer", AnswerParams)
     ingest = read_json(Path("data/ingest/graphs.json"))
     answer = read_json(Path("data/answer/summary.json"))
     judge = read_json(Path("data/judge/summary.json"))
@@ -95,14 +93,22 @@ def make_report() -> None:
     usage = {role: used for stage in stages for role, used in read_json(usage_path(stage)).items()}
     remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
 
-    chats: list[ChatSlice] = load_chats(Path("data/slice/chats"))
+    chats: list[ChatSlice] = read_chats(Path("data/slice/chats"))
     rubrics = read_records(Path("data/slice/rubrics.jsonl"), Rubric)
-    settings = settings_for(ingest_params, mode)
     rates = load_params("estimate", EstimateParams)
     questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
     prompts = load_prompts(judge_params) if scorer_present(judge_params) else None
-    estimate = estimate_phases(
-        load_system(mode=mode, rates=rates), chats, questions, rubrics, rates, prompts
+    system = load_system(mode=mode, rates=rates)
+    estimate = with_total(
+        {
+            **{
+                str(role): e
+                for role, e in estimate_system(system, chats, questions).phases().items()
+            },
+            "judge": estimate_judge(
+                rubrics, {q.id: q.question for q in questions}, rates.judge, prompts
+            ),
+        }
     )
     scores = score_table(rows, params)
     cost = cost_table(usage, estimate)
@@ -121,12 +127,7 @@ def make_report() -> None:
         "scorer": f"{judge_params.scorer_repo}@{judge_params.scorer_commit}",
         "code commit": code_commit(),
     }
-    knobs = {
-        "chunk size (tokens)": ingest_params.chunk_tokens,
-        "max_llm_pairs (per label and conversation)": settings.max_llm_pairs,
-        "agent step limit": answer_params.max_steps,
-        "params of every stage": "`dvc.lock` of this commit",
-    }
+    knobs = {**system.record_settings(), "params of every stage": "`dvc.lock` of this commit"}
     record = render_record(
         run=run,
         pins=pins,

@@ -42,8 +42,8 @@ from clients.scripted.backend import ScriptedBackend, read_record
 from schemas.memory import ENTITY_LABELS, REL_TYPES, STATEMENT_LABELS
 from schemas.params import GraphParams, IngestParams, Mode, RepairParams
 from schemas.records import ChatSlice
-from stages.ingest import settings_for
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
+from systems.graphrag.system import ingest_settings
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
@@ -115,7 +115,7 @@ def history(model: LlmClient) -> list[dict[str, Any]]:
 
 
 def settings(mode: str) -> IngestSettings:
-    return settings_for(load_params("ingest", IngestParams, PARAMS), mode)
+    return ingest_settings(load_params("ingest", IngestParams, PARAMS), mode)
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clients.files import stable_json
+from clients.files import read_chats, stable_json
 from clients.llm.client import LlmClient
 from clients.params_file import load_params
 from schemas.errors import DataError
 from schemas.memory import ENTITY_LABELS, GraphBatch
 from schemas.params import IngestParams
 from schemas.records import ChatMessage, ChatSlice, Session
-from stages.ingest import load_chats, settings_for, summarize
+from stages.ingest import summarize
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
+from systems.graphrag.system import ingest_settings
 from systems.port import BuiltMemory
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
@@ -91,21 +92,21 @@ def _chat(conversation_id: str) -> ChatSlice:
     )
 
 
-def test_load_chats_orders_conversations_by_number(tmp_path: Path) -> None:
+def test_read_chats_orders_conversations_by_number(tmp_path: Path) -> None:
     for conv in ("13", "4", "17", "1", "6"):
         text = stable_json(_chat(conv).model_dump(mode="json"))
         (tmp_path / f"conv{conv}.json").write_text(text)
-    assert [c.conversation_id for c in load_chats(tmp_path)] == ["1", "4", "6", "13", "17"]
+    assert [c.conversation_id for c in read_chats(tmp_path)] == ["1", "4", "6", "13", "17"]
     with pytest.raises(DataError, match="no conversation slices in"):
-        load_chats(tmp_path / "absent")
+        read_chats(tmp_path / "absent")
 
 
 def test_settings_take_the_pair_cap_of_the_mode() -> None:
     params = load_params("ingest", IngestParams, PARAMS)
-    assert settings_for(params, "lite").max_llm_pairs == params.max_llm_pairs.lite
-    assert settings_for(params, "full").max_llm_pairs == params.max_llm_pairs.full
-    assert settings_for(params, "all").max_llm_pairs == params.max_llm_pairs.all
-    assert settings_for(params, "full").chunk_tokens == params.chunk_tokens
+    assert ingest_settings(params, "lite").max_llm_pairs == params.max_llm_pairs.lite
+    assert ingest_settings(params, "full").max_llm_pairs == params.max_llm_pairs.full
+    assert ingest_settings(params, "all").max_llm_pairs == params.max_llm_pairs.all
+    assert ingest_settings(params, "full").chunk_tokens == params.chunk_tokens
 
 
 def test_summarize_totals_every_conversation() -> None:
