@@ -26,11 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.judge_check import KINDS, judge_warning
+from bench.judge_check.run import judge_warning
 from bench.slice import load_chats
 from clients.files import read_json, read_records, read_rows, write_atomic
 from clients.params_file import PARAMS_FILE, load_params
 from schemas.errors import DataError
+from schemas.judge_check import KINDS
 from schemas.judging import FLAGS, Judgement
 from schemas.params import JudgeCheckParams, ReportParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
