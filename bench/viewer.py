@@ -28,10 +28,10 @@ from typing import Any
 
 from bench.judge_check.run import judge_warning
 from bench.slice import load_chats
-from clients.files import read_json, read_records, read_rows, write_atomic
+from clients.files import read_json, read_record, read_records, read_rows, write_atomic
 from clients.params_file import PARAMS_FILE, load_params
 from schemas.errors import DataError
-from schemas.judge_check import KINDS
+from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, Judgement
 from schemas.params import JudgeCheckParams, ReportParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
@@ -236,20 +236,19 @@ def _headline(report: Mapping[str, Any], events: Mapping[str, Any]) -> dict[str,
 
 
 def _judge_check(
-    summary: Mapping[str, Any] | None, min_agreement: float | None
+    summary: JudgeCheckSummary | None, min_agreement: float | None
 ) -> dict[str, Any] | None:
     """The judge check's agreement overall and per kind (kinds with a case), with the record's
     warning when it is below `min_agreement`; None when the run has no check."""
     if summary is None:
         return None
-    cases, agreement = summary.get("cases", {}), summary.get("agreement", {})
     return {
-        "agreement": _num(agreement.get("overall")),
-        "cases": cases.get("overall", 0),
+        "agreement": _num(summary.agreement.overall),
+        "cases": summary.cases.overall,
         "kinds": [
-            {"kind": k, "agreement": _num(agreement.get(k)), "cases": cases[k]}
+            {"kind": k, "agreement": _num(summary.agreement.of(k)), "cases": summary.cases.of(k)}
             for k in KINDS
-            if cases.get(k)
+            if summary.cases.of(k)
         ],
         "min_agreement": min_agreement,
         "warning": judge_warning(summary, min_agreement) if min_agreement is not None else None,
@@ -269,7 +268,7 @@ def page_data(
     graphs: Mapping[str, Any],
     runs: Sequence[Mapping[str, Any]],
     confidence: float | None,
-    judge_check: Mapping[str, Any] | None = None,
+    judge_check: JudgeCheckSummary | None = None,
     min_agreement: float | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, as plain JSON data (no wall-clock value: same run, same page)."""
@@ -371,7 +370,7 @@ def write_viewer(out: Path = OUT) -> Path:
         graphs=_graph_counts(),
         runs=[read_json(Path(f"data/{stage}/run.json")) for stage in ("ingest", "answer", "judge")],
         confidence=_confidence(),
-        judge_check=read_json(JUDGE_CHECK) if JUDGE_CHECK.is_file() else None,
+        judge_check=read_record(JUDGE_CHECK, JudgeCheckSummary) if JUDGE_CHECK.is_file() else None,
         min_agreement=_min_agreement(),
     )
     write_atomic(out, render_page(data))

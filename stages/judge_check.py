@@ -125,7 +125,7 @@ def main() -> None:
     )
     write_jsonl(FILES.cases, cases)
     write_jsonl(FILES.results, results)
-    write_json(FILES.summary, summary)
+    write_json(FILES.summary, summary.model_dump(mode="json"))
     write_json(FILES.run, {"mode": mode, "models": [judge.metadata()]})
     write_json(FILES.usage, {"judge": counted.usage()})
     seconds = float(accounting.to_metrics().get("judge", {}).get("seconds", 0.0))
@@ -135,8 +135,8 @@ def main() -> None:
         FILES.metrics, {"seconds": {"judge_check": seconds, "stage_judge_check": stage_seconds()}}
     )
     print(
-        f"judge-check: {len(cases)} cases, agreement {summary['agreement']['overall']:.0%}, "
-        f"parse failures {summary['parse_failure_rate']:.0%}, {len(failed)} failed calls",
+        f"judge-check: {len(cases)} cases, agreement {summary.agreement.overall:.0%}, "
+        f"parse failures {summary.parse_failure_rate:.0%}, {len(failed)} failed calls",
         file=sys.stderr,
     )
     warning = judge_warning(summary, params.judge_check.min_agreement)

@@ -32,6 +32,7 @@ from bench.report import (
 from clients.files import (
     read_json,
     read_jsonl,
+    read_record,
     read_records,
     read_rows,
     remove_outputs,
@@ -40,6 +41,8 @@ from clients.files import (
 )
 from clients.params_file import load_mode, load_params
 from schemas.errors import DataError
+from schemas.judge_check import JudgeCheckSummary
+from schemas.layout import LAYOUT
 from schemas.params import (
     AnswerParams,
     EstimateParams,
@@ -111,8 +114,9 @@ def make_report() -> None:
         for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
     }
     failures = failure_counts(ingest, answer, judge)
-    check = read_json(Path("data/judge_check/summary.json"))
-    warning = judge_warning(check, load_params("judge_check", JudgeCheckParams).min_agreement)
+    summary = read_record(LAYOUT.judge_check.summary, JudgeCheckSummary)
+    warning = judge_warning(summary, load_params("judge_check", JudgeCheckParams).min_agreement)
+    check = summary.model_dump(mode="json")
     write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
     write_plots(scores, cost)
     pins = {

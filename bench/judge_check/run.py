@@ -5,7 +5,7 @@ item calls, each reply read as the judge stage reads it (`result_of`), the resul
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from bench.judge import item_request
@@ -15,7 +15,14 @@ from bench.scoring import score_item, usable_reply
 from clients.llm.port import ChatModel, ChatRequest, Completion
 from clients.tokens import count_tokens
 from schemas.base import Record
-from schemas.judge_check import KINDS, Kind
+from schemas.judge_check import (
+    KINDS,
+    Confusion,
+    JudgeCheckSummary,
+    Kind,
+    KindCounts,
+    KindShares,
+)
 from schemas.judging import JudgePrompts
 from schemas.records import Ability
 
@@ -91,12 +98,12 @@ def _value_key(value: float | None) -> str:
     return "none" if value is None else {1.0: "1", 0.5: "0_5", 0.0: "0"}[value]
 
 
-def summarize_check(results: Sequence[CheckResult]) -> dict[str, Any]:
-    """Numbers only, the same keys whatever the results: `cases` and `agreement` (share of cases
-    given their expected score) overall and per kind (0 for a kind with no case), `confusion`
-    (`expected_<1|0>_given_<1|0_5|0|none>` counts; no case expects 0.5), `parse_failure_rate`
-    (cases whose reply held no valid verdict after the layer's retries, over all cases) and
-    `failed_calls`."""
+def summarize_check(results: Sequence[CheckResult]) -> JudgeCheckSummary:
+    """Numbers only, the same fields whatever the results: `cases` and `agreement` (share of
+    cases given their expected score) overall and per kind (0 for a kind with no case),
+    `confusion` (`expected_<1|0>_given_<1|0_5|0|none>` counts; no case expects 0.5),
+    `parse_failure_rate` (cases whose reply held no valid verdict after the layer's retries, over
+    all cases) and `failed_calls`."""
 
     def share(members: Sequence[CheckResult]) -> float:
         return sum(r.agrees for r in members) / len(members) if members else 0.0
@@ -110,29 +117,27 @@ def summarize_check(results: Sequence[CheckResult]) -> dict[str, Any]:
         for e in (1.0, 0.0)
         for g in (1.0, 0.5, 0.0, None)
     }
-    return {
-        "cases": {name: len(members) for name, members in groups.items()},
-        "agreement": {name: share(members) for name, members in groups.items()},
-        "confusion": confusion,
-        "parse_failure_rate": (
+    return JudgeCheckSummary(
+        cases=KindCounts(**{name: len(members) for name, members in groups.items()}),
+        agreement=KindShares(**{name: share(members) for name, members in groups.items()}),
+        confusion=Confusion(**confusion),
+        parse_failure_rate=(
             sum(r.outcome == "no_verdict" for r in results) / len(results) if results else 0.0
         ),
-        "failed_calls": sum(r.outcome == "call_failed" for r in results),
-    }
+        failed_calls=sum(r.outcome == "call_failed" for r in results),
+    )
 
 
-def judge_warning(summary: Mapping[str, Any], min_agreement: float) -> str | None:
+def judge_warning(summary: JudgeCheckSummary, min_agreement: float) -> str | None:
     """A warning when the judge agrees with the known scores less often than `min_agreement`
     (None: no warning), naming the kinds it gets most wrong."""
-    overall = float(summary["agreement"]["overall"])
+    overall = summary.agreement.overall
     if overall >= min_agreement:
         return None
-    weakest = sorted(
-        (k for k in KINDS if summary["cases"][k]), key=lambda k: summary["agreement"][k]
-    )[:2]
-    detail = ", ".join(f"{k} {summary['agreement'][k]:.0%}" for k in weakest)
+    weakest = sorted((k for k in KINDS if summary.cases.of(k)), key=summary.agreement.of)[:2]
+    detail = ", ".join(f"{k} {summary.agreement.of(k):.0%}" for k in weakest)
     return (
-        f"the judge gave the known score on {overall:.0%} of {summary['cases']['overall']} "
+        f"the judge gave the known score on {overall:.0%} of {summary.cases.overall} "
         f"calibration cases, below judge_check.min_agreement {min_agreement:.0%} (weakest: "
         f"{detail}); its scores of the memory system are not to be trusted"
     )

@@ -14,6 +14,7 @@ The hand-made statements below are made up; no dataset text is in this file.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import time
@@ -43,13 +44,14 @@ from bench.judge_check.run import judge_warning, result_of, run_check, summarize
 from bench.scorer_prompts import extract_judge_prompts
 from bench.scoring import JudgeVerdict
 from bench.slice import load_fixture
+from clients.files import read_record, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Completion
 from clients.scripted import backend as scripted_backend
 from clients.scripted import rules as scripted
-from schemas.errors import IntegrityError, ParamsError
-from schemas.judge_check import KINDS, Kind
+from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.judge_check import KINDS, JudgeCheckSummary, Kind
 from schemas.judging import JudgePrompts
 from schemas.params import BudgetParams, Cap, JudgeCheckParams, LlmParams, ModelRef
 from schemas.records import Question, Rubric
@@ -261,9 +263,9 @@ def test_a_faithful_judge_agrees_on_every_case(
     client = judge_client("scripted/faithful", tmp_path / "cache")
     results = run_check(cases, client, prompts)
     summary = summarize_check(results)
-    assert sorted(summary["agreement"]) == sorted(["overall", *KINDS])
-    assert set(summary["agreement"].values()) == {1.0}
-    assert summary["parse_failure_rate"] == 0.0 and summary["failed_calls"] == 0
+    assert sorted(summary.agreement.model_dump()) == sorted(["overall", *KINDS])
+    assert set(summary.agreement.model_dump().values()) == {1.0}
+    assert summary.parse_failure_rate == 0.0 and summary.failed_calls == 0
     assert judge_warning(summary, MIN_AGREEMENT) is None
     # The judge was asked exactly as the judge stage asks: its prompt, its verdict schema.
     assert isinstance(client.backend, scripted_backend.ScriptedBackend)
@@ -285,10 +287,10 @@ def test_a_lenient_judge_falls_below_the_threshold_and_warns(
 ) -> None:
     summary = summarize_check(run_check(cases, judge_client("scripted/lenient", tmp_path), prompts))
     share_of_ones = sum(c.expected == 1.0 for c in cases) / len(cases)
-    assert summary["agreement"]["overall"] == pytest.approx(share_of_ones)
-    assert summary["agreement"]["overall"] < MIN_AGREEMENT
-    assert summary["agreement"]["altered"] == 0.0 and summary["agreement"]["stated"] == 1.0
-    assert summary["confusion"]["expected_0_given_1"] == sum(c.expected == 0 for c in cases)
+    assert summary.agreement.overall == pytest.approx(share_of_ones)
+    assert summary.agreement.overall < MIN_AGREEMENT
+    assert summary.agreement.altered == 0.0 and summary.agreement.stated == 1.0
+    assert summary.confusion.expected_0_given_1 == sum(c.expected == 0 for c in cases)
     warning = judge_warning(summary, MIN_AGREEMENT)
     assert warning is not None and "not to be trusted" in warning
 
@@ -297,8 +299,8 @@ def test_the_overlap_judge_is_caught_too(
     cases: list[CalibrationCase], prompts: JudgePrompts, tmp_path: Path
 ) -> None:
     summary = summarize_check(run_check(cases, judge_client("scripted/rules", tmp_path), prompts))
-    print(f"\nscripted/rules: {json.dumps(summary['agreement'], sort_keys=True)}")
-    assert summary["agreement"]["overall"] < MIN_AGREEMENT
+    print(f"\nscripted/rules: {summary.agreement.model_dump_json()}")
+    assert summary.agreement.overall < MIN_AGREEMENT
     assert judge_warning(summary, MIN_AGREEMENT) is not None
 
 
@@ -372,17 +374,34 @@ def test_the_summary_has_the_same_numbers_only_keys_whatever_the_results() -> No
     def shape(summary: dict[str, Any]) -> dict[str, Any]:
         return {k: sorted(v) if isinstance(v, dict) else None for k, v in summary.items()}
 
-    assert shape(empty) == shape(full)
+    written = [empty.model_dump(mode="json"), full.model_dump(mode="json")]
+    assert shape(written[0]) == shape(written[1])
     numbers = [
         v
-        for group in full.values()
+        for group in written[1].values()
         for v in (group.values() if isinstance(group, dict) else [group])
     ]
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers)
-    assert full["agreement"]["overall"] == 0.25 and full["agreement"]["empty"] == 0.0
-    assert full["confusion"]["expected_0_given_0_5"] == 1
-    assert full["confusion"]["expected_0_given_none"] == 2
-    assert full["parse_failure_rate"] == 0.25 and full["failed_calls"] == 1
+    assert full.agreement.overall == 0.25 and full.agreement.empty == 0.0
+    assert full.confusion.expected_0_given_0_5 == 1
+    assert full.confusion.expected_0_given_none == 2
+    assert full.parse_failure_rate == 0.25 and full.failed_calls == 1
+
+
+def test_the_summary_is_read_back_as_written_and_a_bad_file_is_named(tmp_path: Path) -> None:
+    summary = summarize_check(
+        [result_of(_case("empty"), Completion(model="m", text='{"score": 0}'))]
+    )
+    path = tmp_path / "summary.json"
+    write_json(path, summary.model_dump(mode="json"))
+    assert read_record(path, JudgeCheckSummary) == summary
+    written = json.loads(path.read_text())
+    del written["agreement"]["buried"]  # a summary of an older shape, or a hand edit
+    path.write_text(json.dumps(written))
+    with pytest.raises(DataError, match=re.escape(f"{path} is not a valid JudgeCheckSummary")):
+        read_record(path, JudgeCheckSummary)
+    with pytest.raises(DataError, match=r"missing.*dvc repro"):
+        read_record(tmp_path / "none.json", JudgeCheckSummary)
 
 
 # -- the stage shell ------------------------------------------------------------------------------
@@ -438,8 +457,8 @@ def test_the_stage_draws_the_recipe_then_checks_the_judge(
     assert Counter(json.loads(c)["kind"] for c in cases) == dict.fromkeys(KINDS, 2)
     metrics = json.loads((folder / "metrics" / "judge_check.json").read_text())
     assert sorted(metrics["seconds"]) == ["judge_check", "stage_judge_check"]  # wall time only
-    summary = json.loads((folder / "data" / "judge_check" / "summary.json").read_text())
-    assert summary["agreement"]["overall"] < 0.8 and summary["failed_calls"] == 0
+    summary = read_record(folder / "data" / "judge_check" / "summary.json", JudgeCheckSummary)
+    assert summary.agreement.overall < 0.8 and summary.failed_calls == 0
     usage = json.loads((folder / "metrics" / "usage" / "judge_check.json").read_text())
     assert usage["judge"]["calls"] == len(cases)
     assert "warning: the judge gave the known score" in capsys.readouterr().err

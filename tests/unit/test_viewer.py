@@ -207,7 +207,18 @@ KIND_AGREEMENT = {"stated": 1.0, "other_fact": 0.5, "altered": 1.0, "empty": 0.5
 CHECK_SUMMARY = {
     "cases": {"overall": 10, **KIND_CASES},
     "agreement": {"overall": 0.6, **KIND_AGREEMENT},
+    "confusion": {
+        "expected_1_given_1": 2,
+        "expected_1_given_0_5": 0,
+        "expected_1_given_0": 2,
+        "expected_1_given_none": 0,
+        "expected_0_given_1": 1,
+        "expected_0_given_0_5": 0,
+        "expected_0_given_0": 5,
+        "expected_0_given_none": 0,
+    },
     "parse_failure_rate": 0.0,
+    "failed_calls": 0,
 }
 
 
