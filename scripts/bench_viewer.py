@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.viewer import write_viewer
+from bench.viewer.files import write_viewer
 from clients.files import write_json, write_jsonl
 from schemas.judging import EventAlignment, ItemScore, Judgement
 from schemas.records import (

@@ -77,7 +77,7 @@ def make_report() -> None:
     from bench.judge_check.run import judge_warning
     from bench.scorer_prompts import load_prompts, scorer_present
     from bench.usage import usage_path
-    from bench.viewer import write_viewer
+    from bench.viewer.files import write_viewer
     from stages.estimate import estimate_phases
     from stages.ingest import load_chats, settings_for
     from systems.registry import load_system

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.viewer import OUT, write_viewer
+from bench.viewer.files import OUT, write_viewer
 from stages.common import run_stage
 
 

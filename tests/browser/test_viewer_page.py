@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bench.viewer import write_viewer
+from bench.viewer.files import write_viewer
 from clients.files import read_jsonl, write_jsonl
 from schemas.judging import Judgement
 from schemas.records import Rubric

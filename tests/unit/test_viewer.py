@@ -13,15 +13,9 @@ from typing import Any
 
 import pytest
 
-from bench.viewer import (
-    CSS,
-    EVIDENCE_CHARS,
-    REACHED_CHARS,
-    SCRIPT,
-    embed_json,
-    render_page,
-    write_viewer,
-)
+from bench.viewer.data import EVIDENCE_CHARS, REACHED_CHARS
+from bench.viewer.files import write_viewer
+from bench.viewer.page import CSS, SCRIPT, embed_json, render_page
 from clients.files import write_json, write_jsonl
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, ItemScore, Judgement
