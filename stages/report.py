@@ -42,6 +42,7 @@ from clients.files import (
 from clients.params_file import load_mode, load_params
 from schemas.errors import DataError
 from schemas.judge_check import JudgeCheckSummary
+from schemas.judging import Judgement
 from schemas.layout import LAYOUT
 from schemas.params import (
     AnswerParams,
@@ -54,6 +55,7 @@ from schemas.params import (
     VerifyHashParams,
 )
 from schemas.records import ChatSlice, Question, Rubric
+from schemas.traces import Trace
 from stages.common import run_stage
 
 
@@ -77,7 +79,8 @@ def make_report() -> None:
     from bench.judge_check.run import judge_warning
     from bench.scorer_prompts import load_prompts, scorer_present
     from bench.usage import usage_path
-    from bench.viewer.files import write_viewer
+    from bench.viewer.data import PageInputs
+    from bench.viewer.page import render_run_page
     from stages.estimate import estimate_phases
     from stages.ingest import load_chats, settings_for
     from systems.registry import load_system
@@ -94,7 +97,8 @@ def make_report() -> None:
     judge = read_json(Path("data/judge/summary.json"))
     rows = read_rows(Path("data/judge/questions.jsonl"))
     stages = ("ingest", "answer", "judge")
-    run = run_info(*[read_json(Path(f"data/{stage}/run.json")) for stage in stages])
+    runs = [read_json(Path(f"data/{stage}/run.json")) for stage in stages]
+    run = run_info(*runs)
     usage = {role: used for stage in stages for role, used in read_json(usage_path(stage)).items()}
     remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
 
@@ -115,7 +119,8 @@ def make_report() -> None:
     }
     failures = failure_counts(ingest, answer, judge)
     summary = read_record(LAYOUT.judge_check.summary, JudgeCheckSummary)
-    warning = judge_warning(summary, load_params("judge_check", JudgeCheckParams).min_agreement)
+    min_agreement = load_params("judge_check", JudgeCheckParams).min_agreement
+    warning = judge_warning(summary, min_agreement)
     check = summary.model_dump(mode="json")
     write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
     write_plots(scores, cost)
@@ -147,7 +152,22 @@ def make_report() -> None:
         confidence=params.confidence,
     )
     write_atomic(RECORD, record)
-    write_viewer(VIEWER)
+    page = PageInputs(
+        questions=questions,
+        rubrics=rubrics,
+        chats=chats,
+        traces=read_records(LAYOUT.answer.traces, Trace),
+        judgements=read_records(LAYOUT.judge.judgements, Judgement),
+        rows=rows,
+        report=read_json(METRICS),  # as written: its floats rounded
+        judge_summary=judge,
+        graphs=ingest,
+        runs=runs,
+        confidence=params.confidence,
+        judge_check=summary,
+        min_agreement=min_agreement,
+    )
+    write_atomic(VIEWER, render_run_page(page))
     overall = scores["overall"]
     print(
         f"report: overall score {_fmt(overall['score'])} over {overall['n']} questions. "

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.judge_check.run import judge_warning
+from schemas.base import Record
 from schemas.errors import DataError
 from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, Judgement
@@ -154,7 +155,8 @@ def _messages(
 
 
 def _headline(report: Mapping[str, Any], events: Mapping[str, Any]) -> dict[str, Any]:
-    """From metrics/report.json; a group it lacks shows as absent ("–"), never as a crash."""
+    """From the report's headline metrics; a group it lacks shows as absent ("–"), never as a
+    crash."""
 
     def value(group: str, key: str) -> Any:
         return _num(report.get(group, {}).get(key))
@@ -210,23 +212,43 @@ def _judge_check(
     }
 
 
-def page_data(
-    *,
-    questions: Sequence[Question],
-    rubrics: Sequence[Rubric],
-    chats: Sequence[ChatSlice],
-    traces: Sequence[Trace],
-    judgements: Sequence[Judgement],
-    rows: Sequence[Mapping[str, Any]],
-    report: Mapping[str, Any],
-    judge_summary: Mapping[str, Any],
-    graphs: Mapping[str, Any],
-    runs: Sequence[Mapping[str, Any]],
-    confidence: float | None,
-    judge_check: JudgeCheckSummary | None = None,
-    min_agreement: float | None = None,
-) -> dict[str, Any]:
+class PageInputs(Record):
+    """What the run's page is made from, read by the stage that renders it. The files other
+    stages write as plain JSON are kept as they are read (their keys are read with defaults:
+    a group a run lacks shows as absent)."""
+
+    questions: list[Question]
+    rubrics: list[Rubric]
+    chats: list[ChatSlice]
+    traces: list[Trace]
+    judgements: list[Judgement]
+    rows: list[dict[str, Any]]
+    """The judge stage's row per question (its flags and evidence recall)."""
+    report: dict[str, Any]
+    """The report's headline metrics (scores, intervals, cost, failures)."""
+    judge_summary: dict[str, Any]
+    """The judge stage's summary (event ordering's F1 and tau)."""
+    graphs: dict[str, Any]
+    """The ingest stage's counts per conversation (`conv<id>`) and their total."""
+    runs: list[dict[str, Any]]
+    """The run records of the ingest, answer and judge stages (mode, system, models)."""
+    confidence: float | None
+    """The report's confidence level, for the interval's label."""
+    judge_check: JudgeCheckSummary | None = None
+    """None: the run has no judge check."""
+    min_agreement: float | None = None
+    """`judge_check.min_agreement`: below it the page shows the record's warning."""
+
+
+def page_data(inputs: PageInputs) -> dict[str, Any]:
     """Everything the page shows, as plain JSON data (no wall-clock value: same run, same page)."""
+    questions, runs, graphs = inputs.questions, inputs.runs, inputs.graphs
+    rubrics, traces, judgements, rows = (
+        inputs.rubrics,
+        inputs.traces,
+        inputs.judgements,
+        inputs.rows,
+    )
     by_rubric = {r.question_id: r for r in rubrics}
     by_trace = {t.question_id: t for t in traces}
     by_judgement = {j.question_id: j for j in judgements}
@@ -256,9 +278,9 @@ def page_data(
         "test_model": any(m.get("test_model") for m in models),
         "judge_is_agent": any(m.get("role") == "judge" and m.get("judge_is_agent") for m in models),
         "models": [{"role": m["role"], "model": m["model"]} for m in models],
-        "confidence": confidence,
-        "headline": _headline(report, judge_summary.get("event_ordering", {})),
-        "judge_check": _judge_check(judge_check, min_agreement),
+        "confidence": inputs.confidence,
+        "headline": _headline(inputs.report, inputs.judge_summary.get("event_ordering", {})),
+        "judge_check": _judge_check(inputs.judge_check, inputs.min_agreement),
         "system": next((run["system"] for run in runs if run.get("system")), "graphrag"),
         "graphs": [
             {"conversation": name, **{k: counts.get(k) for k in keys}} for name, counts in memories
@@ -266,6 +288,6 @@ def page_data(
         "graph_keys": keys,
         "flags": list(ROW_FLAGS),
         "questions": shown,
-        "messages": _messages(chats, shown),
+        "messages": _messages(inputs.chats, shown),
         "licence": LICENCE,
     }

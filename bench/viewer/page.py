@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any
 
+from bench.viewer.data import PageInputs, page_data
+
 
 def _package_text(name: str) -> str:
     """A text file of this package, as the <style> or <script> element holds it."""
@@ -63,3 +65,9 @@ def render_page(data: Mapping[str, Any]) -> str:
         f'<script type="application/json" id="run-data">{embed_json(data)}</script>\n'
         f"<script>{SCRIPT}</script>\n</body>\n</html>\n"
     )
+
+
+def render_run_page(inputs: PageInputs) -> str:
+    """The run's page from what it shows: the one entry of the viewer (the viewer and the
+    report stages write what it returns)."""
+    return render_page(page_data(inputs))
