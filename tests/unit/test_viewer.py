@@ -1,6 +1,6 @@
 """The run viewer without a browser: the page's data, the escaping of untrusted text, the page's
-policy, and `write_viewer` over a small run laid out in a temporary folder. The page in a real
-browser, on a real lite run, is tests/browser/test_viewer_page.py."""
+policy, and the viewer stage (`stages.viewer.write_page`) over a small run laid out in a temporary
+folder. The page in a real browser, on a real lite run, is tests/browser/test_viewer_page.py."""
 
 from __future__ import annotations
 
