@@ -7,6 +7,7 @@ the stage reads and writes, and how) and writes the outs.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from clients.files import (
     read_records,
     read_rows,
     remove_outputs,
+    stable_json,
     write_atomic,
     write_json,
 )
@@ -121,7 +123,8 @@ def make_report() -> None:
     summary = read_record(LAYOUT.judge_check.summary, JudgeCheckSummary)
     min_agreement = load_params("judge_check", JudgeCheckParams).min_agreement
     warning = judge_warning(summary, min_agreement)
-    check = summary.model_dump(mode="json")
+    # as the file holds it, keys sorted: the record lists the kinds in that order
+    check = json.loads(stable_json(summary.model_dump(mode="json")))
     write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
     write_plots(scores, cost)
     pins = {
