@@ -19,7 +19,8 @@ from bench.judge_check.recipe import (
     read_items,
     recipe_question_ids,
 )
-from bench.judge_check.run import estimate_tokens, judge_warning, run_check, summarize_check
+from bench.judge_check.run import estimate_tokens, run_check
+from bench.judge_check.summary import judge_warning, summarize_check
 from bench.scorer_prompts import load_prompts
 from bench.slice import load_fixture
 from bench.usage import CountedModel

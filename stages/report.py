@@ -78,7 +78,7 @@ def main() -> None:
 
 
 def make_report() -> None:
-    from bench.judge_check.run import judge_warning
+    from bench.judge_check.summary import judge_warning
     from bench.scorer_prompts import load_prompts, scorer_present
     from bench.usage import usage_path
     from bench.viewer.data import PageInputs

@@ -6,9 +6,11 @@ rubrics themselves and reports how often it gives the known score.
 
 One module per job: `alteration` (the text surgery that changes a statement's numbers, dates
 and names), `cases` (the case records, how each kind is built, the recipe drawn and cut to a
-mode's size), `recipe` (the pinned recipe fixture and the rubric items it names) and `run` (the
-judge calls and their summary). They take and return records; the stage (stages/judge_check.py)
-reads params and files and writes the outs (paths in `LAYOUT.judge_check`): the cases
+mode's size), `recipe` (the pinned recipe fixture and the rubric items it names), `run` (the
+judge calls) and `summary` (the results summarized, and the warning; records only, so the
+report and the run's page import it without the rest). They take and return records; the stage
+(stages/judge_check.py) reads params and files and writes the outs (paths in
+`LAYOUT.judge_check`): the cases
 (`CalibrationCase`: question, rubric item, the built answer, the expected score), the results
 (`CheckResult`: the judge's score, reason and reply per case), the summary (`summarize_check`:
 agreement overall and per kind, the expected x given confusion, the parse-failure rate), the

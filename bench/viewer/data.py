@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bench.judge_check.run import judge_warning
+from bench.judge_check.summary import judge_warning
 from schemas.base import Record
 from schemas.errors import DataError
 from schemas.judge_check import KINDS, JudgeCheckSummary

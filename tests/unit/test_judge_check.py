@@ -40,7 +40,8 @@ from bench.judge_check.cases import (
     make_recipe,
 )
 from bench.judge_check.recipe import Recipe, parse_recipe, read_items, recipe_question_ids
-from bench.judge_check.run import judge_warning, result_of, run_check, summarize_check
+from bench.judge_check.run import result_of, run_check
+from bench.judge_check.summary import judge_warning, summarize_check
 from bench.scorer_prompts import extract_judge_prompts
 from bench.scoring import JudgeVerdict
 from bench.slice import load_fixture

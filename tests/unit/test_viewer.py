@@ -8,6 +8,8 @@ import base64
 import hashlib
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -409,3 +411,21 @@ def test_the_headline_has_the_benchmark_code_score_and_the_judge_check_with_its_
     assert embedded(write_viewer().read_text(encoding="utf-8"))["judge_check"]["warning"] is None
     (run_dir / "data/judge_check/summary.json").unlink()
     assert embedded(write_viewer().read_text(encoding="utf-8"))["judge_check"] is None
+
+
+def test_the_page_reads_no_params_or_files_itself() -> None:
+    # The stage hands the page its records: bench.viewer reaches no door (params.yaml, files),
+    # not even through the judge check's summary, and stays quick to import.
+    code = (
+        "import sys, bench.viewer.page; "
+        "print(sorted(m for m in sys.modules if m.startswith(('clients', 'stages'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
