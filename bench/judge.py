@@ -40,7 +40,7 @@ JUDGE_PROMPT_VERSION = "beam-judge-v1"
 
 
 def item_request(messages: list[Message]) -> ChatRequest:
-    """One rubric item's verdict (also the judge check's, bench/judge_check.py). The reply is
+    """One rubric item's verdict (also the judge check's, bench/judge_check/). The reply is
     validated as JudgeVerdict, whose schema carries the score as an enum (a server that turns the
     schema into a grammar keeps even a small model to 1, 0.5 or 0); the benchmark's prompt asks
     for that JSON itself, so no schema text is added to it."""

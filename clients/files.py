@@ -80,6 +80,21 @@ def read_json(path: Path) -> Any:
         raise _missing(path) from exc
 
 
+def read_record(path: Path, model: type[M]) -> M:
+    """A JSON record an earlier stage wrote (a DataError naming the file when it is missing or
+    does not hold a valid `model`)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise _missing(path) from exc
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise DataError(
+            f"{path} is not a valid {model.__name__}: {exc}; run `dvc repro` again to rewrite it"
+        ) from exc
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """A JSONL file of plain rows an earlier stage wrote."""
     if not path.is_file():

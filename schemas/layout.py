@@ -138,6 +138,16 @@ class JudgeFiles(SystemStageFiles):
 class JudgeCheckFiles(SystemStageFiles):
     name: str = "judge_check"
 
+    @property
+    def cases(self) -> Path:
+        """The calibration cases, each with the score it should get."""
+        return self.folder / "cases.jsonl"
+
+    @property
+    def results(self) -> Path:
+        """The judge's score, reason and reply per case."""
+        return self.folder / "results.jsonl"
+
 
 @dataclass(frozen=True)
 class ReportFiles:

@@ -14,7 +14,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.judge_check import build_cases, load_recipe, read_items, recipe_question_ids
+from bench.judge_check.cases import build_cases
+from bench.judge_check.recipe import parse_recipe, read_items, recipe_question_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 MIRROR = (
@@ -27,10 +28,11 @@ def main() -> None:
     parser.add_argument("--parquet", type=Path, default=MIRROR)
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
-    recipe = load_recipe(ROOT / "fixtures" / "judge_check.json")
+    recipe_file = ROOT / "fixtures" / "judge_check.json"
+    recipe = parse_recipe(recipe_file.read_bytes(), str(recipe_file))
     ids = recipe_question_ids(recipe)
     started = time.perf_counter()
-    rubrics, questions = read_items(args.parquet, ids)
+    rubrics, questions = read_items(args.parquet.read_bytes(), str(args.parquet), ids)
     read_ms = (time.perf_counter() - started) * 1000
     times = []
     for _ in range(args.repeat):

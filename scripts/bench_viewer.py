@@ -31,7 +31,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.viewer import write_viewer
 from clients.files import write_json, write_jsonl
 from schemas.judging import EventAlignment, ItemScore, Judgement
 from schemas.records import (
@@ -43,7 +42,10 @@ from schemas.records import (
     Session,
 )
 from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
+from stages.common import read_params
+from stages.viewer import write_page
 
+ROOT = Path(__file__).resolve().parent.parent
 CONVERSATIONS = {"1": 5, "4": 4, "6": 4, "13": 4, "17": 4}  # sessions each: 21 in all
 MESSAGES = 1254
 MESSAGE_CHARS = 1810  # about 568k tokens of chat at ~4 characters a token
@@ -219,6 +221,7 @@ def question_records(
 def write_run(folder: Path, seed: int = 0) -> None:
     """A full-size synthetic run in `folder`, laid out as the pipeline leaves it."""
     rng = random.Random(seed)
+    shutil.copy(ROOT / "params.yaml", folder / "params.yaml")  # the page reads two of its params
     slices = chats(rng)
     questions, rubrics, traces, judgements, rows = question_records(rng, slices)
     for chat in slices:
@@ -256,9 +259,11 @@ def write_run(folder: Path, seed: int = 0) -> None:
     )
     counts = {"chunks": 150, "entities": 160, "statements": 330, "relationships": 1500}
     write_json(
-        folder / "metrics/ingest.json",
+        folder / "data/ingest/graphs.json",
         {f"conv{c}": counts for c in CONVERSATIONS} | {"total": counts},
     )
+    events = {"event_ordering": {"event_f1": 0.5, "event_tau_norm": 0.6}}
+    write_json(folder / "data/judge/summary.json", events)
     for stage, role in (("ingest", "extraction"), ("answer", "agent"), ("judge", "judge")):
         model = {"role": role, "model": "scripted/rules", "api_base": None, "test_model": True}
         write_json(folder / f"data/{stage}/run.json", {"mode": "full", "models": [model]})
@@ -313,7 +318,7 @@ def main() -> None:
     os.chdir(folder)
     try:
         started = time.perf_counter()
-        page = write_viewer(Path("reports/run.html"))
+        page = write_page(read_params(), Path("reports/run.html"))
         build = time.perf_counter() - started
         size = page.stat().st_size
         times = browser_times(page)

@@ -63,7 +63,20 @@ def project_imports(path: Path, root: Path = ROOT) -> set[str]:
                 if rel not in seen:
                     seen.add(rel)
                     todo.append(file)
-    return seen
+    return seen | package_data(seen, root)
+
+
+def package_data(modules: set[str], root: Path = ROOT) -> set[str]:
+    """The files beside the modules that are not Python (a package's CSS or JavaScript, read
+    with importlib.resources): what they hold is in the outs as much as the code is."""
+    folders = {(root / rel).parent for rel in modules}
+    return {
+        path.relative_to(root).as_posix()
+        for folder in folders
+        if folder != root and (folder / "__init__.py").is_file()
+        for path in folder.iterdir()
+        if path.is_file() and path.suffix not in (".py", ".pyc")
+    }
 
 
 def code_deps(stage: str, root: Path = ROOT) -> list[str]:

@@ -1,7 +1,8 @@
 """judge-check: how the judge model scores answers whose right score is known by construction.
 
-The entry point only: it reads params, calls the core in bench/judge_check.py (whose docstring
-says what the stage reads and writes, and how) and writes the outs.
+The entry point only: it reads params once, reads the recipe and the repaired release, calls the
+core in bench/judge_check/ (whose docstring says how the cases are built and judged) and writes
+the outs named in `LAYOUT.judge_check`.
 """
 
 from __future__ import annotations
@@ -10,30 +11,48 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.judge_check import (
-    METRICS,
-    OUT_DIR,
-    build_cases,
-    draw_cases,
-    estimate_tokens,
-    judge_warning,
-    load_recipe,
+from bench.judge_check.cases import build_cases, draw_cases, make_recipe
+from bench.judge_check.recipe import (
+    MAKE_RECIPE_COMMAND,
+    Recipe,
+    parse_recipe,
     read_items,
     recipe_question_ids,
-    run_check,
-    summarize_check,
-    write_recipe,
 )
-from bench.repair import REPAIR_OUT
+from bench.judge_check.run import estimate_tokens, run_check
+from bench.judge_check.summary import judge_warning, summarize_check
 from bench.scorer_prompts import load_prompts
-from bench.usage import CountedModel, usage_path, write_usage
+from bench.slice import load_fixture
+from bench.usage import CountedModel
 from clients.files import remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
-from clients.llm.client import open_model
-from clients.params_file import load_mode, load_params
-from schemas.errors import check_failed_share
-from schemas.params import EstimateParams, JudgeCheckParams, JudgeParams, SliceParams
-from stages.common import run_stage, stage_seconds
+from clients.llm.client import build_model
+from schemas.errors import DataError, ParamsError, check_failed_share
+from schemas.layout import LAYOUT
+from stages.common import read_params, run_stage, stage_seconds
+
+FILES = LAYOUT.judge_check
+
+
+def read_recipe(path: Path) -> Recipe:
+    """The pinned recipe (params judge_check.recipe)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ParamsError(
+            f"judge check recipe {path} not found (params judge_check.recipe); draw one with "
+            f"`{MAKE_RECIPE_COMMAND}`"
+        ) from exc
+    return parse_recipe(data, str(path))
+
+
+def read_release() -> bytes:
+    """The repaired release parquet (every mode's questions)."""
+    source = LAYOUT.repair.dataset
+    try:
+        return source.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataError(f"{source} not found: run `dvc repro repair` first") from exc
 
 
 def main() -> None:
@@ -49,31 +68,41 @@ def main() -> None:
     parser.add_argument("--n-per-kind", type=int, default=16, help="with --make-recipe")
     parser.add_argument("--seed", type=int, default=0, help="with --make-recipe")
     args = parser.parse_args()
-    params = load_params("judge_check", JudgeCheckParams)
-    recipe_path = Path(params.recipe)
+    params = read_params()
+    recipe_path = Path(params.judge_check.recipe)
+    source = str(LAYOUT.repair.dataset)
     if args.make_recipe:
-        slice_params = load_params("slice", SliceParams)
-        recipe = write_recipe(
-            REPAIR_OUT,
-            Path(slice_params.fixture),
-            recipe_path,
-            n_per_kind=args.n_per_kind,
-            seed=args.seed,
-        )
+        # drawn from the questions of the slice fixture's full mode (the ones the benchmark scores)
+        slice_fixture = Path(params.slice.fixture)
+        fixture = load_fixture(slice_fixture)
+        if "full" not in fixture.modes:
+            raise ParamsError(
+                f"slice fixture {slice_fixture} has no full mode to draw questions from"
+            )
+        rubrics, questions = read_items(read_release(), source, fixture.modes["full"].question_ids)
+        recipe = make_recipe(rubrics, questions, args.n_per_kind, args.seed)
+        write_json(recipe_path, recipe.model_dump(mode="json"))
         print(f"judge-check: wrote {len(recipe.cases)} cases to {recipe_path}")
         return
 
-    mode = load_mode()
-    recipe = draw_cases(load_recipe(recipe_path), getattr(params.cases, mode))
-    rubrics, questions = read_items(REPAIR_OUT, recipe_question_ids(recipe))
+    mode = params.mode
+    recipe = draw_cases(read_recipe(recipe_path), getattr(params.judge_check.cases, mode))
+    rubrics, questions = read_items(read_release(), source, recipe_question_ids(recipe))
     cases = build_cases(recipe, rubrics, questions)
-    prompts = load_prompts(load_params("judge", JudgeParams))
-    remove_outputs(OUT_DIR, METRICS, usage_path("judge_check"))
+    prompts = load_prompts(params.judge)
+    remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
 
     accounting = Accounting()
-    judge = open_model("judge", accounting=accounting)
+    judge = build_model(
+        "judge",
+        models=params.models,
+        llm=params.llm,
+        budget=params.budget,
+        mode=mode,
+        accounting=accounting,
+    )
     judge.check_endpoint()
-    rates = load_params("estimate", EstimateParams).judge
+    rates = params.estimate.judge
     if judge.budget is not None:
         judge.budget.check_estimate(
             len(cases),
@@ -92,24 +121,26 @@ def main() -> None:
         "judge calls",
         len(failed),
         len(results),
-        params.max_failed_share,
+        params.judge_check.max_failed_share,
         failed[-1].error if failed else None,
     )
-    write_jsonl(OUT_DIR / "cases.jsonl", cases)
-    write_jsonl(OUT_DIR / "results.jsonl", results)
-    write_json(OUT_DIR / "summary.json", summary)
-    write_json(OUT_DIR / "run.json", {"mode": mode, "models": [judge.metadata()]})
-    write_usage("judge_check", {"judge": counted.usage()})
+    write_jsonl(FILES.cases, cases)
+    write_jsonl(FILES.results, results)
+    write_json(FILES.summary, summary.model_dump(mode="json"))
+    write_json(FILES.run, {"mode": mode, "models": [judge.metadata()]})
+    write_json(FILES.usage, {"judge": counted.usage()})
     seconds = float(accounting.to_metrics().get("judge", {}).get("seconds", 0.0))
-    # wall time only, like the other stages: the agreement is a result (data/judge_check/ and
-    # the headline in metrics/report.json), and few metric columns keep `dvc exp show` readable
-    write_json(METRICS, {"seconds": {"judge_check": seconds, "stage_judge_check": stage_seconds()}})
+    # wall time only, like the other stages: the agreement is a result (the summary, and the
+    # headline in the report's metrics), and few metric columns keep `dvc exp show` readable
+    write_json(
+        FILES.metrics, {"seconds": {"judge_check": seconds, "stage_judge_check": stage_seconds()}}
+    )
     print(
-        f"judge-check: {len(cases)} cases, agreement {summary['agreement']['overall']:.0%}, "
-        f"parse failures {summary['parse_failure_rate']:.0%}, {len(failed)} failed calls",
+        f"judge-check: {len(cases)} cases, agreement {summary.agreement.overall:.0%}, "
+        f"parse failures {summary.parse_failure_rate:.0%}, {len(failed)} failed calls",
         file=sys.stderr,
     )
-    warning = judge_warning(summary, params.min_agreement)
+    warning = judge_warning(summary, params.judge_check.min_agreement)
     if warning is not None:
         print(f"warning: {warning}", file=sys.stderr)
 

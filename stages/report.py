@@ -7,6 +7,7 @@ the stage reads and writes, and how) and writes the outs.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -33,15 +34,20 @@ from clients.files import (
     read_chats,
     read_json,
     read_jsonl,
+    read_record,
     read_records,
     read_rows,
     remove_outputs,
+    stable_json,
     write_atomic,
     write_json,
 )
 from clients.params_file import load_mode, load_params
 from schemas.errors import DataError
 from schemas.estimate import with_total
+from schemas.judge_check import JudgeCheckSummary
+from schemas.judging import Judgement
+from schemas.layout import LAYOUT
 from schemas.params import (
     EstimateParams,
     FetchParams,
@@ -51,6 +57,7 @@ from schemas.params import (
     VerifyHashParams,
 )
 from schemas.records import ChatSlice, Question, Rubric
+from schemas.traces import Trace
 from stages.common import run_stage
 
 
@@ -72,10 +79,11 @@ def main() -> None:
 
 def make_report() -> None:
     from bench.estimate import estimate_judge
-    from bench.judge_check import judge_warning
+    from bench.judge_check.summary import judge_warning
     from bench.scorer_prompts import load_prompts, scorer_present
     from bench.usage import usage_path
-    from bench.viewer import write_viewer
+    from bench.viewer.data import PageInputs
+    from bench.viewer.page import render_run_page
     from systems.port import estimate_system
     from systems.registry import load_system
 
@@ -89,7 +97,8 @@ def make_report() -> None:
     judge = read_json(Path("data/judge/summary.json"))
     rows = read_rows(Path("data/judge/questions.jsonl"))
     stages = ("ingest", "answer", "judge")
-    run = run_info(*[read_json(Path(f"data/{stage}/run.json")) for stage in stages])
+    runs = [read_json(Path(f"data/{stage}/run.json")) for stage in stages]
+    run = run_info(*runs)
     usage = {role: used for stage in stages for role, used in read_json(usage_path(stage)).items()}
     remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
 
@@ -117,8 +126,11 @@ def make_report() -> None:
         for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
     }
     failures = failure_counts(ingest, answer, judge)
-    check = read_json(Path("data/judge_check/summary.json"))
-    warning = judge_warning(check, load_params("judge_check", JudgeCheckParams).min_agreement)
+    summary = read_record(LAYOUT.judge_check.summary, JudgeCheckSummary)
+    min_agreement = load_params("judge_check", JudgeCheckParams).min_agreement
+    warning = judge_warning(summary, min_agreement)
+    # as the file holds it, keys sorted: the record lists the kinds in that order
+    check = json.loads(stable_json(summary.model_dump(mode="json")))
     write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
     write_plots(scores, cost)
     pins = {
@@ -144,7 +156,22 @@ def make_report() -> None:
         confidence=params.confidence,
     )
     write_atomic(RECORD, record)
-    write_viewer(VIEWER)
+    page = PageInputs(
+        questions=questions,
+        rubrics=rubrics,
+        chats=chats,
+        traces=read_records(LAYOUT.answer.traces, Trace),
+        judgements=read_records(LAYOUT.judge.judgements, Judgement),
+        rows=rows,
+        report=read_json(METRICS),  # as written: its floats rounded
+        judge_summary=judge,
+        graphs=ingest,
+        runs=runs,
+        confidence=params.confidence,
+        judge_check=summary,
+        min_agreement=min_agreement,
+    )
+    write_atomic(VIEWER, render_run_page(page))
     overall = scores["overall"]
     print(
         f"report: overall score {_fmt(overall['score'])} over {overall['n']} questions. "

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from bench.viewer import write_viewer
 from clients.files import read_jsonl, write_jsonl
 from schemas.judging import Judgement
 from schemas.records import Rubric
 from schemas.traces import Trace
+from stages import viewer as viewer_stage
+from stages.common import read_params
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import repo_copy
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror
@@ -48,9 +49,17 @@ def lite_run(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         skip_or_fail(f"the BEAM mirror folder is missing: {MIRROR_ROOT}")
     with HubMirror(MIRROR_ROOT) as hub, repo_copy(tmp_path_factory.mktemp("lite"), hub) as repo:
         repo.dvc("repro")
+        written_by_report = (repo.path / "reports/run.html").read_bytes()
         done = repo.stage("viewer")
         assert done.returncode == 0, done.stderr
+        # the report stage and the viewer stage build the page from the same run alike
+        assert (repo.path / "reports/run.html").read_bytes() == written_by_report
         yield repo.path
+
+
+def write_viewer() -> Path:
+    """What `python -m stages.viewer` does in the working directory."""
+    return viewer_stage.write_page(read_params())
 
 
 def open_page(browser: Any, page_file: Path) -> tuple[Any, list[str], list[str]]:

@@ -14,6 +14,7 @@ The hand-made statements below are made up; no dataset text is in this file.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import time
@@ -24,17 +25,34 @@ from typing import Any
 import pytest
 import yaml
 
-from bench import judge_check as jc
 from bench.judge import JUDGE_TASK
+from bench.judge_check.alteration import alter, as_sentence, key_tokens, overlap, statement_of
+from bench.judge_check.cases import (
+    BURIED_DONORS,
+    CHECK_ABILITIES,
+    DONOR_MAX_OVERLAP,
+    EMPTY_ANSWERS,
+    EXPECTED,
+    CalibrationCase,
+    build_cases,
+    case_sha256,
+    draw_cases,
+    make_recipe,
+)
+from bench.judge_check.recipe import Recipe, parse_recipe, read_items, recipe_question_ids
+from bench.judge_check.run import result_of, run_check
+from bench.judge_check.summary import judge_warning, summarize_check
 from bench.scorer_prompts import extract_judge_prompts
 from bench.scoring import JudgeVerdict
 from bench.slice import load_fixture
+from clients.files import read_record, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Completion
 from clients.scripted import backend as scripted_backend
 from clients.scripted import rules as scripted
-from schemas.errors import IntegrityError, ParamsError
+from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.judge_check import KINDS, JudgeCheckSummary, Kind
 from schemas.judging import JudgePrompts
 from schemas.params import BudgetParams, Cap, JudgeCheckParams, LlmParams, ModelRef
 from schemas.records import Question, Rubric
@@ -57,21 +75,19 @@ scripted.register_rule(JUDGE_TASK, _lenient_rule, model="scripted/lenient")
 
 
 @pytest.fixture(scope="module")
-def recipe() -> jc.Recipe:
-    return jc.load_recipe(RECIPE)
+def recipe() -> Recipe:
+    return parse_recipe(RECIPE.read_bytes(), str(RECIPE))
 
 
 @pytest.fixture(scope="module")
-def items(mirror_parquet: Path, recipe: jc.Recipe) -> tuple[list[Rubric], list[Question]]:
+def items(mirror_parquet: Path, recipe: Recipe) -> tuple[list[Rubric], list[Question]]:
     """The rubrics and questions the recipe names, from the rebuilt release parquet."""
-    return jc.read_items(mirror_parquet, jc.recipe_question_ids(recipe))
+    return read_items(mirror_parquet.read_bytes(), str(mirror_parquet), recipe_question_ids(recipe))
 
 
 @pytest.fixture(scope="module")
-def cases(
-    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
-) -> list[jc.CalibrationCase]:
-    return jc.build_cases(recipe, *items)
+def cases(recipe: Recipe, items: tuple[list[Rubric], list[Question]]) -> list[CalibrationCase]:
+    return build_cases(recipe, *items)
 
 
 @pytest.fixture(scope="module")
@@ -99,73 +115,71 @@ def judge_client(model: str, cache_dir: Path) -> LlmClient:
 
 
 def test_cases_are_built_the_same_twice_match_the_recipe_and_are_fast(
-    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
+    recipe: Recipe, items: tuple[list[Rubric], list[Question]]
 ) -> None:
     started = time.perf_counter()
-    first = jc.build_cases(recipe, *items)
+    first = build_cases(recipe, *items)
     seconds = time.perf_counter() - started
-    second = jc.build_cases(recipe, *items)
+    second = build_cases(recipe, *items)
     assert first == second
     assert [c.sha256 for c in first] == [e.sha256 for e in recipe.cases]
     assert len({c.id for c in first}) == len(first) == 5 * recipe.n_per_kind
-    assert {c.kind for c in first} == set(jc.KINDS)
-    assert all(sum(c.kind == k for c in first) == recipe.n_per_kind for k in jc.KINDS)
-    assert {c.ability for c in first} == set(jc.CHECK_ABILITIES)
+    assert {c.kind for c in first} == set(KINDS)
+    assert all(sum(c.kind == k for c in first) == recipe.n_per_kind for k in KINDS)
+    assert {c.ability for c in first} == set(CHECK_ABILITIES)
     assert len({c.question_id for c in first}) >= 30
     assert seconds < 1.0, f"building {len(first)} cases took {seconds:.3f} s"
     print(f"\nbuilt {len(first)} calibration cases in {seconds * 1000:.1f} ms")
 
 
-def test_the_recipe_is_what_make_recipe_draws(mirror_parquet: Path, recipe: jc.Recipe) -> None:
+def test_the_recipe_is_what_make_recipe_draws(mirror_parquet: Path, recipe: Recipe) -> None:
     full = load_fixture(REPO_ROOT / "fixtures" / "slices.json").modes["full"].question_ids
-    rubrics, questions = jc.read_items(mirror_parquet, full)
-    assert jc.make_recipe(rubrics, questions, recipe.n_per_kind, recipe.seed) == recipe
+    rubrics, questions = read_items(mirror_parquet.read_bytes(), str(mirror_parquet), full)
+    assert make_recipe(rubrics, questions, recipe.n_per_kind, recipe.seed) == recipe
 
 
-def test_labels_hold_by_construction(cases: list[jc.CalibrationCase]) -> None:
+def test_labels_hold_by_construction(cases: list[CalibrationCase]) -> None:
     for case in cases:
-        statement = jc.statement_of(case.rubric_item)
+        statement = statement_of(case.rubric_item)
         assert statement is not None
-        plain = jc.as_sentence(statement)
-        assert case.expected == jc.EXPECTED[case.kind]
+        plain = as_sentence(statement)
+        assert case.expected == EXPECTED[case.kind]
         if case.kind == "stated":
             assert case.answer == plain
         elif case.kind == "buried":
             sentences = case.answer.count(". ") + 1
-            assert plain in case.answer and sentences >= jc.BURIED_DONORS
+            assert plain in case.answer and sentences >= BURIED_DONORS
             assert not case.answer.startswith(plain) and not case.answer.endswith(plain)
         elif case.kind == "altered":
             assert case.answer != plain
-            assert not jc.key_tokens(case.answer, names=False) & jc.key_tokens(
-                statement, names=False
-            )
+            assert not key_tokens(case.answer, names=False) & key_tokens(statement, names=False)
         elif case.kind == "other_fact":
-            assert jc.overlap(statement, case.answer) <= jc.DONOR_MAX_OVERLAP
-            assert not jc.key_tokens(statement) & jc.key_tokens(case.answer)
+            assert overlap(statement, case.answer) <= DONOR_MAX_OVERLAP
+            assert not key_tokens(statement) & key_tokens(case.answer)
         else:
-            assert case.answer in jc.EMPTY_ANSWERS
+            assert case.answer in EMPTY_ANSWERS
 
 
-def test_a_small_draw_takes_every_kind_in_turn_in_the_recipes_order(recipe: jc.Recipe) -> None:
+def test_a_small_draw_takes_every_kind_in_turn_in_the_recipes_order(recipe: Recipe) -> None:
     for count in (1, 5, 8, 10, 13):
-        drawn = jc.draw_cases(recipe, count).cases
+        drawn = draw_cases(recipe, count).cases
         assert len(drawn) == count
         per_kind = Counter(e.kind for e in drawn)
-        assert set(per_kind) == set(jc.KINDS[:count])  # every kind once count reaches 5
+        assert set(per_kind) == set(KINDS[:count])  # every kind once count reaches 5
         assert max(per_kind.values()) - min(per_kind.values()) <= 1
         positions = [recipe.cases.index(e) for e in drawn]
         assert positions == sorted(positions)
         abilities = Counter(e.question_id.split(":")[1] for e in drawn)
-        assert len(abilities) == min(count, len(jc.CHECK_ABILITIES))
+        assert len(abilities) == min(count, len(CHECK_ABILITIES))
         assert max(abilities.values()) - min(abilities.values()) <= 1
-    assert jc.draw_cases(recipe, 10) == jc.draw_cases(recipe, 10)
-    assert jc.draw_cases(recipe, 80) == recipe and jc.draw_cases(recipe, 500) == recipe
+    assert draw_cases(recipe, 10) == draw_cases(recipe, 10)
+    assert draw_cases(recipe, 80) == recipe and draw_cases(recipe, 500) == recipe
     with pytest.raises(ParamsError, match=r"judge_check\.cases"):
-        jc.draw_cases(recipe, 0)
+        draw_cases(recipe, 0)
 
 
 def test_a_tampered_rubric_names_the_case(
-    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
+    recipe: Recipe, items: tuple[list[Rubric], list[Question]]
 ) -> None:
     rubrics, questions = items
     target = next(e for e in recipe.cases if e.kind == "stated")
@@ -178,18 +192,18 @@ def test_a_tampered_rubric_names_the_case(
         tampered.append(rubric)
     case_id = f"{target.question_id}#{target.item_index}:stated"
     with pytest.raises(IntegrityError, match="dataset's rubric text changed") as caught:
-        jc.build_cases(recipe, tampered, questions)
+        build_cases(recipe, tampered, questions)
     assert case_id in str(caught.value)
     assert "--make-recipe" in str(caught.value)
 
 
 def test_a_missing_question_names_the_case(
-    recipe: jc.Recipe, items: tuple[list[Rubric], list[Question]]
+    recipe: Recipe, items: tuple[list[Rubric], list[Question]]
 ) -> None:
     rubrics, questions = items
     gone = recipe.cases[0].question_id
     with pytest.raises(IntegrityError, match=f"no question {gone}"):
-        jc.build_cases(recipe, [r for r in rubrics if r.question_id != gone], questions)
+        build_cases(recipe, [r for r in rubrics if r.question_id != gone], questions)
 
 
 # -- altering (made-up statements) ----------------------------------------------------------------
@@ -210,17 +224,17 @@ def test_a_missing_question_names_the_case(
 )
 def test_alter_changes_every_value_under_any_seed(statement: str) -> None:
     names = not any(ch.isdigit() for ch in statement) and "day" not in statement
-    original = jc.key_tokens(statement, names=names)
+    original = key_tokens(statement, names=names)
     assert original
     built = 0
     for seed in range(200):
-        altered = jc.alter(statement, seed)
+        altered = alter(statement, seed)
         if altered is None:
             continue
         built += 1
         assert altered != statement
-        assert not jc.key_tokens(altered, names=names) & original, (statement, altered)
-        assert jc.alter(statement, seed) == altered  # a function of the seed
+        assert not key_tokens(altered, names=names) & original, (statement, altered)
+        assert alter(statement, seed) == altered  # a function of the seed
     assert built >= 150
 
 
@@ -228,16 +242,16 @@ def test_alter_changes_every_value_under_any_seed(statement: str) -> None:
     "statement", ["password hashing", "Flask-Login v0.6.2 was integrated", "which one is correct?"]
 )
 def test_alter_refuses_what_it_cannot_alter(statement: str) -> None:
-    assert all(jc.alter(statement, seed) is None for seed in range(20))
+    assert all(alter(statement, seed) is None for seed in range(20))
 
 
 def test_a_changed_number_is_never_a_near_miss() -> None:
     for seed in range(100):
-        altered = jc.alter("20 percentage points", seed)
+        altered = alter("20 percentage points", seed)
         assert altered is not None
         value = int(altered.split()[0])
         assert value < 10 or value > 30
-        year = jc.alter("by May 3, 2024", seed)
+        year = alter("by May 3, 2024", seed)
         assert year is not None and "2024" not in year and " 3," not in year
 
 
@@ -245,15 +259,15 @@ def test_a_changed_number_is_never_a_near_miss() -> None:
 
 
 def test_a_faithful_judge_agrees_on_every_case(
-    cases: list[jc.CalibrationCase], prompts: JudgePrompts, tmp_path: Path
+    cases: list[CalibrationCase], prompts: JudgePrompts, tmp_path: Path
 ) -> None:
     client = judge_client("scripted/faithful", tmp_path / "cache")
-    results = jc.run_check(cases, client, prompts)
-    summary = jc.summarize_check(results)
-    assert sorted(summary["agreement"]) == sorted(["overall", *jc.KINDS])
-    assert set(summary["agreement"].values()) == {1.0}
-    assert summary["parse_failure_rate"] == 0.0 and summary["failed_calls"] == 0
-    assert jc.judge_warning(summary, MIN_AGREEMENT) is None
+    results = run_check(cases, client, prompts)
+    summary = summarize_check(results)
+    assert sorted(summary.agreement.model_dump()) == sorted(["overall", *KINDS])
+    assert set(summary.agreement.model_dump().values()) == {1.0}
+    assert summary.parse_failure_rate == 0.0 and summary.failed_calls == 0
+    assert judge_warning(summary, MIN_AGREEMENT) is None
     # The judge was asked exactly as the judge stage asks: its prompt, its verdict schema.
     assert isinstance(client.backend, scripted_backend.ScriptedBackend)
     asked = client.backend.history
@@ -265,40 +279,36 @@ def test_a_faithful_judge_agrees_on_every_case(
         in (first["messages"][0]["content"])
     )
     # A second run is served by the model layer's cache: no new request reaches the model.
-    again = jc.run_check(cases, judge_client("scripted/faithful", tmp_path / "cache"), prompts)
+    again = run_check(cases, judge_client("scripted/faithful", tmp_path / "cache"), prompts)
     assert again == results and len(asked) == len(cases)
 
 
 def test_a_lenient_judge_falls_below_the_threshold_and_warns(
-    cases: list[jc.CalibrationCase], prompts: JudgePrompts, tmp_path: Path
+    cases: list[CalibrationCase], prompts: JudgePrompts, tmp_path: Path
 ) -> None:
-    summary = jc.summarize_check(
-        jc.run_check(cases, judge_client("scripted/lenient", tmp_path), prompts)
-    )
+    summary = summarize_check(run_check(cases, judge_client("scripted/lenient", tmp_path), prompts))
     share_of_ones = sum(c.expected == 1.0 for c in cases) / len(cases)
-    assert summary["agreement"]["overall"] == pytest.approx(share_of_ones)
-    assert summary["agreement"]["overall"] < MIN_AGREEMENT
-    assert summary["agreement"]["altered"] == 0.0 and summary["agreement"]["stated"] == 1.0
-    assert summary["confusion"]["expected_0_given_1"] == sum(c.expected == 0 for c in cases)
-    warning = jc.judge_warning(summary, MIN_AGREEMENT)
+    assert summary.agreement.overall == pytest.approx(share_of_ones)
+    assert summary.agreement.overall < MIN_AGREEMENT
+    assert summary.agreement.altered == 0.0 and summary.agreement.stated == 1.0
+    assert summary.confusion.expected_0_given_1 == sum(c.expected == 0 for c in cases)
+    warning = judge_warning(summary, MIN_AGREEMENT)
     assert warning is not None and "not to be trusted" in warning
 
 
 def test_the_overlap_judge_is_caught_too(
-    cases: list[jc.CalibrationCase], prompts: JudgePrompts, tmp_path: Path
+    cases: list[CalibrationCase], prompts: JudgePrompts, tmp_path: Path
 ) -> None:
-    summary = jc.summarize_check(
-        jc.run_check(cases, judge_client("scripted/rules", tmp_path), prompts)
-    )
-    print(f"\nscripted/rules: {json.dumps(summary['agreement'], sort_keys=True)}")
-    assert summary["agreement"]["overall"] < MIN_AGREEMENT
-    assert jc.judge_warning(summary, MIN_AGREEMENT) is not None
+    summary = summarize_check(run_check(cases, judge_client("scripted/rules", tmp_path), prompts))
+    print(f"\nscripted/rules: {summary.agreement.model_dump_json()}")
+    assert summary.agreement.overall < MIN_AGREEMENT
+    assert judge_warning(summary, MIN_AGREEMENT) is not None
 
 
 # -- reading replies and summarizing (hand-made) --------------------------------------------------
 
 
-def _case(kind: jc.Kind) -> jc.CalibrationCase:
+def _case(kind: Kind) -> CalibrationCase:
     fields: dict[str, Any] = {
         "id": f"conv3:knowledge_update:0#0:{kind}",
         "kind": kind,
@@ -308,9 +318,9 @@ def _case(kind: jc.Kind) -> jc.CalibrationCase:
         "question": "How many plants do I have?",
         "rubric_item": "LLM response should state: 12 plants",
         "answer": "12 plants.",
-        "expected": jc.EXPECTED[kind],
+        "expected": EXPECTED[kind],
     }
-    return jc.CalibrationCase(**fields, sha256=jc.case_sha256(fields))
+    return CalibrationCase(**fields, sha256=case_sha256(fields))
 
 
 @pytest.mark.parametrize(
@@ -346,36 +356,53 @@ def _case(kind: jc.Kind) -> jc.CalibrationCase:
 def test_each_reply_is_read_as_the_judge_stage_reads_it(
     completion: Completion, outcome: str, given: float | None
 ) -> None:
-    result = jc.result_of(_case("stated"), completion)
+    result = result_of(_case("stated"), completion)
     assert (result.outcome, result.given, result.agrees) == (outcome, given, False)
 
 
 def test_the_summary_has_the_same_numbers_only_keys_whatever_the_results() -> None:
-    empty = jc.summarize_check([])
+    empty = summarize_check([])
     stated, altered = _case("stated"), _case("altered")
-    full = jc.summarize_check(
+    full = summarize_check(
         [
-            jc.result_of(stated, Completion(model="m", text='{"score": 1}')),
-            jc.result_of(altered, Completion(model="m", text='{"score": 0.5}')),
-            jc.result_of(altered, Completion(model="m", text="no verdict here")),
-            jc.result_of(altered, Completion(model="m", error="request refused: 400")),
+            result_of(stated, Completion(model="m", text='{"score": 1}')),
+            result_of(altered, Completion(model="m", text='{"score": 0.5}')),
+            result_of(altered, Completion(model="m", text="no verdict here")),
+            result_of(altered, Completion(model="m", error="request refused: 400")),
         ]
     )
 
     def shape(summary: dict[str, Any]) -> dict[str, Any]:
         return {k: sorted(v) if isinstance(v, dict) else None for k, v in summary.items()}
 
-    assert shape(empty) == shape(full)
+    written = [empty.model_dump(mode="json"), full.model_dump(mode="json")]
+    assert shape(written[0]) == shape(written[1])
     numbers = [
         v
-        for group in full.values()
+        for group in written[1].values()
         for v in (group.values() if isinstance(group, dict) else [group])
     ]
     assert all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers)
-    assert full["agreement"]["overall"] == 0.25 and full["agreement"]["empty"] == 0.0
-    assert full["confusion"]["expected_0_given_0_5"] == 1
-    assert full["confusion"]["expected_0_given_none"] == 2
-    assert full["parse_failure_rate"] == 0.25 and full["failed_calls"] == 1
+    assert full.agreement.overall == 0.25 and full.agreement.empty == 0.0
+    assert full.confusion.expected_0_given_0_5 == 1
+    assert full.confusion.expected_0_given_none == 2
+    assert full.parse_failure_rate == 0.25 and full.failed_calls == 1
+
+
+def test_the_summary_is_read_back_as_written_and_a_bad_file_is_named(tmp_path: Path) -> None:
+    summary = summarize_check(
+        [result_of(_case("empty"), Completion(model="m", text='{"score": 0}'))]
+    )
+    path = tmp_path / "summary.json"
+    write_json(path, summary.model_dump(mode="json"))
+    assert read_record(path, JudgeCheckSummary) == summary
+    written = json.loads(path.read_text())
+    del written["agreement"]["buried"]  # a summary of an older shape, or a hand edit
+    path.write_text(json.dumps(written))
+    with pytest.raises(DataError, match=re.escape(f"{path} is not a valid JudgeCheckSummary")):
+        read_record(path, JudgeCheckSummary)
+    with pytest.raises(DataError, match=r"missing.*dvc repro"):
+        read_record(tmp_path / "none.json", JudgeCheckSummary)
 
 
 # -- the stage shell ------------------------------------------------------------------------------
@@ -428,11 +455,11 @@ def test_the_stage_draws_the_recipe_then_checks_the_judge(
     results = (folder / "data" / "judge_check" / "results.jsonl").read_text().splitlines()
     # params.yaml's mode is lite: its draw of the recipe, two cases of each kind
     assert len(cases) == len(results) == 10
-    assert Counter(json.loads(c)["kind"] for c in cases) == dict.fromkeys(jc.KINDS, 2)
+    assert Counter(json.loads(c)["kind"] for c in cases) == dict.fromkeys(KINDS, 2)
     metrics = json.loads((folder / "metrics" / "judge_check.json").read_text())
     assert sorted(metrics["seconds"]) == ["judge_check", "stage_judge_check"]  # wall time only
-    summary = json.loads((folder / "data" / "judge_check" / "summary.json").read_text())
-    assert summary["agreement"]["overall"] < 0.8 and summary["failed_calls"] == 0
+    summary = read_record(folder / "data" / "judge_check" / "summary.json", JudgeCheckSummary)
+    assert summary.agreement.overall < 0.8 and summary.failed_calls == 0
     usage = json.loads((folder / "metrics" / "usage" / "judge_check.json").read_text())
     assert usage["judge"]["calls"] == len(cases)
     assert "warning: the judge gave the known score" in capsys.readouterr().err

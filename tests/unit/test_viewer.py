@@ -1,6 +1,6 @@
 """The run viewer without a browser: the page's data, the escaping of untrusted text, the page's
-policy, and `write_viewer` over a small run laid out in a temporary folder. The page in a real
-browser, on a real lite run, is tests/browser/test_viewer_page.py."""
+policy, and the viewer stage (`stages.viewer.write_page`) over a small run laid out in a temporary
+folder. The page in a real browser, on a real lite run, is tests/browser/test_viewer_page.py."""
 
 from __future__ import annotations
 
@@ -8,25 +8,24 @@ import base64
 import hashlib
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from bench.viewer import (
-    CSS,
-    EVIDENCE_CHARS,
-    REACHED_CHARS,
-    SCRIPT,
-    embed_json,
-    render_page,
-    write_viewer,
-)
+from bench.viewer.data import EVIDENCE_CHARS, REACHED_CHARS
+from bench.viewer.page import CSS, SCRIPT, embed_json, render_page
 from clients.files import write_json, write_jsonl
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, ItemScore, Judgement
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
 from schemas.traces import ToolCallRecord, Trace
+from stages import viewer as viewer_stage
+from stages.common import read_params
+from tests.conftest import REPO_ROOT
 
 HOSTILE = '</script><script>window.pwned = 1</script><!-- <img src=x onerror="alert(1)">'
 LONG = "word " * 2000
@@ -207,7 +206,18 @@ KIND_AGREEMENT = {"stated": 1.0, "other_fact": 0.5, "altered": 1.0, "empty": 0.5
 CHECK_SUMMARY = {
     "cases": {"overall": 10, **KIND_CASES},
     "agreement": {"overall": 0.6, **KIND_AGREEMENT},
+    "confusion": {
+        "expected_1_given_1": 2,
+        "expected_1_given_0_5": 0,
+        "expected_1_given_0": 2,
+        "expected_1_given_none": 0,
+        "expected_0_given_1": 1,
+        "expected_0_given_0_5": 0,
+        "expected_0_given_0": 5,
+        "expected_0_given_none": 0,
+    },
     "parse_failure_rate": 0.0,
+    "failed_calls": 0,
 }
 
 
@@ -227,6 +237,7 @@ def lay_out_run(root: Path, *, failures: bool = True) -> None:
     events = {"event_ordering": {"event_f1": 0.5, "event_tau_norm": 0.5}}
     write_json(root / "data/judge/summary.json", events)
     write_json(root / "data/judge_check/summary.json", CHECK_SUMMARY)
+    (root / "params.yaml").write_bytes((REPO_ROOT / "params.yaml").read_bytes())
     for stage, role in (("ingest", "extraction"), ("answer", "agent"), ("judge", "judge")):
         model = {
             "role": role,
@@ -236,6 +247,11 @@ def lay_out_run(root: Path, *, failures: bool = True) -> None:
             "judge_is_agent": role == "judge",
         }
         write_json(root / f"data/{stage}/run.json", {"mode": "lite", "models": [model]})
+
+
+def write_viewer(out: Path = Path("reports/run.html")) -> Path:
+    """What `python -m stages.viewer --out OUT` does in the working directory."""
+    return viewer_stage.write_page(read_params(), out)
 
 
 def embedded(page: str) -> Any:
@@ -376,11 +392,10 @@ def test_render_page_escapes_the_title() -> None:
 def test_the_headline_has_the_benchmark_code_score_and_the_judge_check_with_its_warning(
     run_dir: Path,
 ) -> None:
-    params = {
-        "report": {"bootstrap_samples": 100, "seed": 0, "confidence": 0.95},
-        "judge_check": {"cases": {"lite": 10, "full": 80, "all": 80}, "min_agreement": 0.8},
-    }
-    (run_dir / "params.yaml").write_text(json.dumps(params), encoding="utf-8")
+    params = yaml.safe_load((run_dir / "params.yaml").read_text(encoding="utf-8"))
+    params["report"]["confidence"] = 0.95
+    params["judge_check"]["min_agreement"] = 0.8
+    (run_dir / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     data = embedded(write_viewer().read_text(encoding="utf-8"))
     assert data["headline"]["beam_code"] == 0.4125
     check = data["judge_check"]
@@ -390,9 +405,27 @@ def test_the_headline_has_the_benchmark_code_score_and_the_judge_check_with_its_
     }
     assert check["warning"].startswith("the judge gave the known score on 60% of 10")
     assert "buried 0%" in check["warning"]  # the weakest kind is named
-    # at the threshold: no warning; a run without the check (or its params) shows none
+    # at the threshold: no warning; a run without the check shows none
     params["judge_check"]["min_agreement"] = 0.6
-    (run_dir / "params.yaml").write_text(json.dumps(params), encoding="utf-8")
+    (run_dir / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     assert embedded(write_viewer().read_text(encoding="utf-8"))["judge_check"]["warning"] is None
     (run_dir / "data/judge_check/summary.json").unlink()
     assert embedded(write_viewer().read_text(encoding="utf-8"))["judge_check"] is None
+
+
+def test_the_page_reads_no_params_or_files_itself() -> None:
+    # The stage hands the page its records: bench.viewer reaches no door (params.yaml, files),
+    # not even through the judge check's summary, and stays quick to import.
+    code = (
+        "import sys, bench.viewer.page; "
+        "print(sorted(m for m in sys.modules if m.startswith(('clients', 'stages'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
