@@ -38,8 +38,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from schemas.errors import DataError
+from schemas.layout import LAYOUT
 
-REPORT_METRICS = "metrics/report.json"
+REPORT_METRICS = str(LAYOUT.report.metrics)
 PARAMS_FILE = "params.yaml"
 MISSING = "–"
 SCORE_GROUPS = ("score_beam_code", "score_excluding_known_bad", "evidence_recall")
@@ -88,7 +89,7 @@ class Run(BaseModel):
     params: dict[str, Any]
     """params.yaml, flattened to dotted keys."""
     report: dict[str, dict[str, float]] | None
-    """metrics/report.json; None when the run has none (not run, failed, still queued)."""
+    """The run's headline metrics; None when the run has none (not run, failed, still queued)."""
 
 
 class Cell(BaseModel):

@@ -28,6 +28,7 @@ from clients.tokens import count_tokens
 from schemas.errors import DataError
 from schemas.estimate import PhaseEstimate, RateOrigin, RunRates
 from schemas.judging import JudgePrompts
+from schemas.layout import LAYOUT
 from schemas.params import MODES, EstimateParams, JudgeRates, Mode
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.traces import Trace
@@ -96,23 +97,24 @@ def format_table(
 # A finished run's files
 # ---------------------------------------------------------------------------------------------
 
+_L = LAYOUT
 MADE_BY = {
-    "data/slice/": "slice",
-    "data/ingest/": "ingest",
-    "metrics/usage/ingest.json": "ingest",
-    "data/answer/": "answer",
-    "metrics/usage/answer.json": "answer",
-    "data/judge/": "judge",
-    "metrics/usage/judge.json": "judge",
+    f"{_L.slice.folder}/": "slice",
+    f"{_L.ingest.folder}/": "ingest",
+    str(_L.ingest.usage): "ingest",
+    f"{_L.answer.folder}/": "answer",
+    str(_L.answer.usage): "answer",
+    f"{_L.judge.folder}/": "judge",
+    str(_L.judge.usage): "judge",
 }
 """Which stage writes a run file (by path prefix): named when the run lacks it."""
-CHATS = "data/slice/chats"
-QUESTIONS = "data/slice/questions.jsonl"
-RUBRICS = "data/slice/rubrics.jsonl"
-TRACES = "data/answer/traces.jsonl"
-JUDGED = "data/judge/questions.jsonl"
-USAGE = ("metrics/usage/ingest.json", "metrics/usage/answer.json", "metrics/usage/judge.json")
-RUN_INFO = ("data/ingest/run.json", "data/answer/run.json", "data/judge/run.json")
+CHATS = str(_L.slice.chats)
+QUESTIONS = str(_L.slice.questions)
+RUBRICS = str(_L.slice.rubrics)
+TRACES = str(_L.answer.traces)
+JUDGED = str(_L.judge.questions)
+USAGE = tuple(str(stage.usage) for stage in (_L.ingest, _L.answer, _L.judge))
+RUN_INFO = tuple(str(stage.run) for stage in (_L.ingest, _L.answer, _L.judge))
 
 
 def made_by(path: str) -> str | None:
@@ -244,7 +246,7 @@ class RunData:
     rubrics: Sequence[Rubric]
     traces: Sequence[Trace]
     judged: Sequence[Mapping[str, Any]]
-    """data/judge/questions.jsonl: one row per question, with its `judge_calls`."""
+    """The judge's rows (`LAYOUT.judge.questions`): one per question, with its `judge_calls`."""
     usage: Mapping[str, Mapping[str, int]]
     """Role -> {calls, prompt_tokens, completion_tokens}, from every metrics/usage/ file."""
     files: Mapping[str, str]
@@ -316,7 +318,7 @@ def judge_rates_from_run(
     ratio of the judge's prompt tokens to the estimator's count of the same prompts (cl100k,
     with the same `prompts`). The unfilled template sizes stay as params have them: the pinned
     prompts, when at hand, are counted instead."""
-    used = usage_of(run, "judge", "metrics/usage/judge.json")
+    used = usage_of(run, "judge", str(_L.judge.usage))
     origins: dict[str, RateOrigin] = {}
     values: dict[str, float] = {}
     answers = [count_tokens(t.answer) for t in run.traces]

@@ -18,9 +18,10 @@ from pathlib import Path
 from clients import github
 from clients.files import remove_outputs, write_atomic
 from clients.hub import PinnedFile, download_pinned
+from schemas.layout import LAYOUT
 from schemas.params import FetchParams, JudgeParams
 
-FETCH_OUT = Path("data/fetch/dataset.parquet")
+FETCH_OUT = LAYOUT.fetch.dataset
 """The fetch stage's out: the pinned release file, read by verify-hash and repair."""
 SCORER_CACHE = Path(".cache/scorer")
 

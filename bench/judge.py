@@ -233,11 +233,11 @@ def _group(js: Sequence[Judgement]) -> dict[str, float | int | None]:
 def summarize(
     judgements: Sequence[Judgement], rubrics: Sequence[Rubric]
 ) -> dict[str, dict[str, float | int | None]]:
-    """data/judge/summary.json: one group per ability (all ten always present, null scores where
-    an ability has no question) and `overall`. Ability score = mean over its questions; overall
-    score = mean over all questions, `macro_score` = mean of the ability scores. event_ordering
-    also carries the means of event_f1 and event_tau_norm. Every rubric must have exactly one
-    judgement."""
+    """The judge's summary (`LAYOUT.judge.summary`): one group per ability (all ten always present,
+    null scores where an ability has no question) and `overall`. Ability score = mean over its
+    questions; overall score = mean over all questions, `macro_score` = mean of the ability
+    scores. event_ordering also carries the means of event_f1 and event_tau_norm. Every rubric
+    must have exactly one judgement."""
     by_id = {r.question_id: r for r in rubrics}
     seen: set[str] = set()
     for j in judgements:

@@ -29,12 +29,12 @@ from pydantic import BaseModel, ConfigDict
 
 from bench.verify_hash import RECEIPT, Receipt, digest_bytes, read_receipt
 from clients.files import remove_outputs, write_atomic, write_json
-from clients.params_file import PARAMS_FILE
 from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.layout import LAYOUT
 from schemas.params import RepairParams
 
-REPAIR_OUT = Path("data/repair/dataset.parquet")
-RECORD = Path("data/repair/record.json")
+REPAIR_OUT = LAYOUT.repair.dataset
+RECORD = LAYOUT.repair.record
 FILLER_CHARS = frozenset(" |\\\n")
 REQUIRED_COLUMNS = ("conversation_id", "chat")
 PIN_PROVENANCE = (
@@ -226,11 +226,12 @@ def repin_params_text(text: str, new_sha256: str) -> str:
             ending = "\n" if line.endswith("\n") else ""
             lines[number] = f"{match['lead']}{new_sha256}{match['tail']}{ending}"
             return "".join(lines)
-    raise ParamsError(f"{PARAMS_FILE}: no `original_sha256:` line in section `repair` to re-pin")
+    raise ParamsError("params.yaml: no `original_sha256:` line in section `repair` to re-pin")
 
 
-def repin(receipt_path: Path, params: RepairParams, params_file: Path) -> str:
-    """Re-pin the message hash to the verified release (after a person has looked)."""
+def verified_message_sha256(receipt_path: Path, params: RepairParams) -> str:
+    """The sha256 of the pinned message in the verified release, to re-pin it (after a person has
+    looked): the message must still end in filler where the pin says."""
     receipt = read_receipt(receipt_path)
     table = load_table(read_verified(receipt), receipt.path)
     row = conversation_row(table, params.conversation_id, receipt.path)
@@ -238,7 +239,4 @@ def repin(receipt_path: Path, params: RepairParams, params_file: Path) -> str:
     where = f"{receipt.path}: conversation {params.conversation_id}, message {params.message_id}"
     content = find_message(chat, params.message_id, where).get("content") or ""
     check_filler(content, params.sound_chars, where)
-    new_sha256 = hashlib.sha256(content.encode("utf-8")).hexdigest()
-    text = params_file.read_text(encoding="utf-8")
-    write_atomic(params_file, repin_params_text(text, new_sha256))
-    return new_sha256
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()

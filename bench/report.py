@@ -23,6 +23,7 @@ from clients.files import (
     write_atomic,
 )
 from clients.local_model import LOCAL_MODELS
+from schemas.layout import LAYOUT
 from schemas.params import (
     ReportParams,
 )
@@ -34,14 +35,14 @@ if TYPE_CHECKING:
 # The stage's heavy imports (numpy, the estimator, the judge's and ingest's modules) are made
 # inside the functions that use them, so `python -m stages.report --print` starts at once.
 
-RECORD = Path("reports/memory.md")
-VIEWER = Path("reports/run.html")
+RECORD = LAYOUT.report.record
+VIEWER = LAYOUT.report.page
 STAGE_METRICS = ("ingest", "answer", "judge", "judge_check")
 """Stages whose metrics file holds `seconds.stage_<stage>`, the wall time of their last run (a
 key of its own in each file: DVC shows every metrics file's numbers side by side)."""
-METRICS = Path("metrics/report.json")
-ABILITY_PLOT = Path("metrics/plots/abilities.csv")
-COST_PLOT = Path("metrics/plots/cost.csv")
+METRICS = LAYOUT.report.metrics
+ABILITY_PLOT = LAYOUT.report.abilities_plot
+COST_PLOT = LAYOUT.report.cost_plot
 COST_PHASES = {
     "ingest_extraction": "extraction",
     "ingest_resolution": "resolution",
@@ -192,7 +193,7 @@ def build_metrics(
     failures: Mapping[str, int],
     judge_check: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """metrics/report.json, the headline: numbers only, two levels, no null.
+    """The headline (`LAYOUT.report.metrics`): numbers only, two levels, no null.
 
     `questions` counts every ability, 0 where the mode asks none; `score` and its interval exist
     for an ability only where it has questions (a missing number, not a null or a made-up 0).

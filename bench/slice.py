@@ -41,11 +41,12 @@ from bench.repair import load_table
 from clients.files import UMASK, remove_outputs, stable_json, write_atomic, write_json, write_jsonl
 from clients.tokens import count_tokens
 from schemas.errors import DataError, IntegrityError, ParamsError
+from schemas.layout import LAYOUT
 from schemas.params import Mode
 from schemas.records import ABILITIES, Ability, ChatMessage, ChatSlice, Question, Rubric, Session
 
-SLICE_OUT = Path("data/slice")
-METRICS = Path("metrics/slice.json")
+SLICE_OUT = LAYOUT.slice.folder
+METRICS = LAYOUT.slice.metrics
 REQUIRED_COLUMNS = ("conversation_id", "chat", "probing_questions")
 REPIN_COMMAND = "uv run --frozen python -m stages.slice --repin"
 PIN_PROVENANCE = (
@@ -393,7 +394,8 @@ def check_pins(built: Built, pin: ModePin, mode: str) -> None:
 
 
 def sizes(built: Built) -> dict[str, dict[str, int]]:
-    """data/slice/sizes.json: per slice and total counts, questions per ability (all present)."""
+    """The slice's sizes (`LAYOUT.slice.sizes`): per slice and total counts, questions per
+    ability (all present)."""
     counts: dict[str, dict[str, int]] = {}
     for item in built.slices:
         conv = item.chat.conversation_id
@@ -416,7 +418,7 @@ def sizes(built: Built) -> dict[str, dict[str, int]]:
 
 
 def summarize(built: Built) -> dict[str, dict[str, int]]:
-    """metrics/slice.json: how much chat the memory system is given (the same keys in every mode;
+    """The slice's metrics: how much chat the memory system is given (the same keys in every mode;
     questions are counted in metrics/report.json, per conversation in data/slice/sizes.json)."""
     total = sizes(built)["total"]
     return {"chat": {k: total[k] for k in ("conversations", "sessions", "messages", "tokens")}}

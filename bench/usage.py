@@ -18,16 +18,16 @@ from pathlib import Path
 
 from clients.files import write_json
 from clients.llm.port import ChatModel, ChatRequest, Completion, Role
-
-USAGE_DIR = Path("metrics/usage")
+from schemas.layout import usage_file
 
 
 def usage_path(stage: str) -> Path:
-    return USAGE_DIR / f"{stage}.json"
+    return usage_file(stage)
 
 
 def write_usage(stage: str, usage: Mapping[str, Mapping[str, int]]) -> None:
-    """metrics/usage/<stage>.json: {role: {calls, prompt_tokens, completion_tokens}}."""
+    """The stage's usage file (`schemas.layout.usage_file`): {role: {calls, prompt_tokens,
+    completion_tokens}}."""
     write_json(usage_path(stage), usage)
 
 

@@ -16,9 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clients.files import remove_outputs, write_json
 from schemas.errors import DataError, IntegrityError
+from schemas.layout import LAYOUT
 from schemas.params import VerifyHashParams
 
-RECEIPT = Path("data/verify_hash/receipt.json")
+RECEIPT = LAYOUT.verify_hash.receipt
 CHUNK_BYTES = 1 << 20
 
 

@@ -41,10 +41,9 @@ sys.path.insert(0, str(ROOT))
 from bench.repair import encode_table, load_table, repair_table  # noqa: E402
 from bench.slice import make_slices  # noqa: E402
 from clients.files import read_jsonl, write_atomic, write_json  # noqa: E402
-from clients.params_file import load_params  # noqa: E402
 from schemas.errors import BeamError  # noqa: E402
-from schemas.params import RepairParams, SliceParams  # noqa: E402
 from schemas.traces import Trace  # noqa: E402
+from stages.common import read_params  # noqa: E402
 from tests.conftest import MIRROR_PARQUET  # noqa: E402
 from tests.support.models import scripted_models  # noqa: E402
 from tests.support.scorer_standin import (  # noqa: E402
@@ -74,11 +73,11 @@ def prepare(work: Path) -> None:
     params = bench_params()
     write_atomic(work / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     write_standin(work / "data" / "scorer")
-    repair = load_params("repair", RepairParams, work / "params.yaml")
+    repair = read_params(work / "params.yaml").repair
     table = load_table(MIRROR_PARQUET.read_bytes(), str(MIRROR_PARQUET))
     repaired, _ = repair_table(table, repair, str(MIRROR_PARQUET))
     write_atomic(work / "data" / "repair" / "dataset.parquet", encode_table(repaired))
-    slice_params = load_params("slice", SliceParams, work / "params.yaml")
+    slice_params = read_params(work / "params.yaml").slice
     make_slices(
         work / "data" / "repair" / "dataset.parquet",
         ROOT / slice_params.fixture,

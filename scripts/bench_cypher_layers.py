@@ -27,8 +27,7 @@ from clients.graph.guard import QueryRejected, check_read_only
 from clients.graph.port import QueryFailed
 from clients.graph.server import LocalServer
 from clients.graph.store import Neo4jGraphStore, start_graph
-from clients.params_file import ROOT, load_params
-from schemas.params import GraphParams
+from stages.common import read_params
 from systems.graphrag.agent import GraphTools
 from tests.integration.test_cypher_attacks import (
     RUNAWAY_BOMBS,
@@ -58,7 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=2.0, help="graph.query_timeout_seconds")
     args = parser.parse_args()
-    params = load_params("graph", GraphParams, ROOT / "params.yaml").model_copy(
+    params = read_params(Path(__file__).resolve().parents[1] / "params.yaml").graph.model_copy(
         update={"backend": "local", "query_timeout_seconds": args.timeout, "row_limit": 50}
     )
     loopback = Loopback()

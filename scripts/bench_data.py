@@ -29,8 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.fetch import pinned_file  # noqa: E402
 from clients.hub import download_pinned  # noqa: E402
-from clients.params_file import load_params  # noqa: E402
-from schemas.params import FetchParams  # noqa: E402
+from stages.common import read_params  # noqa: E402
 from tests.conftest import MIRROR_PARQUET, SHARED_BEAM  # noqa: E402
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror  # noqa: E402
 
@@ -53,7 +52,7 @@ def prepare(work: Path) -> dict[str, str]:
     shutil.copytree(REPO_ROOT / "fixtures", work / "fixtures")
     cache = work / "hf"
     with HubMirror(MIRROR_ROOT) as mirror:
-        fetch_params = load_params("fetch", FetchParams, work / "params.yaml")
+        fetch_params = read_params(work / "params.yaml").fetch
         download_pinned(
             pinned_file(fetch_params),
             timeout_seconds=fetch_params.timeout_seconds,

@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT))
 from clients.files import write_json  # noqa: E402
 from clients.graph.server import LocalServer  # noqa: E402
 from clients.graph.store import Neo4jGraphStore, start_graph  # noqa: E402
-from clients.params_file import load_params  # noqa: E402
 from schemas.memory import (  # noqa: E402
     ENTITY_LABELS,
     NODE_ADAPTER,
@@ -37,7 +36,7 @@ from schemas.memory import (  # noqa: E402
     Relationship,
 )
 from schemas.params import GraphParams  # noqa: E402
-from stages.common import run_stage  # noqa: E402
+from stages.common import read_params, run_stage  # noqa: E402
 
 WORDS = (
     "garden",
@@ -166,7 +165,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    params = load_params("graph", GraphParams, ROOT / "params.yaml")
+    params = read_params(ROOT / "params.yaml").graph
     result: dict[str, Any] = {
         "heap_mb": params.heap_mb,
         "page_cache_mb": params.page_cache_mb,

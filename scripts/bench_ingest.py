@@ -42,17 +42,12 @@ from bench.repair import load_table, repair_table  # noqa: E402
 from bench.slice import REQUIRED_COLUMNS, Built, build_mode, check_pins, load_fixture  # noqa: E402
 from clients.files import write_json  # noqa: E402
 from clients.llm.client import LlmClient  # noqa: E402
-from clients.params_file import load_params  # noqa: E402
 from schemas.errors import DataError  # noqa: E402
 from schemas.params import (  # noqa: E402
-    EstimateParams,
-    IngestParams,
     Mode,
-    RepairParams,
-    SliceParams,
 )
 from schemas.records import ChatSlice  # noqa: E402
-from stages.common import run_stage  # noqa: E402
+from stages.common import read_params, run_stage  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
 from systems.graphrag.estimate import estimate_ingest  # noqa: E402
 from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402
@@ -81,8 +76,8 @@ def build_slices(parquet: Path) -> dict[str, Built]:
     """lite and full slices from the parquet, repaired and checked against the fixture's pins."""
     if not parquet.is_file():
         raise DataError(f"the rebuilt BEAM parquet is not at {parquet} (see ../shared/beam)")
-    repair = load_params("repair", RepairParams, PARAMS)
-    slice_params = load_params("slice", SliceParams, PARAMS)
+    repair = read_params(PARAMS).repair
+    slice_params = read_params(PARAMS).slice
     fixture = load_fixture(ROOT / slice_params.fixture)
     table = load_table(parquet.read_bytes(), str(parquet))
     repaired, _ = repair_table(table, repair, str(parquet))
@@ -103,7 +98,7 @@ def chunk_counts(chats: list[ChatSlice], size: int) -> dict[str, int]:
 
 
 def estimate(chats: list[ChatSlice], settings: IngestSettings) -> dict[str, Any]:
-    rates = load_params("estimate", EstimateParams, PARAMS).ingest
+    rates = read_params(PARAMS).estimate.ingest
     result = estimate_ingest(chats, settings, rates)
     return {
         "chunks": result.chunks,
@@ -243,7 +238,7 @@ def main() -> None:
     parser.add_argument("--scaling-conversation", default="17")
     args = parser.parse_args()
 
-    params = load_params("ingest", IngestParams, PARAMS)
+    params = read_params(PARAMS).ingest
     built = build_slices(MIRROR)
     chats = {mode: [s.chat for s in b.slices] for mode, b in built.items()}
     result: dict[str, Any] = {

@@ -26,13 +26,11 @@ from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
 from clients.llm.port import ChatModel
-from clients.params_file import load_mode, load_params
 from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
-from schemas.params import AnswerParams, LlmParams
 from schemas.records import Question
 from schemas.traces import Trace
-from stages.common import progress, run_stage, stage_seconds
+from stages.common import progress, read_params, run_stage, stage_seconds
 from systems.port import Memory, MemorySystem, memory_file
 from systems.registry import load_system
 
@@ -124,16 +122,15 @@ def answer_conversations(
 
 
 def main() -> None:
-    mode = load_mode()
-    params = load_params("answer", AnswerParams)
-    concurrency = load_params("llm", LlmParams).concurrency
+    run = read_params()
+    mode, params, concurrency = run.mode, run.answer, run.llm.concurrency
     questions = read_jsonl(QUESTIONS, Question)
     by_conversation: dict[str, list[Question]] = defaultdict(list)
     for question in questions:
         by_conversation[question.conversation_id].append(question)
     accounting = Accounting()
-    agent = open_model("agent", accounting=accounting)
-    system = load_system(answer_model=agent)
+    agent = open_model("agent", run, accounting=accounting)
+    system = load_system(run, answer_model=agent)
     missing = [c for c in by_conversation if not memory_file(MEMORIES, c).is_file()]
     if missing:
         raise DataError(

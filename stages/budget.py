@@ -7,7 +7,7 @@ import argparse
 from clients.llm.accounting import Budget, describe, run_key_of
 from clients.shared_root import shared_path
 from schemas.params import MODES
-from stages.common import run_stage
+from stages.common import read_params, run_stage
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,19 +21,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from clients.llm.client import run_identity
-    from clients.params_file import load_mode, load_params
-    from schemas.params import BudgetParams, LlmParams, ModelsParams
 
-    mode = args.mode or load_mode()
-    cap = getattr(load_params("budget", BudgetParams), mode)
-    ledger_dir = shared_path(load_params("llm", LlmParams).cache_dir)
+    params = read_params()
+    mode = args.mode or params.mode
+    cap = getattr(params.budget, mode)
+    ledger_dir = shared_path(params.llm.cache_dir)
     if args.all:
         keys = sorted(
             p.stem.removeprefix(f"budget-{mode}").lstrip("-")
             for p in ledger_dir.glob(f"budget-{mode}*.json")
         )
     else:
-        keys = [run_key_of(mode, run_identity(load_params("models", ModelsParams)))]
+        keys = [run_key_of(mode, run_identity(params.models))]
     for key in keys:
         budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key)
         if args.action == "reset":

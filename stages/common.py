@@ -28,8 +28,14 @@ PARAMS_FILE = Path("params.yaml")
 
 
 def _problems(exc: ValidationError) -> str:
+    """Each bad key with what is wrong and, for a plain value, the value found."""
+
+    def found(error: Any) -> str:
+        value = error.get("input")
+        return "" if isinstance(value, dict | list) else f" (found {value!r})"
+
     return "; ".join(
-        f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
+        f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}{found(error)}"
         for error in exc.errors()
     )
 

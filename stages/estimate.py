@@ -33,19 +33,18 @@ from bench.estimate import (
 from bench.repair import REPAIR_OUT
 from bench.scorer_prompts import load_prompts, scorer_present
 from bench.slice import Built, build_mode, load_fixture, read_rows, restrict
-from clients.params_file import load_mode, load_params
 from schemas.estimate import FinishedRun, PhaseEstimate, RateOrigin, RunRates, with_total
 from schemas.judging import JudgePrompts
 from schemas.params import (
     MODES,
-    BudgetParams,
     EstimateParams,
     JudgeParams,
     Mode,
+    Params,
     SliceParams,
 )
 from schemas.records import ChatSlice, Question, Rubric
-from stages.common import run_stage
+from stages.common import read_params, run_stage
 from systems.port import MemorySystem, estimate_system
 from systems.registry import load_system, system_name
 
@@ -68,15 +67,13 @@ def estimate_phases(
     return with_total(phases)
 
 
-def judge_prompts() -> JudgePrompts | None:
+def judge_prompts(judge: JudgeParams) -> JudgePrompts | None:
     """The pinned scorer prompts when fetched (their sizes are then counted, not assumed)."""
-    judge = load_params("judge", JudgeParams)
     return load_prompts(judge) if scorer_present(judge) else None
 
 
-def build_slices(mode: Mode) -> Built:
+def build_slices(slice_params: SliceParams, mode: Mode) -> Built:
     """The mode's slices (the kept conversations only), from the repaired dataset."""
-    slice_params = load_params("slice", SliceParams)
     fixture = load_fixture(Path(slice_params.fixture))
     return build_mode(
         read_rows(REPAIR_OUT),
@@ -86,14 +83,17 @@ def build_slices(mode: Mode) -> Built:
     )
 
 
-def estimate_mode(mode: Mode, rates: EstimateParams | None = None) -> dict[str, PhaseEstimate]:
+def estimate_mode(
+    params: Params, mode: Mode, rates: EstimateParams | None = None
+) -> dict[str, PhaseEstimate]:
     """The estimate of a whole run of `mode` for params `system`, with `rates` (default: params
     `estimate`)."""
-    rates = rates or load_params("estimate", EstimateParams)
-    built = build_slices(mode)
-    system = load_system(mode=mode, rates=rates)
+    rates = rates or params.estimate
+    built = build_slices(params.slice, mode)
+    system = load_system(params, mode=mode, rates=rates)
     chats = [s.chat for s in built.slices]
-    return estimate_phases(system, chats, built.questions, built.rubrics, rates, judge_prompts())
+    prompts = judge_prompts(params.judge)
+    return estimate_phases(system, chats, built.questions, built.rubrics, rates, prompts)
 
 
 def finished_run(run: RunData) -> FinishedRun:
@@ -145,29 +145,30 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
-    mode: Mode = args.mode or load_mode()
-    system = system_name()
-    fallback = load_params("estimate", EstimateParams)
-    prompts = judge_prompts()
+    params = read_params()
+    mode: Mode = args.mode or params.mode
+    system = system_name(params)
+    fallback = params.estimate
+    prompts = judge_prompts(params.judge)
     found: RunRates | None = None
     if args.from_:
-        planned = load_system(system, mode=mode, rates=fallback)
+        planned = load_system(params, system, mode=mode, rates=fallback)
         run = read_run(
             open_run(args.from_), lambda name: planned.run_files if name == system else {}
         )
         found = rates_from_run(run, fallback, prompts, planned)
     rates = found.rates if found else fallback
-    built = build_slices(mode)
+    built = build_slices(params.slice, mode)
     phases = estimate_phases(
-        load_system(system, mode=mode, rates=rates),
+        load_system(params, system, mode=mode, rates=rates),
         [s.chat for s in built.slices],
         built.questions,
         built.rubrics,
         rates,
         prompts,
     )
-    cap = getattr(load_params("budget", BudgetParams), mode)
-    kept = load_params("slice", SliceParams).conversations
+    cap = getattr(params.budget, mode)
+    kept = params.slice.conversations
     label = f"mode {mode}" + (f", conversations {', '.join(kept)} only" if kept else "")
     label += f", system {system}"
     if args.json:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from bench.fetch import FETCH_OUT, fetch, fetch_scorer
 from clients.hub import resolve_endpoint
-from clients.params_file import load_params
-from schemas.params import FetchParams, JudgeParams
-from stages.common import run_stage
+from stages.common import read_params, run_stage
 
 
 def main() -> None:
-    params = load_params("fetch", FetchParams)
-    judge = load_params("judge", JudgeParams)
+    run = read_params()
+    params, judge = run.fetch, run.judge
     endpoint = resolve_endpoint()
     cached = fetch(params, FETCH_OUT, endpoint=endpoint)
     origin = "the HF cache (no request)" if cached else endpoint

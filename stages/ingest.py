@@ -26,12 +26,10 @@ from clients.files import read_chats, remove_outputs, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_model
 from clients.llm.port import ChatModel, Role
-from clients.params_file import load_mode, load_params
 from clients.workdir import stage_workdir
 from schemas.errors import check_failed_share
-from schemas.params import IngestParams
 from schemas.records import ChatSlice
-from stages.common import ProgressBar, run_stage, stage_seconds
+from stages.common import ProgressBar, read_params, run_stage, stage_seconds
 from systems.port import BuiltMemory, MemorySystem, memory_file
 from systems.registry import load_system
 
@@ -53,15 +51,15 @@ def summarize(memories: Sequence[BuiltMemory]) -> dict[str, Any]:
 
 
 def main() -> None:
-    mode = load_mode()
-    params = load_params("ingest", IngestParams)
-    system = load_system()
+    run = read_params()
+    mode, params = run.mode, run.ingest
+    system = load_system(run)
     # first: a missing slice must not leave the last run's memory
     remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
     chats = read_chats(SLICE_CHATS)
 
     accounting = Accounting()
-    clients = [open_model(role, accounting=accounting) for role in system.build_roles]
+    clients = [open_model(role, run, accounting=accounting) for role in system.build_roles]
     for client in clients:
         client.check_endpoint()
     estimate = system.estimate_build(chats)

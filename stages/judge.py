@@ -18,15 +18,13 @@ from bench.usage import CountedModel, usage_path, write_usage
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
-from clients.params_file import load_mode, load_params
 from schemas.errors import DataError, check_failed_share
 from schemas.judging import (
     Judgement,
 )
-from schemas.params import EstimateParams, JudgeParams
 from schemas.records import ABILITIES, Question, Rubric
 from schemas.traces import Trace
-from stages.common import progress, run_stage, stage_seconds
+from stages.common import progress, read_params, run_stage, stage_seconds
 
 
 def judged_answer(trace: Trace) -> str:
@@ -37,8 +35,8 @@ def judged_answer(trace: Trace) -> str:
 def main() -> None:
     from bench.beam_code import beam_code_score, beam_code_summary
 
-    mode = load_mode()
-    params = load_params("judge", JudgeParams)
+    run = read_params()
+    mode, params = run.mode, run.judge
     questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
     rubrics = {r.question_id: r for r in read_jsonl(Path("data/slice/rubrics.jsonl"), Rubric)}
     traces = {t.question_id: t for t in read_jsonl(Path("data/answer/traces.jsonl"), Trace)}
@@ -52,9 +50,9 @@ def main() -> None:
     remove_outputs(out_dir, metrics_path, usage_path("judge"))
 
     accounting = Accounting()
-    judge = open_model("judge", accounting=accounting)
+    judge = open_model("judge", run, accounting=accounting)
     judge.check_endpoint()
-    rates = load_params("estimate", EstimateParams).judge
+    rates = run.estimate.judge
     planned = estimate_judge(
         [rubrics[q.id] for q in questions], {q.id: q.question for q in questions}, rates, prompts
     )

@@ -13,13 +13,11 @@ from __future__ import annotations
 import sys
 
 from clients.llm.client import check_all_endpoints
-from clients.params_file import load_params
-from schemas.params import ModelsParams
-from stages.common import run_stage
+from stages.common import read_params, run_stage
 
 
 def main() -> None:
-    check_all_endpoints(load_params("models", ModelsParams))
+    check_all_endpoints(read_params().models)
     print("preflight: every role's model endpoint answers", file=sys.stderr)
 
 

@@ -7,13 +7,11 @@ the stage reads and writes, and how) and writes the outs.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from bench.repair import RECORD, REPAIR_OUT, repair, repin
+from bench.repair import RECORD, REPAIR_OUT, repair, repin_params_text, verified_message_sha256
 from bench.verify_hash import RECEIPT
-from clients.params_file import PARAMS_FILE, load_params
-from schemas.params import RepairParams
-from stages.common import run_stage
+from clients.files import write_atomic
+from stages.common import PARAMS_FILE, read_params, run_stage
 
 
 def main() -> None:
@@ -27,9 +25,11 @@ def main() -> None:
         "(only after a person has looked at the message)",
     )
     args = parser.parse_args()
-    params = load_params("repair", RepairParams)
+    params = read_params().repair
     if args.repin:
-        sha = repin(RECEIPT, params, Path(PARAMS_FILE))
+        sha = verified_message_sha256(RECEIPT, params)
+        text = PARAMS_FILE.read_text(encoding="utf-8")
+        write_atomic(PARAMS_FILE, repin_params_text(text, sha))
         print(f"repair: re-pinned repair.original_sha256 to {sha} in {PARAMS_FILE}")
         return
     record = repair(RECEIPT, params, REPAIR_OUT, RECORD)

@@ -42,23 +42,14 @@ from clients.files import (
     write_atomic,
     write_json,
 )
-from clients.params_file import load_mode, load_params
 from schemas.errors import DataError
 from schemas.estimate import with_total
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import Judgement
 from schemas.layout import LAYOUT
-from schemas.params import (
-    EstimateParams,
-    FetchParams,
-    JudgeCheckParams,
-    JudgeParams,
-    ReportParams,
-    VerifyHashParams,
-)
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.traces import Trace
-from stages.common import run_stage
+from stages.common import read_params, run_stage
 
 
 def main() -> None:
@@ -87,11 +78,9 @@ def make_report() -> None:
     from systems.port import estimate_system
     from systems.registry import load_system
 
-    mode = load_mode()
-    params = load_params("report", ReportParams)
-    fetch = load_params("fetch", FetchParams)
-    verify = load_params("verify_hash", VerifyHashParams)
-    judge_params = load_params("judge", JudgeParams)
+    run_params = read_params()
+    mode, params = run_params.mode, run_params.report
+    fetch, verify, judge_params = run_params.fetch, run_params.verify_hash, run_params.judge
     ingest = read_json(Path("data/ingest/graphs.json"))
     answer = read_json(Path("data/answer/summary.json"))
     judge = read_json(Path("data/judge/summary.json"))
@@ -104,10 +93,10 @@ def make_report() -> None:
 
     chats: list[ChatSlice] = read_chats(Path("data/slice/chats"))
     rubrics = read_records(Path("data/slice/rubrics.jsonl"), Rubric)
-    rates = load_params("estimate", EstimateParams)
+    rates = run_params.estimate
     questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
     prompts = load_prompts(judge_params) if scorer_present(judge_params) else None
-    system = load_system(mode=mode, rates=rates)
+    system = load_system(run_params, mode=mode, rates=rates)
     estimate = with_total(
         {
             **{
@@ -127,7 +116,7 @@ def make_report() -> None:
     }
     failures = failure_counts(ingest, answer, judge)
     summary = read_record(LAYOUT.judge_check.summary, JudgeCheckSummary)
-    min_agreement = load_params("judge_check", JudgeCheckParams).min_agreement
+    min_agreement = run_params.judge_check.min_agreement
     warning = judge_warning(summary, min_agreement)
     # as the file holds it, keys sorted: the record lists the kinds in that order
     check = json.loads(stable_json(summary.model_dump(mode="json")))

@@ -11,9 +11,7 @@ from pathlib import Path
 
 from bench.repair import REPAIR_OUT
 from bench.slice import METRICS, SLICE_OUT, make_slices, repin, sizes
-from clients.params_file import load_mode, load_params
-from schemas.params import SliceParams
-from stages.common import run_stage
+from stages.common import read_params, run_stage
 
 
 def main() -> None:
@@ -27,12 +25,13 @@ def main() -> None:
         "(only after a person has looked at the difference)",
     )
     args = parser.parse_args()
-    params = load_params("slice", SliceParams)
+    run = read_params()
+    params = run.slice
     if args.repin:
         repin(REPAIR_OUT, Path(params.fixture), params.tokenizer)
         print(f"slice: re-pinned message ids and hashes of every mode in {params.fixture}")
         return
-    mode = load_mode()
+    mode = run.mode
     built = make_slices(
         REPAIR_OUT,
         Path(params.fixture),

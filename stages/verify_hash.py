@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from bench.fetch import FETCH_OUT
 from bench.verify_hash import RECEIPT, verify
-from clients.params_file import load_params
-from schemas.params import VerifyHashParams
-from stages.common import run_stage
+from stages.common import read_params, run_stage
 
 
 def main() -> None:
-    expected = load_params("verify_hash", VerifyHashParams)
+    expected = read_params().verify_hash
     receipt = verify(FETCH_OUT, expected, RECEIPT)
     print(f"verify-hash: {receipt.path} is {receipt.size_bytes:,} bytes, sha256 {receipt.sha256}")
 

@@ -6,13 +6,13 @@ Using it from a stage
 ---------------------
     from clients.llm import ChatRequest, Message, open_model, tool_from_model
 
-    llm = open_model("judge")              # reads params.yaml: models, llm, budget, mode
+    llm = open_model("judge", params)      # the run's params: models, llm, budget, mode
     llm.check_endpoint()                   # preflight: ServiceError naming model + endpoint
     llm.budget.check_estimate(calls, tokens, what="judge")   # BudgetError before any call
     req = ChatRequest(messages=(Message.system(...), Message.user(...)),
                       task="judge", prompt_version="judge-v1", schema=JudgeReply)
     replies = llm.run_batch([req, ...])    # concurrent, results in order; or llm.complete(req)
-    write_json(Path("metrics/judge_llm.json"), llm.accounting.to_metrics())
+    usage = llm.accounting.to_metrics()   # calls and tokens per phase, for the stage to write
     run_meta = llm.metadata()              # model, api_base, test_model, judge_is_agent
 
 - Roles (= accounting phases): extraction, resolution, agent, judge. `models.<role>` names any
@@ -90,7 +90,6 @@ import os
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -119,7 +118,7 @@ from clients.local_model import LOCAL_MODELS, RUNTIME, is_local_model
 from clients.shared_root import shared_path
 from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
-from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams
+from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams, Params
 
 # --------------------------------------------------------------------------------------------
 # Retry waiting, switchable for tests (like hynek/stamina's set_testing)
@@ -584,23 +583,14 @@ def build_model(
     )
 
 
-def open_model(
-    role: Role, *, accounting: Accounting | None = None, params_path: Path | None = None
-) -> LlmClient:
-    """An LlmClient for one role from params.yaml (sections models, llm, budget and mode)."""
-    from clients.params_file import load_mode, read_params_file, validate_section
-
-    data = read_params_file(params_path)
-    source = str(params_path or "params.yaml")
-    for section in ("models", "llm", "budget"):
-        if section not in data:
-            raise ParamsError(f"{source}: section '{section}' is missing")
+def open_model(role: Role, params: Params, *, accounting: Accounting | None = None) -> LlmClient:
+    """An LlmClient for one role from the run's params (sections models, llm, budget and mode)."""
     return build_model(
         role,
-        models=validate_section("models", data["models"], ModelsParams, source=source),
-        llm=validate_section("llm", data["llm"], LlmParams, source=source),
-        budget=validate_section("budget", data["budget"], BudgetParams, source=source),
-        mode=load_mode(params_path),
+        models=params.models,
+        llm=params.llm,
+        budget=params.budget,
+        mode=params.mode,
         accounting=accounting,
     )
 
@@ -628,10 +618,6 @@ def check_all_endpoints(models: ModelsParams) -> None:
         )
 
 
-def check_endpoint(role: Role, *, params_path: Path | None = None) -> None:
-    """Preflight for a role named in params.yaml (see check_endpoint_ref)."""
-    from clients.params_file import read_params_file, validate_section
-
-    data = read_params_file(params_path)
-    models = validate_section("models", data.get("models"), ModelsParams)
+def check_endpoint(role: Role, models: ModelsParams) -> None:
+    """Preflight for one role of the run's models (see check_endpoint_ref)."""
     check_endpoint_ref(role, resolve_model(models, role))

@@ -25,10 +25,10 @@ from bench.repair import marker, repair
 from bench.slice import SliceFixture, from_ranges, make_slices, normalize_ids
 from bench.verify_hash import verify
 from clients.files import read_jsonl
-from clients.params_file import load_params
 from schemas.errors import IntegrityError, ParamsError
-from schemas.params import FetchParams, RepairParams, SliceParams, VerifyHashParams
+from schemas.params import VerifyHashParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
+from stages.common import read_params
 from tests.conftest import MIRROR_PARQUET, REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror, hub_mirror_fixture  # noqa: F401
 
@@ -72,7 +72,7 @@ def run(shared_beam: Path, mirror_parquet: Path, tmp_path_factory: pytest.TempPa
     fetched = root / "data" / "fetch" / "dataset.parquet"
     with HubMirror(MIRROR_ROOT) as mirror:
         cached = fetch(
-            load_params("fetch", FetchParams, params_file),
+            read_params(params_file).fetch,
             fetched,
             endpoint=mirror.endpoint,
             cache_dir=root / "hf",
@@ -81,8 +81,8 @@ def run(shared_beam: Path, mirror_parquet: Path, tmp_path_factory: pytest.TempPa
     receipt = root / "data" / "verify_hash" / "receipt.json"
     verify(fetched, mirror_pins(), receipt)
     repaired, repair_metrics = root / "data" / "repair" / "dataset.parquet", root / "repair.json"
-    repair(receipt, load_params("repair", RepairParams, params_file), repaired, repair_metrics)
-    slice_params = load_params("slice", SliceParams, params_file)
+    repair(receipt, read_params(params_file).repair, repaired, repair_metrics)
+    slice_params = read_params(params_file).slice
     fixture = REPO_ROOT / slice_params.fixture
     outs = {}
     for mode in ("lite", "full", "all"):
@@ -119,7 +119,7 @@ def test_fetch_from_loopback_hub_gives_the_mirror_bytes(run: Run) -> None:
 
 def test_fetch_second_time_comes_from_the_cache(run: Run, hub_mirror: HubMirror) -> None:
     again = run.root / "again.parquet"
-    params = load_params("fetch", FetchParams, REPO_ROOT / "params.yaml")
+    params = read_params(REPO_ROOT / "params.yaml").fetch
 
     cached = fetch(params, again, endpoint=hub_mirror.endpoint, cache_dir=run.root / "hf")
 
@@ -127,7 +127,7 @@ def test_fetch_second_time_comes_from_the_cache(run: Run, hub_mirror: HubMirror)
 
 
 def test_the_real_pins_reject_the_mirror_with_expected_and_actual(run: Run) -> None:
-    real = load_params("verify_hash", VerifyHashParams, REPO_ROOT / "params.yaml")
+    real = read_params(REPO_ROOT / "params.yaml").verify_hash
     assert real.size_bytes == 5_429_768  # the defaults stay the real release's
 
     with pytest.raises(IntegrityError) as info:
@@ -361,7 +361,7 @@ def test_questions_the_agent_reads_hold_no_answer_rubric_plan_or_profile(run: Ru
 def test_one_conversation_of_all_keeps_exactly_its_questions_and_messages(
     run: Run, tmp_path: Path
 ) -> None:
-    slice_params = load_params("slice", SliceParams, REPO_ROOT / "params.yaml")
+    slice_params = read_params(REPO_ROOT / "params.yaml").slice
     out, metrics = tmp_path / "slice", tmp_path / "slice.json"
 
     make_slices(  # checks conversation 4's own pins, as the slice stage does
@@ -404,7 +404,7 @@ def test_one_conversation_of_all_keeps_exactly_its_questions_and_messages(
 def test_a_conversation_all_does_not_have_is_refused_naming_its_twenty(
     run: Run, tmp_path: Path
 ) -> None:
-    slice_params = load_params("slice", SliceParams, REPO_ROOT / "params.yaml")
+    slice_params = read_params(REPO_ROOT / "params.yaml").slice
     with pytest.raises(ParamsError) as info:
         make_slices(
             run.repaired,

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clients.params_file import read_params_file
 from scripts.sync_dvc_deps import code_deps, sync
 from tests.conftest import REPO_ROOT
 
@@ -184,7 +183,7 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
         if not dep.startswith(("data/", "metrics/")):
             assert (REPO_ROOT / dep).exists(), dep
     assert stage["params"] == EXPECTED_PARAMS[name]
-    params = read_params_file(REPO_ROOT / "params.yaml")
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
     for key in EXPECTED_PARAMS[name]:
         node: object = params
         for part in key.split("."):

@@ -18,9 +18,9 @@ import clients.graph.server as graph_server
 from clients.graph.conf import SERVER_ENV_PASSTHROUGH
 from clients.graph.server import LocalServer, live_servers
 from clients.graph.store import Neo4jGraphStore, start_graph
-from clients.params_file import ROOT
 from schemas.errors import ServiceError
 from schemas.params import GraphParams
+from tests.conftest import REPO_ROOT as ROOT
 from tests.support.neo4j_fixtures import (
     graph_params,
     java_pids_under,

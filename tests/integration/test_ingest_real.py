@@ -37,11 +37,11 @@ from bench.slice import build_slice, from_ranges, load_fixture
 from clients.files import stable_json
 from clients.graph.store import Neo4jGraphStore, start_graph
 from clients.llm.client import LlmClient
-from clients.params_file import load_params
 from clients.scripted.backend import ScriptedBackend, read_record
 from schemas.memory import ENTITY_LABELS, REL_TYPES, STATEMENT_LABELS
-from schemas.params import GraphParams, IngestParams, Mode, RepairParams
+from schemas.params import GraphParams, Mode
 from schemas.records import ChatSlice
+from stages.common import read_params
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 from systems.graphrag.system import ingest_settings
 from tests.conftest import REPO_ROOT
@@ -77,7 +77,7 @@ def raw_chat(shared_beam: Path, conversation_id: str) -> list[list[dict[str, Any
     """The chat as the release's `chat` column holds it (sessions of messages), repaired."""
     sessions = json.loads((shared_beam / "100K" / conversation_id / "chat.json").read_text())
     chat = [[m for turn in s["turns"] for m in turn] for s in sessions]
-    repair = load_params("repair", RepairParams, PARAMS)
+    repair = read_params(PARAMS).repair
     if conversation_id == repair.conversation_id:
         where = f"{shared_beam}/100K/{conversation_id}/chat.json message {repair.message_id}"
         message = next(m for s in chat for m in s if m["id"] == repair.message_id)
@@ -115,7 +115,7 @@ def history(model: LlmClient) -> list[dict[str, Any]]:
 
 
 def settings(mode: str) -> IngestSettings:
-    return ingest_settings(load_params("ingest", IngestParams, PARAMS), mode)
+    return ingest_settings(read_params(PARAMS).ingest, mode)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from clients.params_file import ROOT
+from tests.conftest import REPO_ROOT as ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from clients.graph.server import check_java, live_servers, neo4j_lib, resolve_java, stop_all
-from clients.params_file import ROOT, load_params
 from schemas.errors import ServiceError
 from schemas.params import GraphParams
+from stages.common import read_params
+from tests.conftest import REPO_ROOT as ROOT
 from tests.conftest import skip_or_fail
 
 
@@ -60,7 +61,7 @@ def neo4j_available() -> None:
 @pytest.fixture(scope="session")
 def graph_params() -> GraphParams:
     """params.yaml's graph section, with shorter grace and timeouts for tests."""
-    params = load_params("graph", GraphParams, ROOT / "params.yaml")
+    params = read_params(ROOT / "params.yaml").graph
     return params.model_copy(
         update={
             "backend": "local",

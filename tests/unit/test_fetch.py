@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bench.fetch import fetch
 from clients.hub import DEFAULT_ENDPOINT, resolve_endpoint
@@ -18,6 +17,7 @@ from schemas.errors import FetchError
 from schemas.params import FetchParams
 from tests.conftest import REPO_ROOT
 from tests.support.hub_mirror import HubMirror
+from tests.support.params import write_params
 
 COMMIT = "1" * 40
 OTHER = "2" * 40
@@ -142,11 +142,15 @@ def test_endpoint_comes_from_hf_endpoint() -> None:
 def test_unreachable_endpoint_fails_the_stage_with_exit_2(tmp_path: Path) -> None:
     """The real entry point: nothing cached, nothing listening. huggingface_hub retries
     connection errors 5 times with capped backoff, so this takes about 25 s."""
-    judge = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["judge"]
-    (tmp_path / "params.yaml").write_text(
-        "fetch:\n  repo_id: owner/repo\n  repo_type: dataset\n"
-        f"  revision: '{COMMIT}'\n  filename: data/file.parquet\n  timeout_seconds: 2\n"
-        + yaml.safe_dump({"judge": judge})
+    write_params(
+        tmp_path,
+        fetch={
+            "repo_id": "owner/repo",
+            "repo_type": "dataset",
+            "revision": COMMIT,
+            "filename": "data/file.parquet",
+            "timeout_seconds": 2,
+        },
     )
     endpoint = f"http://127.0.0.1:{_free_port()}"
     env = os.environ | {

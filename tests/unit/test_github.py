@@ -10,9 +10,8 @@ import pytest
 
 from bench.scorer_prompts import extract_judge_prompts
 from clients.github import download_pinned, fetch_bytes, raw_url
-from clients.params_file import load_params
 from schemas.errors import FetchError, IntegrityError
-from schemas.params import JudgeParams
+from stages.common import read_params
 from tests.conftest import REPO_ROOT
 from tests.support import scorer_standin as standin
 
@@ -157,7 +156,7 @@ def test_a_host_that_never_answers_times_out() -> None:
 
 
 def test_params_pin_the_benchmark_scorer() -> None:
-    params = load_params("judge", JudgeParams, REPO_ROOT / "params.yaml")
+    params = read_params(REPO_ROOT / "params.yaml").judge
     assert params.scorer_repo == "mohammadtavakoli78/BEAM"
     assert params.scorer_commit == "b2a3ee8ba12d68f83143dda191097dc3e028ddd3"
     assert params.prompts.path == "src/prompts.py"

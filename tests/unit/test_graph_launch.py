@@ -28,14 +28,15 @@ from clients.graph.server import (
     port_is_free,
 )
 from clients.graph.store import start_graph
-from clients.params_file import ROOT, load_params
 from schemas.errors import ServiceError
 from schemas.params import GraphParams
+from stages.common import read_params
+from tests.conftest import REPO_ROOT as ROOT
 
 
 @pytest.fixture
 def params() -> GraphParams:
-    return load_params("graph", GraphParams, ROOT / "params.yaml")
+    return read_params(ROOT / "params.yaml").graph
 
 
 def test_conf_binds_bolt_to_loopback_with_http_off_and_auth_on() -> None:

@@ -23,11 +23,10 @@ import yaml
 
 from clients.files import read_chats, stable_json
 from clients.llm.client import LlmClient
-from clients.params_file import load_params
 from schemas.errors import DataError
 from schemas.memory import ENTITY_LABELS, GraphBatch
-from schemas.params import IngestParams
 from schemas.records import ChatMessage, ChatSlice, Session
+from stages.common import read_params
 from stages.ingest import summarize
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 from systems.graphrag.system import ingest_settings
@@ -102,7 +101,7 @@ def test_read_chats_orders_conversations_by_number(tmp_path: Path) -> None:
 
 
 def test_settings_take_the_pair_cap_of_the_mode() -> None:
-    params = load_params("ingest", IngestParams, PARAMS)
+    params = read_params(PARAMS).ingest
     assert ingest_settings(params, "lite").max_llm_pairs == params.max_llm_pairs.lite
     assert ingest_settings(params, "full").max_llm_pairs == params.max_llm_pairs.full
     assert ingest_settings(params, "all").max_llm_pairs == params.max_llm_pairs.all

@@ -20,10 +20,10 @@ from bench.judge import JudgeCalls, item_request, judge_question
 from bench.scorer_prompts import Message, extract_judge_prompts, item_messages, load_prompts
 from bench.scoring import NO_REPLY, JudgeVerdict, score_item, usable_reply
 from clients.llm.port import ChatRequest, Completion
-from clients.params_file import ROOT, load_params
 from schemas.judging import ITEM_VALUES, JudgePrompts
-from schemas.params import JudgeParams
 from schemas.records import Question, Rubric
+from stages.common import read_params
+from tests.conftest import REPO_ROOT as ROOT
 from tests.support import scorer_standin as standin
 
 # The reply of the issue: contradictory verdicts listed under `score`, cut at the token cap.
@@ -205,7 +205,7 @@ def test_the_reply_schema_holds_the_score_to_the_scale_and_nothing_else() -> Non
 @pytest.mark.beam
 def test_the_enum_is_the_scale_of_the_benchmarks_pinned_prompt(shared_beam: Path) -> None:
     """The score values the pinned judge prompt allows (its OUTPUT FORMAT line) are the enum."""
-    params = load_params("judge", JudgeParams, ROOT / "params.yaml")
+    params = read_params(ROOT / "params.yaml").judge
     pinned_dir = shared_beam / "scorer" / params.scorer_repo / params.scorer_commit
     if not (pinned_dir / params.prompts.path).is_file():
         pytest.skip(f"the pinned scorer files are not under {pinned_dir}")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel, Field
 
 from clients.llm.client import (
@@ -23,6 +24,8 @@ from clients.llm.port import BACKOFF_MAX_SECONDS, ChatRequest, Message, tool_fro
 from clients.llm.replies import UnusableReply, parse_json_reply, parse_tool_arguments
 from schemas.errors import ParamsError, ServiceError
 from schemas.params import BudgetParams, Cap, LlmParams, ModelRef, ModelsParams
+from stages.common import parse_params
+from tests.conftest import REPO_ROOT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -183,30 +186,30 @@ def test_build_model_wires_cache_budget_and_judge_flag(tmp_path: Path) -> None:
     assert off.cache is None and not off.judge_is_agent
 
 
-def test_open_model_and_check_endpoint_read_params_yaml(tmp_path: Path) -> None:
-    params = tmp_path / "params.yaml"
-    params.write_text(
-        f"""mode: lite
-models:
-  extraction: {{model: scripted/rules}}
-  resolution: {{model: scripted/rules}}
-  agent: {{model: ollama_chat/gemma4:31b, api_base: "http://127.0.0.1:9"}}
-  judge: {{model: null}}
-llm: {{timeout_seconds: 5, max_attempts: 2, concurrency: 2, seed: 0, cache: true,
-      cache_dir: "{tmp_path / "cache"}"}}
-budget: {{lite: {{calls: 40, tokens: 120000}}, full: {{calls: 1, tokens: 1}},
-         all: {{calls: 1, tokens: 1}}}}
-""",
-        encoding="utf-8",
+def test_open_model_and_check_endpoint_take_the_runs_params(tmp_path: Path) -> None:
+    whole = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = parse_params(
+        whole
+        | {
+            "mode": "lite",
+            "models": {
+                "extraction": {"model": "scripted/rules"},
+                "resolution": {"model": "scripted/rules"},
+                "agent": {"model": "ollama_chat/gemma4:31b", "api_base": "http://127.0.0.1:9"},
+                "judge": {"model": None},
+            },
+            "llm": whole["llm"] | {"cache_dir": str(tmp_path / "cache")},
+            "budget": whole["budget"] | {"lite": {"calls": 40, "tokens": 120000}},
+        }
     )
-    extraction = open_model("extraction", params_path=params)
+    extraction = open_model("extraction", params)
     assert extraction.test_model and extraction.budget is not None
     assert extraction.budget.cap.calls == 40
-    check_endpoint("extraction", params_path=params)  # scripted: nothing to reach
-    judge = open_model("judge", params_path=params)
+    check_endpoint("extraction", params.models)  # scripted: nothing to reach
+    judge = open_model("judge", params)
     assert judge.judge_is_agent and judge.ref.model == "ollama_chat/gemma4:31b"
     with pytest.raises(ServiceError) as err:
-        check_endpoint("judge", params_path=params)
+        check_endpoint("judge", params.models)
     text = str(err.value)
     assert "ollama_chat/gemma4:31b" in text and "http://127.0.0.1:9" in text
     assert "ollama pull gemma4:31b" in text and "models.judge" in text

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.slice import load_fixture
 from clients.llm.accounting import Budget
-from clients.params_file import load_mode, load_params
 from schemas.errors import ParamsError
-from schemas.params import MODES, BudgetParams, IngestParams, Mode, SliceParams
+from schemas.params import MODES, Mode
+from stages.common import parse_params, read_params
 from tests.conftest import REPO_ROOT
 
 PARAMS = REPO_ROOT / "params.yaml"
@@ -22,21 +23,21 @@ def test_the_modes() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_each_mode_is_accepted_everywhere(mode: Mode, tmp_path: Path) -> None:
-    params = tmp_path / "params.yaml"
-    params.write_text(f"mode: {mode}\n")
-    assert load_mode(params) == mode
+    whole = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    assert parse_params(whole | {"mode": mode}).mode == mode
     assert Budget(mode, 1, 1, tmp_path).path.name == f"budget-{mode}.json"
-    cap = getattr(load_params("budget", BudgetParams, PARAMS), mode)
+    cap = getattr(read_params(PARAMS).budget, mode)
     assert cap.calls > 0 and cap.tokens > 0
-    assert getattr(load_params("ingest", IngestParams, PARAMS).max_llm_pairs, mode) > 0
-    fixture = load_fixture(REPO_ROOT / load_params("slice", SliceParams, PARAMS).fixture)
+    assert getattr(read_params(PARAMS).ingest.max_llm_pairs, mode) > 0
+    fixture = load_fixture(REPO_ROOT / read_params(PARAMS).slice.fixture)
     assert fixture.modes[mode].question_ids
 
 
 def test_an_unknown_mode_is_refused_naming_the_modes(tmp_path: Path) -> None:
-    params = tmp_path / "params.yaml"
-    params.write_text("mode: everything\n")
-    with pytest.raises(ParamsError, match="'lite', 'full', 'all', found 'everything'"):
-        load_mode(params)
+    whole = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    with pytest.raises(
+        ParamsError, match="mode: Input should be 'lite', 'full' or 'all' \\(found 'everything'\\)"
+    ):
+        parse_params(whole | {"mode": "everything"})
     with pytest.raises(ParamsError, match="'lite', 'full', 'all', found 'everything'"):
         Budget("everything", 1, 1, tmp_path)

@@ -20,14 +20,15 @@ from bench.repair import (
     marker,
     repair,
     repair_table,
-    repin,
     repin_params_text,
+    verified_message_sha256,
 )
 from bench.verify_hash import Receipt
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.params import RepairParams
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
+from tests.support.params import write_params
 
 
 def params(**changes: object) -> RepairParams:
@@ -225,19 +226,20 @@ def test_repin_params_text_changes_only_the_repair_pin() -> None:
         repin_params_text("repair:\n  message_id: 1\n", "a" * 64)
 
 
-def test_repin_writes_the_found_hash_after_checking_the_filler(tmp_path: Path) -> None:
+def test_repin_finds_the_hash_after_checking_the_filler_and_keeps_the_params_text(
+    tmp_path: Path,
+) -> None:
     changed = beam.rows()
     new_text = beam.SOUND + "  \n  |" + " " * 30
     changed[0]["chat"][1][37]["content"] = new_text  # message 97 of conversation "4"
     receipt = verified(tmp_path, changed)
-    params_file = tmp_path / "params.yaml"
-    params_file.write_text(PARAMS_TEXT)
 
-    found = repin(receipt, params(), params_file)
+    found = verified_message_sha256(receipt, params())
+    text = repin_params_text(PARAMS_TEXT, found)
 
     assert found == hashlib.sha256(new_text.encode()).hexdigest()
-    assert f"original_sha256: {found}  # the pin" in params_file.read_text()
-    assert "# comment kept" in params_file.read_text()
+    assert f"original_sha256: {found}  # the pin" in text
+    assert "# comment kept" in text
 
 
 def test_stage_process_refuses_a_tampered_message_with_exit_2(tmp_path: Path) -> None:
@@ -248,9 +250,14 @@ def test_stage_process_refuses_a_tampered_message_with_exit_2(tmp_path: Path) ->
     data = json.loads(receipt.read_text())
     data["path"] = "data/fetch/dataset.parquet"  # as the stage writes it: relative to the repo
     receipt.write_text(json.dumps(data))
-    (tmp_path / "params.yaml").write_text(
-        f'repair:\n  conversation_id: "4"\n  message_id: 97\n'
-        f"  original_sha256: {beam.BROKEN_SHA256}\n  sound_chars: {len(beam.SOUND)}\n"
+    write_params(
+        tmp_path,
+        repair={
+            "conversation_id": "4",
+            "message_id": 97,
+            "original_sha256": beam.BROKEN_SHA256,
+            "sound_chars": len(beam.SOUND),
+        },
     )
 
     done = subprocess.run(

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.slice import (
     REPIN_COMMAND,
@@ -29,13 +30,14 @@ from bench.slice import (
     to_ranges,
 )
 from clients.files import read_jsonl, write_json
-from clients.params_file import validate_section
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.params import SliceParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
+from stages.common import parse_params, read_params
 from stages.slice import main
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
+from tests.support.params import write_params
 
 LITE_QUESTIONS = ["conv17:information_extraction:0", "conv17:multi_session_reasoning:0"]
 FULL_QUESTIONS = [f"conv{c}:{a}:{i}" for c in ("4", "17") for a in ABILITIES for i in (0, 1)]
@@ -373,9 +375,7 @@ def test_stage_process_exits_2_when_the_fixture_does_not_match(
     raw = json.loads(pinned.read_text())
     raw["modes"]["lite"]["slices"]["17"]["sha256"] = "e" * 64
     write_json(work / "fixtures" / "slices.json", raw)
-    (work / "params.yaml").write_text(
-        "mode: lite\nslice:\n  fixture: fixtures/slices.json\n  tokenizer: cl100k_base\n"
-    )
+    write_params(work, mode="lite", slice={"fixture": "fixtures/slices.json"})
 
     done = subprocess.run(
         [sys.executable, "-m", "stages.slice"],
@@ -456,14 +456,18 @@ def test_restriction_to_a_conversation_the_mode_lacks_names_the_ones_it_has(
 
 
 def test_conversations_param_takes_numbers_or_text_and_defaults_to_all() -> None:
+    whole = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
     base = {"fixture": "fixtures/slices.json", "tokenizer": "cl100k_base"}
-    assert validate_section("slice", base, SliceParams).conversations == []
+
+    def with_slice(section: dict[str, object]) -> SliceParams:
+        return parse_params(whole | {"slice": section}).slice
+
+    assert with_slice(base).conversations == []
     # `dvc exp run -S 'slice.conversations=[4]'` writes a number
-    chosen = validate_section("slice", base | {"conversations": [4, "17"]}, SliceParams)
-    assert chosen.conversations == ["4", "17"]
+    assert with_slice(base | {"conversations": [4, "17"]}).conversations == ["4", "17"]
     for bad in ("4", [True], [None]):
         with pytest.raises(ParamsError, match=r"slice\.conversations"):
-            validate_section("slice", base | {"conversations": bad}, SliceParams)
+            with_slice(base | {"conversations": bad})
 
 
 def test_stage_reads_the_restriction_from_params(
@@ -475,10 +479,7 @@ def test_stage_reads_the_restriction_from_params(
 ) -> None:
     (tmp_path / "data" / "repair").mkdir(parents=True)
     shutil.copy(data, tmp_path / "data" / "repair" / "dataset.parquet")
-    (tmp_path / "params.yaml").write_text(
-        f"mode: full\nslice:\n  fixture: {pinned}\n  tokenizer: cl100k_base\n"
-        "  conversations: [17]\n"
-    )
+    write_params(tmp_path, mode="full", slice={"fixture": str(pinned), "conversations": [17]})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["stages.slice"])
 
@@ -495,14 +496,11 @@ def test_estimate_counts_only_the_kept_conversations(
 
     (tmp_path / "data" / "repair").mkdir(parents=True)
     shutil.copy(data, tmp_path / "data" / "repair" / "dataset.parquet")
-    params = (REPO_ROOT / "params.yaml").read_text()
     monkeypatch.chdir(tmp_path)
     agent_calls = {}
-    for kept in ("[]", "[4]"):
-        text = params.replace("  fixture: fixtures/slices.json\n", f"  fixture: {pinned}\n")
-        text = text.replace("  conversations: []", f"  conversations: {kept}")
-        (tmp_path / "params.yaml").write_text(text)
-        agent_calls[kept] = estimate_mode("full")["agent"].calls
+    for kept in ([], [4]):
+        path = write_params(tmp_path, slice={"fixture": str(pinned), "conversations": kept})
+        agent_calls[str(kept)] = estimate_mode(read_params(path), "full")["agent"].calls
     per_question = agent_calls["[]"] / 40
     assert agent_calls["[4]"] == 20 * per_question
 

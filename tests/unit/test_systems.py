@@ -23,6 +23,7 @@ from schemas.params import AgentRates
 from schemas.records import Question
 from schemas.traces import Trace
 from stages.answer import answer_all
+from stages.common import read_params
 from systems.chunking import chunk_conversation
 from systems.full_context import FullContext, chat_parts, fit_chat, prompt_overhead
 from systems.no_memory import NoMemory
@@ -59,19 +60,19 @@ def _params(tmp_path: Path, **changes: object) -> Path:
 
 
 def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> None:
-    assert system_name(REPO_ROOT / "params.yaml") == "graphrag"  # the default
+    assert system_name(read_params(REPO_ROOT / "params.yaml")) == "graphrag"  # the default
     for name in SYSTEM_NAMES:
         path = _params(tmp_path, system=name)
-        system = load_system(params_path=path)
-        assert system.name == name == system_name(path)
+        system = load_system(read_params(path))
+        assert system.name == name == system_name(read_params(path))
         assert system.build_roles == (("extraction", "resolution") if name == "graphrag" else ())
     with pytest.raises(ParamsError, match="system must be one of graphrag, full_context"):
-        system_name(_params(tmp_path, system="mem0"))
+        system_name(read_params(_params(tmp_path, system="mem0")))
 
 
 def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) -> None:
     shown = {
-        name: dict(load_system(params_path=_params(tmp_path, system=name)).record_settings())
+        name: dict(load_system(read_params(_params(tmp_path, system=name))).record_settings())
         for name in SYSTEM_NAMES
     }
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
@@ -87,15 +88,15 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
     assert shown["full_context"]["reply tokens kept free"] == params["full_context"]["reply_tokens"]
     assert shown["no_memory"] == {}
     # what a run of a system needs beside the harness's files, for its rates
-    assert load_system(params_path=_params(tmp_path, system="graphrag")).run_files
-    assert not load_system(params_path=_params(tmp_path, system="rag")).run_files
+    assert load_system(read_params(_params(tmp_path, system="graphrag"))).run_files
+    assert not load_system(read_params(_params(tmp_path, system="rag"))).run_files
 
 
 def test_full_context_without_a_known_window_stops_with_the_param_to_set(
     tmp_path: Path, agent: LlmClient
 ) -> None:
     path = _params(tmp_path, system="full_context")
-    system = load_system(params_path=path, answer_model=agent)  # the test model knows none
+    system = load_system(read_params(path), answer_model=agent)  # the test model knows none
     assert isinstance(system, FullContext) and system.window is None
     with pytest.raises(ParamsError, match=r"set `full_context.context_tokens`"):
         estimate_system(system, [crafted_chat()], [DANA])

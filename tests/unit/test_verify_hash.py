@@ -15,6 +15,7 @@ from bench.verify_hash import check_digest, digest_file, read_receipt, verify
 from schemas.errors import DataError, IntegrityError
 from schemas.params import VerifyHashParams
 from tests.conftest import REPO_ROOT
+from tests.support.params import write_params
 
 PAYLOAD = b"synthetic parquet stand-in " * 100_000  # ~2.7 MB: several read chunks
 
@@ -96,7 +97,7 @@ def test_stage_process_exits_non_zero_on_mismatch(tmp_path: Path) -> None:
     (tmp_path / "data" / "fetch").mkdir(parents=True)
     (tmp_path / "data" / "fetch" / "dataset.parquet").write_bytes(b"not the release")
     good = hashlib.sha256(b"the release").hexdigest()
-    (tmp_path / "params.yaml").write_text(f"verify_hash:\n  size_bytes: 11\n  sha256: {good}\n")
+    write_params(tmp_path, verify_hash={"size_bytes": 11, "sha256": good})
     env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
 
     done = subprocess.run(
