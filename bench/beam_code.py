@@ -89,7 +89,7 @@ OUR_CHOICES: tuple[str, ...] = (
 """One line each: what our scorer does that the benchmark's code does not."""
 
 EventScores = tuple[float, float, float, float | None, float]
-"""(precision, recall, f1, tau_b, tau_norm), as `stages.judge.order_scores` returns them."""
+"""(precision, recall, f1, tau_b, tau_norm), as `bench.event_order.order_scores` returns them."""
 
 
 def beam_code_item(score: float) -> float:

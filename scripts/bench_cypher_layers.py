@@ -3,8 +3,8 @@
 Starts two local servers (hardened as the stages start them, and one without HARDENING_CONF),
 writes the attack test's small graph into both, then prints one JSON object:
 - `layers`: per layer alone (guard; plan check on the plain server; hardened server with READ
-  mode and no check), how many of the hostile queries of tests/integration/test_cypher_attacks.py
-  it refuses, of how many;
+  mode and no check), how many of the hostile queries of
+  tests/systems/graphrag/test_cypher_attacks.py it refuses, of how many;
 - `bombs`: for each runaway query kind, how long the agent's tool call took, whether the store
   restarted the server, and the server's CPU seconds in the 3 s after the call (idle: near 0).
 Usage: uv run --frozen python scripts/bench_cypher_layers.py [--timeout SECONDS]
@@ -29,7 +29,7 @@ from clients.graph.server import LocalServer
 from clients.graph.store import Neo4jGraphStore, start_graph
 from stages.common import read_params
 from systems.graphrag.agent import GraphTools
-from tests.integration.test_cypher_attacks import (
+from tests.systems.graphrag.test_cypher_attacks import (
     RUNAWAY_BOMBS,
     Loopback,
     call,

@@ -1,10 +1,10 @@
-"""Benchmark of the ingest (issue 5) with the scripted test model: wall time, scaling, estimate.
+"""Benchmark of the ingest with the scripted test model: wall time, scaling, estimate.
 
     uv run --frozen python scripts/bench_ingest.py [--out bench/out/ingest.json] [--skip-neo4j]
                                                    [--scaling-conversation 17]
 
 Slices are built from the rebuilt BEAM parquet (../shared/beam/mirror/...) with the data stages'
-own functions (`stages.repair.repair_table`, then `stages.slice.build_mode` and `check_pins`
+own functions (`bench.repair.repair_table`, then `bench.slice.build_mode` and `check_pins`
 against fixtures/slices.json), so they are byte for byte the slices `dvc repro slice` writes.
 It measures:
 - chunk counts of the lite and full slices (the chunker with params `ingest.chunk_tokens`);

@@ -1,4 +1,4 @@
-"""The judge check's calibration set (issue 14): its size and how long it takes to build.
+"""The judge check's calibration set: its size and how long it takes to build.
 
 Reads the rubrics of the recipe's questions from the BEAM parquet (default: the rebuilt one in
 ../shared/beam; the rubrics are the same before and after the repair stage), builds every case

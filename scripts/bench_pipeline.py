@@ -1,4 +1,4 @@
-"""Benchmark of the whole pipeline with the test model (issues 5, 6 and 7).
+"""Benchmark of the whole pipeline with the test model.
 
 In a temporary copy of the repo wired to the loopback Hub mirror, the loopback scorer stand-in and
 the scripted test model (nothing here measures a memory system), it times:

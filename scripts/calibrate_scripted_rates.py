@@ -10,7 +10,7 @@ What these rates are for: the test copies' params, so that each stage's budget c
 (`budget.max_over_estimate` times its estimate) is a close bound in the end-to-end tests. They
 are never a check of the estimator: an estimate with rates fitted to the scripted model agrees
 with that model's run by construction. tests/e2e/test_pipeline.py's round trip and
-tests/unit/test_estimate.py's structure tests say what is checked instead.
+tests/bench/test_estimate.py's structure tests say what is checked instead.
 Needs ../shared/beam and `make neo4j`. Usage: `uv run python scripts/calibrate_scripted_rates.py`.
 """
 

@@ -6,7 +6,9 @@ the repo wired to the loopback Hub mirror, the scorer stand-in and the scripted 
 (tests/support/e2e_repo.py), it runs `dvc repro` (lite), `dvc repro --force` (every stage again
 from the call cache) and `dvc repro` with mode full, and hashes every file under data/ (but the
 downloads), reports/ and metrics/plots/, plus metrics/report.json and metrics/usage/. Stage
-metrics files hold wall time and are left out. Nothing here measures a memory system.
+metrics files hold wall time and are left out, and the record's `code commit` row is blanked
+before hashing (each copy is its own git repository, so its commit differs by construction).
+Nothing here measures a memory system.
 Needs ../shared/beam and `make neo4j`.
 Usage: `uv run python scripts/outs_digest.py OUT.json` or `... --compare OLD.json NEW.json`.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +33,8 @@ from tests.support.hub_mirror import HubMirror  # noqa: E402
 HASHED = ("data", "reports", "metrics/plots", "metrics/usage", "metrics/report.json")
 SKIPPED = ("data/fetch", "data/scorer")
 """Downloads: the same bytes as the mirror's, whatever the code."""
+BLANKED = {"reports/memory.md": re.compile(rb"^\| code commit \|.*$", re.MULTILINE)}
+"""Rows that name the copy's own commit, replaced by `| code commit |` before hashing."""
 
 
 def digest(repo: Path) -> dict[str, str]:
@@ -40,7 +45,10 @@ def digest(repo: Path) -> dict[str, str]:
         for path in files:
             rel = path.relative_to(repo).as_posix()
             if not rel.startswith(SKIPPED):
-                found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+                data = path.read_bytes()
+                if rel in BLANKED:
+                    data = BLANKED[rel].sub(b"| code commit |", data)
+                found[rel] = hashlib.sha256(data).hexdigest()
     return found
 
 

@@ -1,7 +1,7 @@
 """Rewrite the code deps of every stage in dvc.yaml from the imports of its module.
 
 A stage's code deps are its own module and every project module it imports, followed
-transitively (the same rule tests/integration/test_dvc_yaml.py checks), except the models the
+transitively (the same rule tests/test_dvc_yaml.py checks), except the models the
 model door starts by name (`NOT_DEPS`): the scripted test model and the local models' downloads,
 build and server. A real run never executes the test model, and which local model answered is
 named by params (`models.<role>.model`) and by the call cache's key (its weights and runtime),

@@ -40,8 +40,9 @@ What was verified for the local launch (Neo4j 5.26.30 jars, JDK 17.0.15)
   dbms.listConfig, dbms.queryJmx, dbms.info, dbms.killConnections or db.clearQueryCaches stay
   callable, even in READ mode, so the plan check refuses them. Community has no roles: SHOW USERS
   / DATABASES / PROCEDURES / TRANSACTIONS and TERMINATE TRANSACTIONS run for the one (admin) user
-  in READ mode, so the guard and the plan check refuse them (tests/integration/
-  test_cypher_attacks.py pins what the hardened server alone still answers). The JVM's
+  in READ mode, so the guard and the plan check refuse them
+  (tests/systems/graphrag/test_cypher_attacks.py pins what the hardened server alone still
+  answers). The JVM's
   environment is built, never inherited (`server_environment`).
 - Password: auth stays ON (other users of a shared machine can reach loopback ports). The
   password is generated per instance and never written in clear: the start writes

@@ -36,7 +36,7 @@ pid from the original process), until `settle()` closes it. Whoever holds the lo
 open reservations of owners that are gone (killed in flight: SIGKILL, the OOM killer) and
 takes them off the spend: a killed call is NOT charged. No reply reached the process, so nothing
 was cached and the resumed run sends the same request again and is charged for it then; keeping
-the lost reservation too would charge one request twice (issue 11: 4 calls charged for 3 done).
+the lost reservation too would charge one request twice (seen: 4 calls charged for 3 done).
 The provider may still have billed the lost prompt, so the released amounts are kept in the
 ledger (`released_calls`, `released_tokens`) and shown by `python -m stages.budget show`.
 (An attempt that failed in a live process, e.g. a timeout before a retry, stays charged as a call:

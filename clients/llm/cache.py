@@ -51,7 +51,7 @@ class LlmCache:
         return value if isinstance(value, dict) else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        """Temp file beside the entry, then rename. Unlike stages.common.write_atomic there is no
+        """Temp file beside the entry, then rename. Unlike clients.files.write_atomic there is no
         fsync (it cost 0.3-2 ms per call here): a process killed at any point still leaves whole
         entries, and the rare torn entry after a power loss does not parse, so it is a miss."""
         target = self.path(key)

@@ -55,7 +55,8 @@ class ScriptedBackend:
         if rule is None:
             raise ValueError(
                 f"{self.model} has no rule for task {request.task!r} and the request has no "
-                f"schema; register one with clients.scripted.register_rule({request.task!r}, fn)"
+                "schema; register one with clients.scripted.rules.register_rule"
+                f"({request.task!r}, fn)"
             )
         return rule(request)
 

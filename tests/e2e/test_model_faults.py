@@ -1,4 +1,4 @@
-"""Model faults through the real litellm path, stage by stage (issue 11, part 2).
+"""Model faults through the real litellm path, stage by stage.
 
 Every role of a lite copy of the repo talks to the scripted test model served over HTTP
 (tests/support/scripted_server.py, its own process) as `openai/test-model`. After a clean

@@ -92,7 +92,7 @@ def assert_estimate_round_trip(repo: RepoCopy, from_: str = ".") -> dict[str, An
     (full from a lite run) comes true. The run is the scripted test model's, whose replies are
     neither like a real model's nor varied, so agreement here says nothing about a real run.
     The estimator's shape (scaling with chunks, questions and items, the caps, rates that only
-    raise it) is checked in tests/unit/test_estimate.py."""
+    raise it) is checked in tests/bench/test_estimate.py."""
     estimate = estimate_json(repo, from_)
     found, phases, usage = estimate["rates"], estimate["phases"], usage_of(repo)
     assert found["test_model"] and found["system"] == "graphrag", found

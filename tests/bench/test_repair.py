@@ -30,6 +30,8 @@ from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
 from tests.support.params import write_params
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 
 def params(**changes: object) -> RepairParams:
     base = {

@@ -18,6 +18,8 @@ import tinycss2
 from bench.viewer.page import CSS, SCRIPT
 from tests.conftest import skip_or_fail
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 ASSETS = files("bench.viewer")
 NODE_TIMEOUT_SECONDS = 60
 

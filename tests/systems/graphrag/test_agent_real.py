@@ -399,7 +399,7 @@ WRITE_ATTEMPTS = (
     "MATCH (n:Memory) REMOVE n:Memory RETURN count(n)",
     "MATCH (n:Memory) RETURN n.id AS id; CREATE (m:Memory {id: 'evil'})",
     "CALL dbms.security.createUser('x', 'y', false)",
-    # the outside tester's bypass and its relatives (tests/integration/test_cypher_attacks.py)
+    # the outside tester's bypass and its relatives (tests/systems/graphrag/test_cypher_attacks.py)
     "MATCH (n:Memory) // x\rDETACH DELETE n",
     "// x\rLOAD CSV FROM 'file:///etc/passwd' AS row RETURN row",
     "// x\\u000aMATCH (n:Memory) DETACH DELETE n",

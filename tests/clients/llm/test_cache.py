@@ -20,6 +20,8 @@ from clients.scripted.backend import read_record
 from clients.scripted.rules import RECORD_ENV
 from schemas.params import LlmParams, ModelRef
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -17,6 +17,8 @@ from schemas.params import VerifyHashParams
 from tests.conftest import REPO_ROOT
 from tests.support.params import write_params
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 PAYLOAD = b"synthetic parquet stand-in " * 100_000  # ~2.7 MB: several read chunks
 
 

@@ -2,7 +2,7 @@
 their place in the cache key, the judge's fallback, content "" on tool-call turns, the label
 enums of the extraction schema, replies cut at max_tokens, keys for loopback endpoints, the
 context window, and the preflight of a `local/` model. (The requests on the wire are checked
-against the loopback server in tests/integration/test_llm_small_models.py.)"""
+against the loopback server in tests/clients/llm/test_small_models.py.)"""
 
 from __future__ import annotations
 

@@ -27,6 +27,8 @@ from stages import viewer as viewer_stage
 from stages.common import read_params
 from tests.conftest import REPO_ROOT
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 HOSTILE = '</script><script>window.pwned = 1</script><!-- <img src=x onerror="alert(1)">'
 LONG = "word " * 2000
 

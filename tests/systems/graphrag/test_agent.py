@@ -3,7 +3,7 @@
 A fake store records every query it is asked (and applies the same read-only guard as the real
 store's `read`); fake chat models record every request, so the tests assert on what the agent
 sent as well as on what it returned. The real-server versions are in
-tests/integration/test_agent_real.py.
+tests/systems/graphrag/test_agent_real.py.
 """
 
 from __future__ import annotations

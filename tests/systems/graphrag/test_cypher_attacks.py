@@ -1,11 +1,11 @@
-"""Hostile queries through the agent's read_only_cypher tool on a real Neo4j (issue 11, part 1).
+"""Hostile queries through the agent's read_only_cypher tool on a real Neo4j.
 
 An outside tester read /etc/passwd, the JVM's /proc/self/environ (with the provider's API key),
 made a loopback HTTP request and listed the server's config through the tool, with a `//`
 comment ended by \\r. The read path now has three defences, and each is tested here on a real
 server, through the tool and on its own:
 
-- guard: `clients.graph.guard.check_read_only` (unit tests: tests/unit/test_cypher_guard.py);
+- guard: `clients.graph.guard.check_read_only` (unit tests: tests/clients/graph/test_guard.py);
 - plan: `EXPLAIN` + `clients.graph.guard.check_plan` (`store._read_checked`), also on a server
   started WITHOUT the hardening, to show it holds alone;
 - server: HARDENING_CONF and a JVM environment without the harness's variables, with the guard

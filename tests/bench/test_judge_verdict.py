@@ -1,4 +1,4 @@
-"""The judge reads only a top-level verdict, never a fragment (issue 15).
+"""The judge reads only a top-level verdict, never a fragment.
 
 A small real model, cut at its token cap while listing contradictory verdicts
 (`{"score": [{"score": 1.0 ...}, {"score": 0.5 ...}, ...`), was once scored 1.0 for a wrong

@@ -25,6 +25,8 @@ from schemas.estimate import PhaseEstimate
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "report_record.md"
 PARAMS = ReportParams(bootstrap_samples=2000, seed=0, confidence=0.95)
 

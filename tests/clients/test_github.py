@@ -15,6 +15,8 @@ from stages.common import read_params
 from tests.conftest import REPO_ROOT
 from tests.support import scorer_standin as standin
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 FILES = standin.standin_files()
 PROMPTS_SHA = standin.sha256_of(FILES[standin.PROMPTS_PATH])
 

@@ -34,6 +34,8 @@ from systems.port import BuiltMemory
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 PARAMS = REPO_ROOT / "params.yaml"
 
 

@@ -19,6 +19,8 @@ from tests.conftest import REPO_ROOT
 from tests.support.hub_mirror import HubMirror
 from tests.support.params import write_params
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 COMMIT = "1" * 40
 OTHER = "2" * 40
 PAYLOAD = b"PAR1 synthetic bytes standing in for a parquet file PAR1"

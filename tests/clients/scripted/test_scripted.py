@@ -17,6 +17,8 @@ from clients.scripted import backend as scripted_backend
 from clients.scripted import rules as scripted
 from schemas.params import LlmParams, ModelRef
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 REPO = Path(__file__).resolve().parents[2]
 
 # BEAM's judge prompt lays its inputs out like this (src/prompts.py, unified_llm_judge_base_prompt)

@@ -24,6 +24,8 @@ from clients.workdir import (
 )
 from tests.conftest import REPO_ROOT
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 PREFIX = "beam-ingest-"
 HOUR = 3600.0
 

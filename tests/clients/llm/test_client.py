@@ -27,6 +27,8 @@ from schemas.params import BudgetParams, Cap, LlmParams, ModelRef, ModelsParams
 from stages.common import parse_params
 from tests.conftest import REPO_ROOT
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

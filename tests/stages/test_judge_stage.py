@@ -31,6 +31,8 @@ from tests.support.scorer_standin import (
     write_standin,
 )
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 # -- evidence recall on hand cases --------------------------------------------------------------
 
 

@@ -33,6 +33,8 @@ from schemas.params import GraphParams
 from stages.common import read_params
 from tests.conftest import REPO_ROOT as ROOT
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 
 @pytest.fixture
 def params() -> GraphParams:

@@ -10,7 +10,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
 
 PACKAGES = ("stages", "bench", "systems", "clients", "schemas")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"

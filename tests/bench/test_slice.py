@@ -39,6 +39,8 @@ from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
 from tests.support.params import write_params
 
+pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
+
 LITE_QUESTIONS = ["conv17:information_extraction:0", "conv17:multi_session_reasoning:0"]
 FULL_QUESTIONS = [f"conv{c}:{a}:{i}" for c in ("4", "17") for a in ABILITIES for i in (0, 1)]
 ZERO = "0" * 64
