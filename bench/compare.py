@@ -35,8 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from schemas.base import Record
 from schemas.errors import DataError
 from schemas.layout import LAYOUT
 
@@ -75,10 +74,8 @@ workspace's params and metrics in its row)."""
 Kind = Literal["workspace", "baseline", "experiment"]
 
 
-class Run(BaseModel):
+class Run(Record):
     """One row of `dvc exp show`: the workspace, a commit, or an experiment of a commit."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     """The experiment's name, a branch or tag name, the short commit, or `workspace`."""
@@ -92,18 +89,14 @@ class Run(BaseModel):
     """The run's headline metrics; None when the run has none (not run, failed, still queued)."""
 
 
-class Cell(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Cell(Record):
     value: float | str | None
     ci_low: float | None = None
     ci_high: float | None = None
     n: float | None = None
 
 
-class Row(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Row(Record):
     section: str
     group: str
     """The report's group (`score`, `cost_tokens`, ...) or `params` / `derived`."""
@@ -112,9 +105,7 @@ class Row(BaseModel):
     cells: tuple[Cell, ...]
 
 
-class Comparison(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Comparison(Record):
     columns: tuple[str, ...]
     runs: tuple[Run, ...]
     rows: tuple[Row, ...]

@@ -25,10 +25,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict
 
 from bench.verify_hash import RECEIPT, Receipt, digest_bytes, read_receipt
 from clients.files import remove_outputs, write_atomic, write_json
+from schemas.base import Record
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.layout import LAYOUT
 from schemas.params import RepairParams
@@ -45,10 +45,9 @@ PIN_PROVENANCE = (
 REPIN_COMMAND = "uv run --frozen python -m stages.repair --repin"
 
 
-class RepairRecord(BaseModel):
+class RepairRecord(Record):
     """What the cut did, as written to data/repair/record.json."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     conversation_id: int
     message_id: int
     chars_before: int

@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from bench.repair import load_table
 from clients.files import UMASK, remove_outputs, stable_json, write_atomic, write_json, write_jsonl
 from clients.tokens import count_tokens
+from schemas.base import Record
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.layout import LAYOUT
 from schemas.params import Mode
@@ -57,18 +58,14 @@ PIN_PROVENANCE = (
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SlicePin(_Strict):
+class SlicePin(Record):
     message_ids: list[tuple[int, int]]
     """Inclusive id ranges [first, last] of the messages in the slice."""
     sha256: str = Sha256
     """sha256 of the slice file `chats/conv<N>.json` as written."""
 
 
-class ModePin(_Strict):
+class ModePin(Record):
     selection: Literal["answer_messages", "whole_conversations"]
     """answer_messages: only the messages the questions' source_chat_ids name; whole_conversations:
     every session of each conversation."""
@@ -77,14 +74,14 @@ class ModePin(_Strict):
     slices: dict[str, SlicePin]
 
 
-class SliceFixture(_Strict):
+class SliceFixture(Record):
     about: str
     known_bad_rubric: dict[str, str]
     """Question id -> why its rubric is wrong (checked against the chat by a person)."""
     modes: dict[Mode, ModePin]
 
 
-class BuiltSlice(_Strict):
+class BuiltSlice(Record):
     """One conversation's slice as it will be written, with its pins and counts."""
 
     chat: ChatSlice
@@ -94,7 +91,7 @@ class BuiltSlice(_Strict):
     tokens: int
 
 
-class Built(_Strict):
+class Built(Record):
     slices: list[BuiltSlice]
     questions: list[Question]
     rubrics: list[Rubric]

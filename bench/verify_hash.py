@@ -12,9 +12,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from clients.files import remove_outputs, write_json
+from schemas.base import Record
 from schemas.errors import DataError, IntegrityError
 from schemas.layout import LAYOUT
 from schemas.params import VerifyHashParams
@@ -23,10 +24,9 @@ RECEIPT = LAYOUT.verify_hash.receipt
 CHUNK_BYTES = 1 << 20
 
 
-class Receipt(BaseModel):
+class Receipt(Record):
     """What verify-hash vouches for: these exact bytes at this path."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     path: str
     size_bytes: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")

@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from schemas.base import Record
 from schemas.params import EstimateParams, Mode
 from schemas.records import ChatSlice, Question
 from schemas.traces import Trace
@@ -52,10 +51,8 @@ def with_total(phases: dict[str, PhaseEstimate]) -> dict[str, PhaseEstimate]:
     return {**ordered, "total": total}
 
 
-class RateOrigin(BaseModel):
+class RateOrigin(Record):
     """Where one rate of a `RunRates` came from."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: Literal["run", "params"]
     """`run`: measured on the run's files; `params`: the run cannot show it, params.yaml's kept."""
@@ -64,10 +61,8 @@ class RateOrigin(BaseModel):
     it (`no event-ordering question in the run`)."""
 
 
-class RunRates(BaseModel):
+class RunRates(Record):
     """The estimator's rates taken from a finished run, with where each came from."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     run: str
     """Which run: the folder, or the git revision / DVC experiment and its commit."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
+from schemas.base import Record
 from schemas.records import Ability
 
 Flag = Literal["parse_error", "model_error", "known_bad_rubric", "call_cap_reached"]
@@ -29,11 +30,7 @@ ItemValue = Annotated[float, AfterValidator(_check_item_value)]
 """One rubric item's score: 1, 0.5 or 0 (the judge prompt's scale)."""
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class JudgePrompts(_Record):
+class JudgePrompts(Record):
     """The scorer's texts, extracted with `ast` from the benchmark's pinned source files."""
 
     item_prompt: str
@@ -46,7 +43,7 @@ class JudgePrompts(_Record):
     (the reference event) and `<second>` (the answer line), the order the benchmark passes them."""
 
 
-class ItemScore(_Record):
+class ItemScore(Record):
     rubric_item: str
     score: ItemValue
     reason: str | None = None
@@ -59,7 +56,7 @@ class ItemScore(_Record):
     items are scored by the alignment)."""
 
 
-class EventAlignment(_Record):
+class EventAlignment(Record):
     """event_ordering: answer lines aligned one-to-one to rubric events by the equivalence judge."""
 
     answer_lines: list[str]
@@ -79,7 +76,7 @@ class EventAlignment(_Record):
     matched (f1 > 0), else 0."""
 
 
-class Judgement(_Record):
+class Judgement(Record):
     """One question's verdict."""
 
     question_id: str

@@ -27,7 +27,6 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -35,6 +34,8 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
+
+from schemas.base import Record
 
 EntityLabel = Literal["Person", "Place", "Organization", "Tool", "Topic"]
 StatementLabel = Literal["Fact", "Instruction", "Preference", "Event", "Measure"]
@@ -100,10 +101,8 @@ LABEL_DOCS: dict[NodeLabel, str] = {
 }
 
 
-class RelSpec(BaseModel):
+class RelSpec(Record):
     """One relationship type: what it means and which (start label, end label) pairs it allows."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     doc: str
     pairs: tuple[tuple[tuple[NodeLabel, ...], tuple[NodeLabel, ...]], ...]
@@ -174,9 +173,7 @@ def _sorted_unique_ints(values: list[int]) -> list[int]:
     return sorted(set(values))
 
 
-class _Node(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class _Node(Record):
     id: NodeId
     """Stable string id made by the ingest (e.g. `conv4:fact:12`); never a Neo4j internal id."""
 
@@ -282,10 +279,8 @@ GraphNode = Annotated[
 NODE_ADAPTER: TypeAdapter[GraphNode] = TypeAdapter(GraphNode)
 
 
-class Relationship(BaseModel):
+class Relationship(Record):
     """A typed, directed edge between two nodes named by their stable ids."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: RelType
     start: NodeId
@@ -298,19 +293,15 @@ class Relationship(BaseModel):
         return (self.type, self.start, self.end)
 
 
-class GraphBatch(BaseModel):
+class GraphBatch(Record):
     """What one write carries: nodes and the relationships between them (or to stored nodes)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     nodes: list[GraphNode] = Field(default_factory=list)
     relationships: list[Relationship] = Field(default_factory=list)
 
 
-class BatchReport(BaseModel):
+class BatchReport(Record):
     """What validation kept and what it dropped, by reason (every reason always present)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kept_nodes: int
     kept_relationships: int

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from schemas.base import Record
 
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 Mode = Literal["lite", "full", "all"]
@@ -13,11 +15,7 @@ pipeline; full, five conversations; all, the whole 100K split."""
 MODES: tuple[Mode, ...] = get_args(Mode)
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FetchParams(_Section):
+class FetchParams(Record):
     repo_id: str
     repo_type: Literal["dataset"]
     revision: str = Field(pattern=r"^[0-9a-f]{40}$")
@@ -26,12 +24,12 @@ class FetchParams(_Section):
     timeout_seconds: float = Field(gt=0)
 
 
-class VerifyHashParams(_Section):
+class VerifyHashParams(Record):
     size_bytes: int = Field(gt=0)
     sha256: str = Sha256
 
 
-class RepairParams(_Section):
+class RepairParams(Record):
     conversation_id: str
     message_id: int = Field(ge=0)
     original_sha256: str = Sha256
@@ -40,7 +38,7 @@ class RepairParams(_Section):
     """How many leading characters of the message are sound text; the rest must be filler."""
 
 
-class SliceParams(_Section):
+class SliceParams(Record):
     fixture: str
     """Path of the fixture that pins question ids, message ids and slice hashes per mode."""
     tokenizer: str
@@ -57,7 +55,7 @@ class SliceParams(_Section):
         return value
 
 
-class GraphParams(_Section):
+class GraphParams(Record):
     backend: Literal["local", "docker", "uri"]
     """local: jars from `make neo4j` launched with java; docker; uri: env BEAM_NEO4J_URI etc."""
     heap_mb: int = Field(ge=128)
@@ -85,7 +83,7 @@ ROLE_MAX_TOKENS: dict[str, int] = {
 of pair decisions, an agent's turn and a judge's verdict, and a bound on a model that rambles."""
 
 
-class ModelRef(_Section):
+class ModelRef(Record):
     model: str | None
     """A litellm model name (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`), a model the harness
     serves itself (`local/smollm2-135m-instruct`: clients/local_model.py) or `scripted/rules`."""
@@ -114,7 +112,7 @@ class ModelRef(_Section):
     llama.cpp or vLLM server; for Ollama, entries of `options` join its request options."""
 
 
-class ModelsParams(_Section):
+class ModelsParams(Record):
     extraction: ModelRef
     resolution: ModelRef
     agent: ModelRef
@@ -123,7 +121,7 @@ class ModelsParams(_Section):
     temperature and seed still apply)."""
 
 
-class LlmParams(_Section):
+class LlmParams(Record):
     timeout_seconds: float = Field(gt=0)
     """Per attempt."""
     max_attempts: int = Field(ge=1, le=10)
@@ -142,12 +140,12 @@ class LlmParams(_Section):
     connection errors) before the stage stops at once: the endpoint is down, not one request."""
 
 
-class Cap(_Section):
+class Cap(Record):
     calls: int = Field(ge=0)
     tokens: int = Field(ge=0)
 
 
-class BudgetParams(_Section):
+class BudgetParams(Record):
     lite: Cap
     full: Cap
     all: Cap
@@ -156,13 +154,13 @@ class BudgetParams(_Section):
     estimate (the mode caps are ceilings for any run; this catches a run off its plan)."""
 
 
-class PinnedFile(_Section):
+class PinnedFile(Record):
     path: str = Field(min_length=1)
     """Path inside the repository, e.g. `src/prompts.py`."""
     sha256: str = Sha256
 
 
-class JudgeParams(_Section):
+class JudgeParams(Record):
     scorer_repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     """The benchmark's public GitHub repository (owner/name) whose scorer prompts are used."""
     scorer_commit: str = Field(pattern=r"^[0-9a-f]{40}$")
@@ -185,13 +183,13 @@ class JudgeParams(_Section):
     reported."""
 
 
-class PerMode(_Section):
+class PerMode(Record):
     lite: int = Field(ge=0)
     full: int = Field(ge=0)
     all: int = Field(ge=0)
 
 
-class IngestParams(_Section):
+class IngestParams(Record):
     chunk_tokens: int = Field(ge=16)
     """About this many tokens per chunk (cl100k); a message is split only if it alone is larger."""
     max_llm_pairs: PerMode
@@ -205,7 +203,7 @@ class IngestParams(_Section):
     before the stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
 
 
-class AnswerParams(_Section):
+class AnswerParams(Record):
     max_steps: int = Field(ge=1, le=30)
     """Tool-calling steps before the agent is asked for its final answer."""
     result_limit: int = Field(ge=1, le=50)
@@ -219,13 +217,13 @@ class AnswerParams(_Section):
     stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
 
 
-class ReportParams(_Section):
+class ReportParams(Record):
     bootstrap_samples: int = Field(ge=100)
     seed: int
     confidence: float = Field(gt=0, lt=1)
 
 
-class IngestRates(_Section):
+class IngestRates(Record):
     """What the extraction model is assumed to produce per chunk, and how often pairs turn up.
 
     Pairs form within a label, between a new item and earlier ones, so their number grows with
@@ -255,7 +253,7 @@ class IngestRates(_Section):
     completion_tokens_per_pair: float = Field(ge=0)
 
 
-class AgentRates(_Section):
+class AgentRates(Record):
     """What the agent is assumed to do per question; its tool results are rows of the graph."""
 
     calls_per_question: float = Field(ge=1)
@@ -273,7 +271,7 @@ class AgentRates(_Section):
     difference."""
 
 
-class JudgeRates(_Section):
+class JudgeRates(Record):
     answer_tokens: float = Field(ge=0)
     """Length of a typical answer (it is part of every judge prompt)."""
     item_prompt_tokens: float = Field(ge=0)
@@ -288,7 +286,7 @@ class JudgeRates(_Section):
     its tokenizer and chat template (1: the count)."""
 
 
-class EstimateParams(_Section):
+class EstimateParams(Record):
     """The dry-run estimator's assumptions about the models (everything else it computes)."""
 
     ingest: IngestRates
@@ -296,7 +294,7 @@ class EstimateParams(_Section):
     judge: JudgeRates
 
 
-class JudgeCheckParams(_Section):
+class JudgeCheckParams(Record):
     """The check of the judge on cases whose right score is known (stages/judge_check.py)."""
 
     recipe: str = "fixtures/judge_check.json"
@@ -311,14 +309,14 @@ class JudgeCheckParams(_Section):
     a reply still unusable) before the stage stops (exit 3), as in every stage."""
 
 
-class RagParams(_Section):
+class RagParams(Record):
     """The `rag` baseline (systems/rag.py): BM25 over the chat's chunks."""
 
     top_k: int = Field(ge=1, le=100)
     """Chunks (the same chunks as graphrag's, `ingest.chunk_tokens` each) in the answer prompt."""
 
 
-class FullContextParams(_Section):
+class FullContextParams(Record):
     """The `full_context` baseline (systems/full_context.py): the whole chat in the prompt."""
 
     context_tokens: int | None = Field(default=None, ge=512)
@@ -329,7 +327,7 @@ class FullContextParams(_Section):
     """Kept free for the reply: the prompt gets at most `context_tokens - reply_tokens`."""
 
 
-class Params(_Section):
+class Params(Record):
     """The whole of params.yaml, typed: read once by a stage's `main()` (stages/common.py
     `read_params`) and passed down; nothing below the stages reads the file."""
 

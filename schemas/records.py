@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from schemas.base import Record
 
 Ability = Literal[
     "abstention",
@@ -21,18 +23,14 @@ Ability = Literal[
 ABILITIES: tuple[Ability, ...] = get_args(Ability)
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ChatMessage(_Record):
+class ChatMessage(Record):
     id: int = Field(ge=0)
     """The message's id within its conversation (0..N-1, file order)."""
     role: Literal["user", "assistant"]
     content: str
 
 
-class Session(_Record):
+class Session(Record):
     number: int = Field(ge=1)
     """1-based session number (the dataset's batch order)."""
     date: str
@@ -41,14 +39,14 @@ class Session(_Record):
     messages: list[ChatMessage]
 
 
-class ChatSlice(_Record):
+class ChatSlice(Record):
     """What the memory system may see of one conversation: chat messages only."""
 
     conversation_id: str
     sessions: list[Session]
 
 
-class Question(_Record):
+class Question(Record):
     """A probing question as the agent sees it: no rubric, no reference answer."""
 
     id: str = Field(pattern=r"^conv\d+:[a-z_]+:\d+$")
@@ -58,7 +56,7 @@ class Question(_Record):
     question: str
 
 
-class Rubric(_Record):
+class Rubric(Record):
     """What the judge needs for one question; never reaches the memory system."""
 
     question_id: str
@@ -70,7 +68,7 @@ class Rubric(_Record):
     known_bad_reason: str | None = None
 
 
-class Chunk(_Record):
+class Chunk(Record):
     """A run of whole messages of one session (or part of one very long message), in chat order."""
 
     id: str

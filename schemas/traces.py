@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from schemas.base import Record
 
 RESULT_CHARS = 2000
 """A tool result is kept in the trace up to this many characters (the model saw all of it)."""
 
 
-class ToolCallRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class ToolCallRecord(Record):
     name: str
     arguments: dict[str, Any] | None
     raw_arguments: str
@@ -32,11 +32,9 @@ class ToolCallRecord(BaseModel):
     tools natively read as before."""
 
 
-class Trace(BaseModel):
+class Trace(Record):
     """One question's answer and how the memory system got there (quotes the chat: CC BY-SA
     4.0). Systems without tools (the baselines of systems/) leave the tool fields empty."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     question_id: str
     answer: str

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
-
+from schemas.base import Record
 from schemas.errors import BeamError
 from schemas.memory import GraphBatch
 
@@ -18,19 +17,15 @@ class QueryFailed(BeamError):
     """The server refused or failed a query (syntax, type, timeout): the agent can read why."""
 
 
-class WriteReceipt(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class WriteReceipt(Record):
     nodes: int
     relationships: int
     missing_endpoints: int
     """Relationships not written because an endpoint is not in the graph."""
 
 
-class GraphCounts(BaseModel):
+class GraphCounts(Record):
     """Nodes per label and relationships per type (every label and type present)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     nodes: dict[str, int]
     relationships: dict[str, int]

@@ -8,9 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from clients.llm.accounting import PHASES, Phase
+from schemas.base import Record
 from schemas.errors import ParamsError
 from schemas.params import ROLE_MAX_TOKENS, LlmParams, ModelRef
 
@@ -31,11 +32,7 @@ M = TypeVar("M", bound=BaseModel)
 # --------------------------------------------------------------------------------------------
 # Request and reply types
 # --------------------------------------------------------------------------------------------
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ToolCall(_Frozen):
+class ToolCall(Record):
     id: str
     name: str
     raw_arguments: str
@@ -45,7 +42,7 @@ class ToolCall(_Frozen):
     error: str | None = None
 
 
-class Message(_Frozen):
+class Message(Record):
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -180,7 +177,7 @@ def request_settings(role: str, ref: ModelRef, params: LlmParams) -> RequestSett
     )
 
 
-class Completion(_Frozen):
+class Completion(Record):
     """One request's outcome. `cached`, `seconds` and `attempts` differ between a run, a run that
     recovered from a fault, and a replay: keep them out of DVC outputs (Accounting counts them)
     so outputs stay identical. The tokens are those of the reply used (a failure: of all its
