@@ -19,7 +19,6 @@ from bench.report import (
     VIEWER,
     _fmt,
     build_metrics,
-    code_commit,
     cost_table,
     failure_counts,
     failure_line,
@@ -42,6 +41,7 @@ from clients.files import (
     write_atomic,
     write_json,
 )
+from clients.git import code_commit
 from schemas.errors import DataError
 from schemas.estimate import with_total
 from schemas.judge_check import JudgeCheckSummary

@@ -10,7 +10,6 @@ import pytest
 from bench.report import (
     bootstrap_interval,
     build_metrics,
-    code_commit,
     cost_table,
     failure_counts,
     failure_line,
@@ -21,6 +20,7 @@ from bench.report import (
     score_table,
     small_model_warning,
 )
+from clients.git import code_commit
 from schemas.estimate import PhaseEstimate
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
