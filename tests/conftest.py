@@ -57,7 +57,7 @@ def mirror_parquet(shared_beam: Path) -> Path:
 # -- the local model: its tests run last, and its build overlaps the rest of the session --------
 # `local_model` tests need llama-server built and the weights of TEST_LOCAL_MODELS fetched (about
 # 4 minutes on 2 cores for the build, seconds to a minute for the weights, once per machine:
-# clients/local_model.py). When a session selects such tests and the cache lacks any of them,
+# clients/local_model/). When a session selects such tests and the cache lacks any of them,
 # `python -m clients.local_model build` starts in the background as the session's tests begin (its
 # own process group, output in a log file); the local_model tests, moved to the end of the
 # session, wait for it before their timeout starts, and fail with the log's tail if it failed. A
@@ -113,8 +113,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _build_child_setup() -> None:  # runs in the child between fork and exec
-    """The build stops on SIGINT (a KeyboardInterrupt in clients/local_model.py kills cmake's own
-    process group, ninja and compilers included): SIGINT is made to work even where a shell
+    """The build stops on SIGINT (a KeyboardInterrupt in clients/local_model/build.py kills cmake's
+    own process group, ninja and compilers included): SIGINT is made to work even where a shell
     started pytest with it ignored, and the kernel sends it when pytest dies (PR_SET_PDEATHSIG),
     so a killed session leaves no build behind either. It runs niced, so that the tests beside it,
     whose timeouts are counted, keep the cores first and the build takes what they leave."""
