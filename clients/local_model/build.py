@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from clients.child_servers import spawn_child, tail
+from clients.download import sha256_of
 from clients.local_model.cache import (
     BUILD_RECORD,
     cache_lock,
@@ -25,7 +26,7 @@ from clients.local_model.cache import (
     installed_runtime,
     runtime_dir,
 )
-from clients.local_model.download import fetch_pinned, sha256_of
+from clients.local_model.download import fetch_pinned
 from clients.local_model.pins import RUNTIME, RuntimePin
 from schemas.errors import IntegrityError, ServiceError
 

