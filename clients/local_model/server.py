@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,10 +19,13 @@ from typing import Any
 
 from clients.child_servers import (
     LiveServers,
+    StartFailed,
     find_free_port,
     install_sigterm_handler,
     spawn_child,
+    stop_process,
     tail,
+    wait_ready,
 )
 from clients.local_model.build import ensure_runtime, server_environment
 from clients.local_model.cache import template_path
@@ -164,7 +166,7 @@ class LlamaServer:
                 try:
                     self._start_once(binary, gguf, template, find_free_port())
                     return
-                except _StartFailed as exc:
+                except StartFailed as exc:
                     self.stop(keep_log=True)
                     failures.append(str(exc))
                     if "couldn't bind" not in str(exc):
@@ -209,28 +211,29 @@ class LlamaServer:
 
     def _wait_healthy(self, started: float) -> None:
         url = f"http://127.0.0.1:{self.port}/health"
-        deadline = started + self.start_timeout
-        last = "no answer yet"
-        while True:
-            problem = self.failure()
-            if problem is not None:
-                raise _StartFailed(problem)
+
+        def probe() -> str | None:
             try:
                 with urllib.request.urlopen(url, timeout=2.0) as response:
                     if response.status == 200:
-                        self.load_seconds = round(time.monotonic() - started, 3)
-                        return
-                    last = f"HTTP {response.status}"
+                        return None
+                    return f"HTTP {response.status}"
             except urllib.error.HTTPError as exc:  # 503 while the model loads
-                last = f"HTTP {exc.code}"
+                return f"HTTP {exc.code}"
             except (urllib.error.URLError, OSError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() >= deadline:
-                raise _StartFailed(
-                    f"{self.description} was not healthy within {self.start_timeout:.0f} s "
-                    f"(last answer: {last}). Last lines of {self.log_path}:\n{tail(self.log_path)}"
-                )
-            time.sleep(HEALTH_POLL_SECONDS)
+                return f"{type(exc).__name__}: {exc}"
+
+        wait_ready(
+            probe,
+            failure=self.failure,
+            deadline=started + self.start_timeout,
+            poll_seconds=HEALTH_POLL_SECONDS,
+            timeout_message=lambda last: (
+                f"{self.description} was not healthy within {self.start_timeout:.0f} s "
+                f"(last answer: {last}). Last lines of {self.log_path}:\n{tail(self.log_path)}"
+            ),
+        )
+        self.load_seconds = round(time.monotonic() - started, 3)
 
     def failure(self) -> str | None:
         """None while the server runs; otherwise what happened to it (with its log tail)."""
@@ -247,25 +250,11 @@ class LlamaServer:
 
     def stop(self, *, keep_log: bool = False) -> None:
         """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_SECONDS."""
-        process = self.process
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=30)
-        if process is not None:
-            self.exit_code = process.returncode
+        if self.process is not None:
+            self.exit_code = stop_process(self.process, STOP_GRACE_SECONDS, group=True)
         _LIVE.remove(self)
         if not keep_log and self.home is not None:
             shutil.rmtree(self.home, ignore_errors=True)
-
-
-class _StartFailed(Exception):
-    """Internal: a start attempt failed; `str` holds the explanation with the log tail."""
 
 
 @contextlib.contextmanager
