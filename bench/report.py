@@ -56,7 +56,7 @@ TEST_MODEL_WARNING = (
 
 
 def small_model_warning(name: str) -> str:
-    """The flag of a model the harness serves itself (clients/local_model.py's table)."""
+    """The flag of a model the harness serves itself (clients/local_model/pins.py's table)."""
     size_mb = LOCAL_MODELS[name].weights.gguf_size / 1e6
     return (
         f"**This run used `{name}`, a {size_mb:.0f} MB model served on this machine: a model "

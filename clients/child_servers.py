@@ -15,6 +15,11 @@ killed stage left its server running. A launcher thread that never exits makes "
 thread exits" mean "the process is gone", whichever thread asked for the server.
 Chosen over a watchdog wrapper process because it adds no process, no pipe to leak into other
 children, and keeps the server's pid the one the stop path signals.
+
+The launchers (clients/graph/server.py for Neo4j, clients/local_model/server.py for llama-server)
+also share the wait for readiness (`wait_ready`: poll with a deadline, stop at once when the
+process is gone) and the stop (`stop_process`: SIGTERM, SIGKILL after a grace period); each keeps
+its own probe, timeouts and messages.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -175,3 +181,62 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return tail_text(path.read_text(encoding="utf-8", errors="replace"), lines)
     except OSError:
         return f"(no log at {path})"
+
+
+# --- what every child server's start and stop share ------------------------------------------
+
+KILL_WAIT_SECONDS = 30.0
+"""How long a SIGKILLed child may take to be reaped."""
+
+
+class StartFailed(Exception):
+    """A start attempt failed (the process exited, or was not ready in time); `str` explains,
+    with the log's tail. Internal to the launchers: they retry or raise ServiceError."""
+
+
+def wait_ready(
+    probe: Callable[[], str | None],
+    *,
+    failure: Callable[[], str | None],
+    deadline: float,
+    poll_seconds: float,
+    timeout_message: Callable[[str], str],
+) -> None:
+    """Poll until `probe()` returns None (ready). StartFailed as soon as `failure()` reports the
+    process gone (its text), or once `time.monotonic()` passes `deadline`
+    (`timeout_message(what the probe saw last)`). The probe may raise to stop at once."""
+    while True:
+        problem = failure()
+        if problem is not None:
+            raise StartFailed(problem)
+        last = probe()
+        if last is None:
+            return
+        if time.monotonic() >= deadline:
+            raise StartFailed(timeout_message(last))
+        time.sleep(poll_seconds)
+
+
+def stop_process(
+    process: subprocess.Popen[bytes], grace_seconds: float, *, group: bool = False
+) -> int | None:
+    """SIGTERM, then SIGKILL after `grace_seconds`; its exit code. `group`: signal the child's
+    whole process group (spawn_child starts each child in its own session), else the child."""
+
+    def send(sig: signal.Signals) -> None:
+        if group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, sig)
+        elif sig == signal.SIGTERM:
+            process.terminate()
+        else:
+            process.kill()
+
+    if process.poll() is None:
+        send(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            send(signal.SIGKILL)
+            process.wait(timeout=KILL_WAIT_SECONDS)
+    return process.returncode

@@ -41,11 +41,14 @@ from clients import cypher
 from clients.child_servers import (
     LOG_TAIL_LINES,
     LiveServers,
+    StartFailed,
     find_free_port,
     install_sigterm_handler,
     port_is_free,
     spawn_child,
+    stop_process,
     tail,
+    wait_ready,
 )
 from clients.graph.conf import (
     HARDENING_CONF,
@@ -124,34 +127,32 @@ def _wait_ready(
 ) -> None:
     """Poll until Bolt answers `RETURN 1` on the default database, the process dies, or timeout."""
     deadline = time.monotonic() + timeout
-    last_error = "no attempt made"
     with open_driver(uri, auth) as driver:
-        while True:
-            problem = failure()
-            if problem is not None:
-                raise _StartFailed(problem)
+
+        def probe() -> str | None:
             try:
                 driver.verify_connectivity()
                 records, _, _ = driver.execute_query(cypher.PING, database_=DATABASE)
                 if records and records[0]["ok"] == 1:
-                    return
+                    return None
+                return "no answer yet"
             except neo4j_errors.AuthError as exc:
                 raise ServiceError(
                     f"{description} refused the generated credentials ({exc}); "
                     "the initial password was not taken"
                 ) from exc
             except (neo4j_errors.DriverError, neo4j_errors.Neo4jError, OSError) as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() >= deadline:
-                raise _StartFailed(
-                    f"{description} did not answer within {timeout:.0f} s "
-                    f"(last error: {last_error})"
-                )
-            time.sleep(READY_POLL_SECONDS)
+                return f"{type(exc).__name__}: {exc}"
 
-
-class _StartFailed(Exception):
-    """Internal: a start attempt failed; `str` holds the explanation with the log tail."""
+        wait_ready(
+            probe,
+            failure=failure,
+            deadline=deadline,
+            poll_seconds=READY_POLL_SECONDS,
+            timeout_message=lambda last: (
+                f"{description} did not answer within {timeout:.0f} s (last error: {last})"
+            ),
+        )
 
 
 def resolve_java() -> str:
@@ -273,7 +274,7 @@ class LocalServer:
             try:
                 self._start_once(lib, java, port)
                 return
-            except _StartFailed as exc:
+            except StartFailed as exc:
                 self.stop()
                 failures.append(str(exc))
                 if "already in use" not in str(exc).lower() or self.requested_port:
@@ -322,16 +323,8 @@ class LocalServer:
         )
 
     def stop(self) -> None:
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=self.params.stop_grace_seconds)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
-        if process is not None:
-            self.exit_code = process.returncode
+        if self.process is not None:
+            self.exit_code = stop_process(self.process, self.params.stop_grace_seconds)
         _LIVE.remove(self)
 
 
@@ -393,7 +386,7 @@ class DockerServer:
             _wait_ready(
                 self.uri, self.auth, p.start_timeout_seconds, self.failure, self.description
             )
-        except _StartFailed as exc:
+        except StartFailed as exc:
             self.stop()
             raise ServiceError(str(exc)) from None
         except BaseException:
@@ -450,7 +443,7 @@ class UriServer:
                 self.failure,
                 self.description,
             )
-        except _StartFailed as exc:
+        except StartFailed as exc:
             raise ServiceError(str(exc)) from None
 
     def failure(self) -> str | None:

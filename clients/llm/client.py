@@ -31,7 +31,7 @@ Using it from a stage
   a `local/` model gets the random key its own server checks; any other endpoint whose key
   variable is not set stops with a ServiceError naming it, in the preflight and before the
   first call.
-- `local/<name>` models (clients/local_model.py): the first request starts the model's
+- `local/<name>` models (clients/local_model/): the first request starts the model's
   llama-server on a free loopback port (one per process, shared by the roles that name it, its
   context the largest they ask for), served as `openai/<name>` with `response_format:
   json_schema` (a grammar keeps even a tiny model inside the schema); it stops when the process

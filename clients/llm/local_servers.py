@@ -3,10 +3,10 @@ per model shared by every role that names it, all stopped when the process ends.
 
 The model door serves a `local/<name>` model like any OpenAI-compatible endpoint (`openai/<name>`
 at the server's loopback URL, with the key that server checks); only the start lives here. The
-server itself is clients/local_model.py's `local_model_server`: it stops a server that does not
-come up, turns a SIGTERM into SystemExit, and kills its server with the process even on SIGKILL,
-whichever thread started it (the answer stage starts it from a worker of its question pool). The
-context managers it yields are held in one ExitStack, closed at exit (atexit) or by
+server itself is clients/local_model/server.py's `local_model_server`: it stops a server that
+does not come up, turns a SIGTERM into SystemExit, and kills its server with the process even on
+SIGKILL, whichever thread started it (the answer stage starts it from a worker of its question
+pool). The context managers it yields are held in one ExitStack, closed at exit (atexit) or by
 `stop_local_servers`.
 """
 

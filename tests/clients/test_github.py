@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.scorer_prompts import extract_judge_prompts
-from clients.github import download_pinned, fetch_bytes, raw_url
+from clients.github import download_pinned, raw_url
 from schemas.errors import FetchError, IntegrityError
 from stages.common import read_params
 from tests.conftest import REPO_ROOT
@@ -35,6 +35,7 @@ def _download(
     path: str = standin.PROMPTS_PATH,
     max_attempts: int = 3,
     sleep: Callable[[float], None] = lambda seconds: None,
+    timeout_seconds: float = 5.0,
 ) -> bool:
     return download_pinned(
         base_url=base_url,
@@ -43,7 +44,7 @@ def _download(
         path=path,
         sha256=sha256,
         dest=dest,
-        timeout_seconds=5.0,
+        timeout_seconds=timeout_seconds,
         max_attempts=max_attempts,
         sleep=sleep,
     )
@@ -139,22 +140,15 @@ def test_retries_run_out_with_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "p.py").exists()
 
 
-def test_a_host_that_never_answers_times_out() -> None:
+def test_a_host_that_never_answers_times_out(tmp_path: Path) -> None:
     # A listening socket that never accepts: the connection opens, the response never comes.
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(4)
         base = f"http://127.0.0.1:{silent.getsockname()[1]}"
         with pytest.raises(FetchError, match="after 2 attempts"):
-            fetch_bytes(
-                base_url=base,
-                repo=standin.REPO,
-                commit=standin.COMMIT,
-                path=standin.PROMPTS_PATH,
-                timeout_seconds=0.2,
-                max_attempts=2,
-                sleep=lambda s: None,
-            )
+            _download(base, tmp_path / "p.py", max_attempts=2, timeout_seconds=0.2)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_params_pin_the_benchmark_scorer() -> None:

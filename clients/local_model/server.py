@@ -1,0 +1,334 @@
+"""The llama-server process: started on a free loopback port, checked healthy, always stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clients.child_servers import (
+    LiveServers,
+    StartFailed,
+    find_free_port,
+    install_sigterm_handler,
+    spawn_child,
+    stop_process,
+    tail,
+    wait_ready,
+)
+from clients.local_model.build import ensure_runtime, server_environment
+from clients.local_model.cache import template_path
+from clients.local_model.download import ensure_weights
+from clients.local_model.pins import local_model
+from clients.workdir import make_workdir
+from schemas.errors import ServiceError
+
+START_TIMEOUT_SECONDS = 120.0
+STOP_GRACE_SECONDS = 10.0
+HEALTH_POLL_SECONDS = 0.1
+PORT_ATTEMPTS = 3
+HOME_PREFIX = "beam-llama-server-"
+
+
+# --- process safety: every server we start is stopped ----------------------------------------
+
+_LIVE: LiveServers[LlamaServer] = LiveServers()
+
+
+def live_servers() -> list[LlamaServer]:
+    """Servers started by this process and not yet stopped."""
+    return _LIVE.list()
+
+
+def stop_all() -> None:
+    """Stop every server this process started (atexit does too; so can a test)."""
+    _LIVE.stop_all()
+
+
+@dataclass(frozen=True)
+class LocalEndpoint:
+    """Where a running server answers, and the key it checks (kept out of repr and logs)."""
+
+    base_url: str
+    api_key: str = field(repr=False)
+
+
+def server_command(
+    binary: Path,
+    gguf: Path,
+    template: Path | None,
+    *,
+    port: int,
+    alias: str,
+    context_tokens: int,
+    seed: int,
+    threads: int,
+    parallel: int = 1,
+) -> list[str]:
+    """The llama-server command line (flags of the 0.3.36 sdist's common/arg.cpp); without a
+    template file, --jinja renders the gguf's own template."""
+    template_flags = ["--chat-template-file", str(template)] if template is not None else []
+    return [
+        str(binary),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "-m", str(gguf),
+        "--alias", alias,
+        "--jinja",
+        *template_flags,
+        "-t", str(threads),
+        "-tb", str(threads),
+        "-c", str(context_tokens),
+        "--seed", str(seed),
+        "--parallel", str(parallel),
+        "--no-cache-prompt",
+        "--cache-ram", "0",
+        "--no-ui",
+    ]  # fmt: skip
+
+
+class LlamaServer:
+    """One llama-server process on a loopback port, with its log in a temporary folder."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        context_tokens: int,
+        seed: int,
+        threads: int | None = None,
+        parallel: int = 1,
+        start_timeout: float = START_TIMEOUT_SECONDS,
+    ) -> None:
+        """`threads` None: the model's own setting (LocalModel.threads)."""
+        self.spec = local_model(model)
+        threads = self.spec.threads if threads is None else threads
+        if not 0 < context_tokens <= self.spec.max_context_tokens:
+            raise ServiceError(
+                f"context_tokens={context_tokens} for {model}: it must be between 1 and "
+                f"{self.spec.max_context_tokens}"
+            )
+        if threads < 1 or parallel < 1:
+            raise ServiceError(f"threads ({threads}) and parallel ({parallel}) must be >= 1")
+        self.context_tokens = context_tokens
+        self.seed = seed
+        self.threads = threads
+        self.parallel = parallel
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.home: Path | None = None
+        self.api_key = secrets.token_urlsafe(32)
+        self.exit_code: int | None = None
+        self.load_seconds: float | None = None
+        """Seconds from the process start to the first healthy answer."""
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def endpoint(self) -> LocalEndpoint:
+        return LocalEndpoint(self.base_url, self.api_key)
+
+    @property
+    def log_path(self) -> Path:
+        return (self.home or Path(tempfile.gettempdir())) / "server.log"
+
+    @property
+    def description(self) -> str:
+        return f"llama-server ({self.spec.name}, pid {self.pid}, 127.0.0.1:{self.port})"
+
+    def start(self) -> None:
+        binary = ensure_runtime()
+        template = None if self.spec.gguf_template else template_path()
+        gguf = ensure_weights(self.spec.weights)
+        install_sigterm_handler()
+        self.home = make_workdir(HOME_PREFIX)
+        failures: list[str] = []
+        try:
+            for _ in range(PORT_ATTEMPTS):
+                try:
+                    self._start_once(binary, gguf, template, find_free_port())
+                    return
+                except StartFailed as exc:
+                    self.stop(keep_log=True)
+                    failures.append(str(exc))
+                    if "couldn't bind" not in str(exc):
+                        break
+        except BaseException:
+            self.stop(keep_log=True)
+            raise
+        raise ServiceError(
+            f"llama-server did not start ({len(failures)} attempt(s); log kept in {self.home}):\n"
+            + "\n---\n".join(failures)
+        )
+
+    def _start_once(self, binary: Path, gguf: Path, template: Path | None, port: int) -> None:
+        assert self.home is not None
+        self.port = port
+        self.exit_code = None
+        command = server_command(
+            binary,
+            gguf,
+            template,
+            port=port,
+            alias=self.spec.name,
+            context_tokens=self.context_tokens,
+            seed=self.seed,
+            threads=self.threads,
+            parallel=self.parallel,
+        )
+        started = time.monotonic()
+        with self.log_path.open("ab") as log:
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            self.process = spawn_child(
+                command,
+                cwd=self.home,
+                env=server_environment(self.home, os.environ, self.api_key),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        _LIVE.add(self)
+        self._wait_healthy(started)
+
+    def _wait_healthy(self, started: float) -> None:
+        url = f"http://127.0.0.1:{self.port}/health"
+
+        def probe() -> str | None:
+            try:
+                with urllib.request.urlopen(url, timeout=2.0) as response:
+                    if response.status == 200:
+                        return None
+                    return f"HTTP {response.status}"
+            except urllib.error.HTTPError as exc:  # 503 while the model loads
+                return f"HTTP {exc.code}"
+            except (urllib.error.URLError, OSError) as exc:
+                return f"{type(exc).__name__}: {exc}"
+
+        wait_ready(
+            probe,
+            failure=self.failure,
+            deadline=started + self.start_timeout,
+            poll_seconds=HEALTH_POLL_SECONDS,
+            timeout_message=lambda last: (
+                f"{self.description} was not healthy within {self.start_timeout:.0f} s "
+                f"(last answer: {last}). Last lines of {self.log_path}:\n{tail(self.log_path)}"
+            ),
+        )
+        self.load_seconds = round(time.monotonic() - started, 3)
+
+    def failure(self) -> str | None:
+        """None while the server runs; otherwise what happened to it (with its log tail)."""
+        if self.process is None:
+            return f"{self.description} was never started"
+        code = self.process.poll()
+        if code is None:
+            return None
+        self.exit_code = code
+        return (
+            f"{self.description} exited with code {code}. "
+            f"Last lines of {self.log_path}:\n{tail(self.log_path)}"
+        )
+
+    def stop(self, *, keep_log: bool = False) -> None:
+        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_SECONDS."""
+        if self.process is not None:
+            self.exit_code = stop_process(self.process, STOP_GRACE_SECONDS, group=True)
+        _LIVE.remove(self)
+        if not keep_log and self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def local_model_server(
+    model: str,
+    *,
+    context_tokens: int,
+    seed: int,
+    threads: int | None = None,
+    parallel: int = 1,
+    start_timeout: float = START_TIMEOUT_SECONDS,
+) -> Iterator[LocalEndpoint]:
+    """Start llama-server for a local model, yield its OpenAI base URL and key, stop it on every
+    way out.
+
+    The runtime and weights must be buildable or cached (`python -m clients.local_model build`)."""
+    server = LlamaServer(
+        model,
+        context_tokens=context_tokens,
+        seed=seed,
+        threads=threads,
+        parallel=parallel,
+        start_timeout=start_timeout,
+    )
+    try:
+        server.start()
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+def post_json(
+    url: str, body: Mapping[str, object], api_key: str, timeout: float = 120.0
+) -> dict[str, Any]:
+    """POST a JSON body to the server and return its JSON answer (ServiceError otherwise)."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode("utf-8"),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return dict(json.loads(response.read()))
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", errors="replace")[:2000]
+        raise ServiceError(f"POST {url} answered HTTP {exc.code}: {detail}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ServiceError(f"POST {url} failed: {exc}") from exc
+
+
+def smoke_test(model: str = "local/smollm2-135m-instruct") -> dict[str, Any]:
+    """Start the server, ask for a few tokens, stop it: what a build must pass to be usable."""
+    server = LlamaServer(model, context_tokens=512, seed=0)
+    try:
+        server.start()
+        answer = post_json(
+            f"{server.base_url}/chat/completions",
+            {
+                "messages": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": "Say hello."},
+                ],
+                "max_tokens": 8,
+                "temperature": 0,
+            },
+            server.api_key,
+            timeout=60,
+        )
+    finally:
+        server.stop()
+    choice = answer["choices"][0]
+    return {
+        "load_seconds": server.load_seconds,
+        "reply": choice["message"].get("content"),
+        "finish_reason": choice.get("finish_reason"),
+        "usage": answer.get("usage"),
+    }

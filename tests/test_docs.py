@@ -1,0 +1,106 @@
+"""The README and the docstrings are true to the tree: every file, folder and module they name
+exists, and every environment variable the product reads is in the README's table."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+PRODUCT = ("stages", "bench", "systems", "clients", "schemas")
+WRITTEN = [
+    REPO_ROOT / "README.md",
+    *sorted(p for package in (*PRODUCT, "scripts") for p in (REPO_ROOT / package).rglob("*.py")),
+]
+"""What a newcomer reads: the README, the product's and the scripts' docstrings and comments."""
+NAMED_PATH = re.compile(
+    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas|scripts|tests|fixtures|neo4j-jars)"
+    r"/[\w./-]*\w)"
+)
+NAMED_MODULE = re.compile(
+    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas)(?:\.[A-Za-z_]\w*)+)"
+)
+NOT_IN_THE_TREE = ("bench/out/", "tests/artifacts", "tests/examples")
+"""Folders named on purpose that a checkout does not hold: benchmark and test outputs, and
+llama.cpp's own `tests/examples` (a build flag of the local model)."""
+ENV_READ = re.compile(
+    r"""(?:\b(?:environ|env)(?:\.get\(\s*|\[\s*)|_ENV\s*=\s*|ENV_\w+\s*=\s*)"""
+    r"""["']([A-Z][A-Z0-9_]+)["'](?!\]\s*=[^=])"""
+)
+"""A variable read (`os.environ.get("X")`, `env["X"]`, a `..._ENV = "X"` constant); setting one
+for a child process (`env["X"] = ...`) is no read."""
+
+
+def _named(pattern: re.Pattern[str]) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in WRITTEN:
+        for match in pattern.finditer(path.read_text(encoding="utf-8")):
+            found.setdefault(match.group(1).rstrip("."), set()).add(
+                str(path.relative_to(REPO_ROOT))
+            )
+    return found
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether `a.b.c` is a module, or a module's attribute (chain)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_file_and_folder_the_docs_name_exists() -> None:
+    missing = {
+        path: sorted(where)
+        for path, where in _named(NAMED_PATH).items()
+        if "<" not in path
+        and "*" not in path
+        and not path.startswith(NOT_IN_THE_TREE)
+        and not (REPO_ROOT / path).exists()
+    }
+    assert missing == {}
+
+
+def test_every_module_and_name_the_docs_cite_exists() -> None:
+    missing = {
+        name: sorted(where)
+        for name, where in _named(NAMED_MODULE).items()
+        if not name.endswith((".py", ".md", ".json", ".yaml", ".css", ".js"))
+        and not _resolves(name)
+    }
+    assert missing == {}
+
+
+def test_every_environment_variable_the_product_reads_is_in_the_readme_table() -> None:
+    read = {
+        name
+        for package in PRODUCT
+        for path in (REPO_ROOT / package).rglob("*.py")
+        for name in ENV_READ.findall(path.read_text(encoding="utf-8"))
+    }
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Environment variables") :]
+    first_cells = re.findall(r"^\| ([^|]*)\|", table, re.MULTILINE)
+    rows = {name for cell in first_cells for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cell)}
+    assert {"HF_ENDPOINT", "BEAM_NEO4J_URI", "BEAM_RUN_ID"} <= read  # the scan sees them
+    assert read - rows == set(), "add them to the README's table"
+
+
+@pytest.mark.parametrize("planted", ["clients/no_such_module.py", "bench.report.no_such_name"])
+def test_the_checks_see_a_wrong_name(planted: str) -> None:
+    if "/" in planted:
+        assert not (REPO_ROOT / planted).exists()
+    else:
+        assert not _resolves(planted)
+    assert _resolves("clients.files.write_atomic")
