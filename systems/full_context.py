@@ -24,11 +24,12 @@ from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, Role
 from clients.tokens import count_tokens, split_tokens
 from schemas.errors import ParamsError
-from schemas.estimate import FinishedRun, Origins, PhaseEstimate
-from schemas.params import AgentRates, EstimateParams
+from schemas.estimate import PhaseEstimate
+from schemas.params import AgentRates
 from schemas.records import ChatSlice, Question, Session
 from schemas.traces import Trace
 from systems.one_shot import (
+    OneShotRates,
     answer_once,
     answer_request,
     render_message,
@@ -39,7 +40,6 @@ from systems.port import (
     BuiltMemory,
     Progress,
     SystemName,
-    answer_rates_from_traces,
     memory_file,
 )
 
@@ -192,7 +192,7 @@ def read_sessions(memory: Path) -> list[Session]:
 
 
 @dataclass(frozen=True)
-class FullContext:
+class FullContext(OneShotRates):
     """The whole chat in the prompt (its newest part where it does not fit)."""
 
     context_tokens: int | None
@@ -206,15 +206,6 @@ class FullContext:
     name: SystemName = "full_context"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "transcript"
-
-    @property
-    def run_files(self) -> Mapping[str, str]:
-        return {}
-
-    def rates_from_run(
-        self, run: FinishedRun, fallback: EstimateParams
-    ) -> tuple[EstimateParams, Origins]:
-        return answer_rates_from_traces(run.traces, fallback)
 
     def record_settings(self) -> Mapping[str, object]:
         return {

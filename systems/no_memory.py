@@ -14,12 +14,12 @@ from pathlib import Path
 from clients.files import write_atomic
 from clients.llm.port import ChatModel, ChatRequest, Role
 from clients.tokens import count_tokens
-from schemas.estimate import FinishedRun, Origins, PhaseEstimate
-from schemas.params import AgentRates, EstimateParams
+from schemas.estimate import PhaseEstimate
+from schemas.params import AgentRates
 from schemas.records import ChatSlice, Question
 from schemas.traces import Trace
-from systems.one_shot import answer_once, answer_request, system_prompt
-from systems.port import BuiltMemory, Progress, SystemName, answer_rates_from_traces
+from systems.one_shot import OneShotRates, answer_once, answer_request, system_prompt
+from systems.port import BuiltMemory, Progress, SystemName
 
 PROMPT_VERSION = "no-memory-v1"
 INSTRUCTIONS = system_prompt("You cannot see the chat: you have no memory of it at all.")
@@ -36,22 +36,13 @@ class NoMemoryAnswers:
 
 
 @dataclass(frozen=True)
-class NoMemory:
+class NoMemory(OneShotRates):
     """The question alone: what the answer model says without any memory."""
 
     agent_rates: AgentRates
     name: SystemName = "no_memory"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "empty memory"
-
-    @property
-    def run_files(self) -> Mapping[str, str]:
-        return {}
-
-    def rates_from_run(
-        self, run: FinishedRun, fallback: EstimateParams
-    ) -> tuple[EstimateParams, Origins]:
-        return answer_rates_from_traces(run.traces, fallback)
 
     def record_settings(self) -> Mapping[str, object]:
         return {}

@@ -17,12 +17,15 @@ context by word overlap (clients/scripted/rules.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from clients.llm.port import ChatModel, ChatRequest, Message
+from schemas.estimate import FinishedRun, Origins
+from schemas.params import EstimateParams
 from schemas.records import ChatMessage, Question, Session
 from schemas.traces import Trace
 from systems.chunking import message_header
+from systems.port import answer_rates_from_traces
 
 TASK = "answer"
 CHAT_OPEN = "<chat>"
@@ -99,3 +102,17 @@ def answer_once(
         error=completion.error,
         dropped_tokens=dropped_tokens,
     )
+
+
+class OneShotRates:
+    """What a one-shot baseline's estimate takes from a finished run of it: no file of its own,
+    and only the answer model's completion size (its prompt is counted exactly)."""
+
+    @property
+    def run_files(self) -> Mapping[str, str]:
+        return {}
+
+    def rates_from_run(
+        self, run: FinishedRun, fallback: EstimateParams
+    ) -> tuple[EstimateParams, Origins]:
+        return answer_rates_from_traces(run.traces, fallback)

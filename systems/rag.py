@@ -24,17 +24,16 @@ from pathlib import Path
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, Role
 from clients.tokens import count_tokens
-from schemas.estimate import FinishedRun, Origins, PhaseEstimate
-from schemas.params import AgentRates, EstimateParams
+from schemas.estimate import PhaseEstimate
+from schemas.params import AgentRates
 from schemas.records import ChatSlice, Chunk, Question
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
-from systems.one_shot import answer_once, answer_request, system_prompt
+from systems.one_shot import OneShotRates, answer_once, answer_request, system_prompt
 from systems.port import (
     BuiltMemory,
     Progress,
     SystemName,
-    answer_rates_from_traces,
     memory_file,
 )
 
@@ -121,7 +120,7 @@ def read_chunks(memory: Path) -> list[Chunk]:
 
 
 @dataclass(frozen=True)
-class Rag:
+class Rag(OneShotRates):
     """BM25 retrieval over the chat's chunks; the top k in the prompt."""
 
     chunk_tokens: int
@@ -130,15 +129,6 @@ class Rag:
     name: SystemName = "rag"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "chunks"
-
-    @property
-    def run_files(self) -> Mapping[str, str]:
-        return {}
-
-    def rates_from_run(
-        self, run: FinishedRun, fallback: EstimateParams
-    ) -> tuple[EstimateParams, Origins]:
-        return answer_rates_from_traces(run.traces, fallback)
 
     def record_settings(self) -> Mapping[str, object]:
         return {"chunk size (tokens)": self.chunk_tokens, "chunks in the prompt": self.top_k}
