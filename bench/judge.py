@@ -22,7 +22,16 @@ from bench.scoring import JudgeVerdict, parse_equivalence_reply, score_item, usa
 from clients.llm.port import ChatRequest, Completion
 from clients.llm.port import Message as LlmMessage
 from schemas.errors import DataError
-from schemas.judging import FLAGS, EventAlignment, Flag, ItemScore, Judgement, JudgePrompts
+from schemas.judging import (
+    FLAGS,
+    EventAlignment,
+    Flag,
+    ItemScore,
+    JudgedQuestion,
+    Judgement,
+    JudgePrompts,
+    QuestionFlag,
+)
 from schemas.records import ABILITIES, Question, Rubric
 
 Ask = Callable[[list[Message]], str | None]
@@ -114,6 +123,31 @@ def evidence_recall(source_chat_ids: Sequence[int], reached: Sequence[int]) -> f
     if not wanted:
         return None
     return len(wanted & set(reached)) / len(wanted)
+
+
+def judged_question(
+    judgement: Judgement,
+    source_chat_ids: Sequence[int],
+    reached_message_ids: Sequence[int],
+    *,
+    answer_failed: bool,
+    score_beam_code: float,
+) -> JudgedQuestion:
+    """A question's row: its judgement's scores and flags (`error` where its answer failed), the
+    evidence its answer's context reached and what the benchmark's code scores."""
+    flags: list[QuestionFlag] = [*judgement.flags]
+    if answer_failed:
+        flags.append("error")
+    return JudgedQuestion(
+        question_id=judgement.question_id,
+        ability=judgement.ability,
+        score=judgement.score,
+        score_excluding_known_bad=judgement.score_excluding_known_bad,
+        flags=flags,
+        evidence_recall=evidence_recall(source_chat_ids, reached_message_ids),
+        judge_calls=judgement.calls,
+        score_beam_code=score_beam_code,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -90,3 +90,23 @@ class Judgement(Record):
     flags: list[Flag]
     calls: int = Field(ge=0)
     """Judge model calls made for this question."""
+
+
+QuestionFlag = Literal[Flag, "error"]
+"""A judged question's flags: its judgement's, and `error` when its answer failed (a model call
+that failed after its retries; the question scores 0, never from a fragment)."""
+
+
+class JudgedQuestion(Record):
+    """One row of the judge's questions file: a question's scores and what they took."""
+
+    question_id: str
+    ability: Ability
+    score: float
+    score_excluding_known_bad: float | None
+    flags: list[QuestionFlag]
+    evidence_recall: float | None
+    """Share of the rubric's source messages the answer's context reached (None: it has none)."""
+    judge_calls: int
+    score_beam_code: float
+    """What the benchmark's published code computes from the same verdicts."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.estimate import estimate_judge
 from bench.event_order import EVENT_ORDERING
-from bench.judge import JudgeCalls, evidence_recall, judge_question, summarize
+from bench.judge import JudgeCalls, judge_question, judged_question, summarize
 from bench.scorer_prompts import Message, item_messages, load_prompts
 from bench.usage import CountedModel, usage_path, write_usage
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
@@ -20,6 +20,7 @@ from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
 from schemas.errors import DataError, check_failed_share
 from schemas.judging import (
+    JudgedQuestion,
     Judgement,
 )
 from schemas.records import ABILITIES, Question, Rubric
@@ -72,7 +73,7 @@ def main() -> None:
     judge_calls.send_items(batch)
 
     judgements: list[Judgement] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[JudgedQuestion] = []
     for q in progress(questions, total=len(questions), desc="judge"):
         trace, rubric = traces[q.id], rubrics[q.id]
         judgement = judge_question(
@@ -86,19 +87,13 @@ def main() -> None:
         )
         judgements.append(judgement)
         rows.append(
-            {
-                "question_id": q.id,
-                "ability": q.ability,
-                "score": judgement.score,
-                "score_excluding_known_bad": judgement.score_excluding_known_bad,
-                "flags": [*judgement.flags, *(["error"] if trace.error else [])],
-                "evidence_recall": evidence_recall(
-                    rubric.source_chat_ids, trace.reached_message_ids
-                ),
-                "judge_calls": judgement.calls,
-                # what the benchmark's published code computes from the same verdicts
-                "score_beam_code": beam_code_score(judgement, judged_answer(trace)),
-            }
+            judged_question(
+                judgement,
+                rubric.source_chat_ids,
+                trace.reached_message_ids,
+                answer_failed=trace.error is not None,
+                score_beam_code=beam_code_score(judgement, judged_answer(trace)),
+            )
         )
 
     calls = sum(j.calls for j in judgements)
@@ -126,11 +121,11 @@ def main() -> None:
     summary: dict[str, Any] = dict(summarize(judgements, list(rubrics.values())))
     for group, members in [
         ("overall", rows),
-        *[(a, [r for r in rows if r["ability"] == a]) for a in ABILITIES],
+        *[(a, [r for r in rows if r.ability == a]) for a in ABILITIES],
     ]:
-        recalls = [r["evidence_recall"] for r in members if r["evidence_recall"] is not None]
+        recalls = [r.evidence_recall for r in members if r.evidence_recall is not None]
         summary[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
-        summary[group]["error_questions"] = sum("error" in r["flags"] for r in members)
+        summary[group]["error_questions"] = sum("error" in r.flags for r in members)
     summary["overall"]["failed_calls"] = len(failures)
     answers = {q.id: judged_answer(traces[q.id]) for q in questions}
     for group, values in beam_code_summary(judgements, answers).items():

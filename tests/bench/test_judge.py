@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from bench.judge import summarize
+from bench.judge import judged_question, summarize
 from clients.files import stable_json
 from schemas.errors import DataError
-from schemas.judging import EventAlignment, Flag, ItemScore, Judgement
+from schemas.judging import EventAlignment, Flag, ItemScore, JudgedQuestion, Judgement
 from schemas.records import ABILITIES, Rubric
 
 
@@ -128,3 +129,14 @@ def test_inputs_out_of_step_are_refused() -> None:
         summarize([a], [ra, rb])
     with pytest.raises(DataError, match="judged twice"):
         summarize([a, a], [ra])
+
+
+def test_a_questions_row_carries_its_judgement_and_an_error_flag_where_its_answer_failed() -> None:
+    judgement, _ = _pair("information_extraction", 1, 0.5, flags=("parse_error",), calls=3)
+    row = judged_question(judgement, [1, 2], [2, 5], answer_failed=True, score_beam_code=0.5)
+    assert row.flags == ["parse_error", "error"]
+    assert row.evidence_recall == 0.5 and row.judge_calls == 3 and row.score == 0.5
+    fine = judged_question(judgement, [], [], answer_failed=False, score_beam_code=0.5)
+    assert fine.flags == ["parse_error"] and fine.evidence_recall is None
+    with pytest.raises(ValidationError, match="flags"):
+        JudgedQuestion.model_validate(row.model_dump() | {"flags": ["error", "bogus"]})
