@@ -8,7 +8,7 @@ NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
 MODE ?= lite
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup venv neo4j browser local-model run demo compare test check lint types estimate bench clean
+.PHONY: setup venv neo4j browser local-model run demo compare test check lint types estimate measure clean
 
 setup: venv neo4j
 
@@ -89,17 +89,17 @@ estimate: setup
 	$(PY) python -m stages.estimate --mode $(MODE) $(if $(FROM),--from '$(FROM)')
 
 # The numbers the issues ask for, measured on this machine (see each script's docstring).
-bench: setup
-	$(PY) python scripts/bench_data.py
-	$(PY) python scripts/bench_graph.py
-	$(PY) python scripts/bench_llm.py
-	$(PY) python scripts/bench_judge.py
-	$(PY) python scripts/bench_ingest.py
-	$(PY) python scripts/bench_answer_judge.py
-	$(PY) python scripts/bench_pipeline.py
-	$(PY) python scripts/bench_viewer.py
-	$(PY) python scripts/bench_judge_check.py
-	$(PY) python scripts/bench_cypher_layers.py
+measure: setup
+	$(PY) python scripts/measure_data.py
+	$(PY) python scripts/measure_graph.py
+	$(PY) python scripts/measure_llm.py
+	$(PY) python scripts/measure_judge.py
+	$(PY) python scripts/measure_ingest.py
+	$(PY) python scripts/measure_answer_judge.py
+	$(PY) python scripts/measure_pipeline.py
+	$(PY) python scripts/measure_viewer.py
+	$(PY) python scripts/measure_judge_check.py
+	$(PY) python scripts/measure_cypher_layers.py
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache

@@ -7,7 +7,7 @@ writes the attack test's small graph into both, then prints one JSON object:
   tests/systems/graphrag/test_cypher_attacks.py it refuses, of how many;
 - `bombs`: for each runaway query kind, how long the agent's tool call took, whether the store
   restarted the server, and the server's CPU seconds in the 3 s after the call (idle: near 0).
-Usage: uv run --frozen python scripts/bench_cypher_layers.py [--timeout SECONDS]
+Usage: uv run --frozen python scripts/measure_cypher_layers.py [--timeout SECONDS]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ CPU per call, `raw_litellm_cpu_ms_per_call`): litellm's own floor; and with bare
 
 The loopback server runs in its own process (tests/support/openai_server.py) so its threads do
 not compete with the client for the GIL. Usage:
-    uv run --frozen python scripts/bench_llm.py [--calls 400] [--concurrency 8] [--latency 0.1]
+    uv run --frozen python scripts/measure_llm.py [--calls 400] [--concurrency 8] [--latency 0.1]
 Prints one JSON object (seconds, ms per call); `--out FILE` also writes it.
 """
 

@@ -1,6 +1,6 @@
 """Benchmark of the local Neo4j service: start times, resident memory, import, full-text lookups.
 
-    uv run --frozen python scripts/bench_graph.py [--nodes 10000] [--relationships 20000]
+    uv run --frozen python scripts/measure_graph.py [--nodes 10000] [--relationships 20000]
                                                   [--queries 200] [--out bench/out/graph.json]
 
 Cold start = the first server start in this process after `make neo4j` (the jars may already

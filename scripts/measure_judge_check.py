@@ -3,7 +3,7 @@
 Reads the rubrics of the recipe's questions from the BEAM parquet (default: the rebuilt one in
 ../shared/beam; the rubrics are the same before and after the repair stage), builds every case
 from the recipe (each checked against its pinned sha256) and prints the counts and the times.
-Usage: `uv run python scripts/bench_judge_check.py [--parquet PATH] [--repeat N]`.
+Usage: `uv run python scripts/measure_judge_check.py [--parquet PATH] [--repeat N]`.
 """
 
 from __future__ import annotations

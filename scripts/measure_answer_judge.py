@@ -12,7 +12,7 @@ Reported against the issue's targets: wall time of answer + judge (<= 300 s), me
 context tokens per question (<= 8,000; the largest prompt of each question's calls), and judge
 calls per question (<= 12 on average).
 
-    uv run --frozen python scripts/bench_answer_judge.py [--workdir DIR] [--out FILE]
+    uv run --frozen python scripts/measure_answer_judge.py [--workdir DIR] [--out FILE]
 
 With --workdir an existing graph (data/ingest) is reused, so a second run times only answer and
 judge (the model call cache is emptied first, so their calls are never served from it).

@@ -1,6 +1,6 @@
 """Benchmark of the ingest with the scripted test model: wall time, scaling, estimate.
 
-    uv run --frozen python scripts/bench_ingest.py [--out bench/out/ingest.json] [--skip-neo4j]
+    uv run --frozen python scripts/measure_ingest.py [--out bench/out/ingest.json] [--skip-neo4j]
                                                    [--scaling-conversation 17]
 
 Slices are built from the rebuilt BEAM parquet (../shared/beam/mirror/...) with the data stages'
@@ -231,7 +231,7 @@ def print_report(result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="scripts/bench_ingest.py", description=(__doc__ or "").split("\n")[0]
+        prog="scripts/measure_ingest.py", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "ingest.json")
     parser.add_argument("--skip-neo4j", action="store_true", help="skip the timed stage run")

@@ -12,7 +12,7 @@ Reported: the time to build the page in Python, its size in bytes, and, with hea
 the load event, which is after the page's script has drawn it) and the time to open every
 question.
 
-    uv run --frozen python scripts/bench_viewer.py [--workdir DIR]
+    uv run --frozen python scripts/measure_viewer.py [--workdir DIR]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the scripted test model (nothing here measures a memory system), it times:
 - `dvc repro` of the full set (mode=full), with the ingest, answer and judge figures from metrics;
 and compares the dry-run estimate with the actual calls and tokens, phase by phase.
 Needs ../shared/beam and `make neo4j`.
-Usage: `uv run python scripts/bench_pipeline.py [--skip-full]`.
+Usage: `uv run python scripts/measure_pipeline.py [--skip-full]`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ loopback Hub. The timed fetch runs with HF_HUB_OFFLINE=1, so it must come from t
 Prints wall seconds and peak RSS per stage and in total, and exits 1 when the targets
 (< 20 s, < 1 GiB) are missed.
 
-    uv run --frozen python scripts/bench_data.py [--keep]
+    uv run --frozen python scripts/measure_data.py [--keep]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ rubrics and the event alignment need, and the time spent outside the model. even
 answers are synthesised from the rubric in four shapes (perfect, reversed, shuffled, and with an
 invented line after every event), because the call count there depends on the answer.
 
-    uv run --frozen python scripts/bench_judge.py
+    uv run --frozen python scripts/measure_judge.py
 """
 
 from __future__ import annotations
