@@ -1,7 +1,7 @@
 """Benchmark of the local Neo4j service: start times, resident memory, import, full-text lookups.
 
     uv run --frozen python scripts/measure_graph.py [--nodes 10000] [--relationships 20000]
-                                                  [--queries 200] [--out bench/out/graph.json]
+                                                  [--queries 200] [--out measurements/graph.json]
 
 Cold start = the first server start in this process after `make neo4j` (the jars may already
 be in the OS page cache: this machine cannot drop caches for one process). Warm start = the next

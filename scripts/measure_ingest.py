@@ -1,6 +1,6 @@
 """Benchmark of the ingest with the scripted test model: wall time, scaling, estimate.
 
-    uv run --frozen python scripts/measure_ingest.py [--out bench/out/ingest.json] [--skip-neo4j]
+    uv run --frozen python scripts/measure_ingest.py [--out measurements/ingest.json] [--skip-neo4j]
                                                    [--scaling-conversation 17]
 
 Slices are built from the rebuilt BEAM parquet (../shared/beam/mirror/...) with the data stages'
@@ -233,7 +233,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         prog="scripts/measure_ingest.py", description=(__doc__ or "").split("\n")[0]
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "ingest.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "ingest.json")
     parser.add_argument("--skip-neo4j", action="store_true", help="skip the timed stage run")
     parser.add_argument("--scaling-conversation", default="17")
     args = parser.parse_args()

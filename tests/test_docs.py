@@ -23,7 +23,7 @@ NAMED_PATH = re.compile(
 NAMED_MODULE = re.compile(
     r"(?<![\w./-])((?:stages|bench|systems|clients|schemas)(?:\.[A-Za-z_]\w*)+)"
 )
-NOT_IN_THE_TREE = ("bench/out/", "tests/artifacts", "tests/examples")
+NOT_IN_THE_TREE = ("measurements/", "tests/artifacts", "tests/examples")
 """Folders named on purpose that a checkout does not hold: benchmark and test outputs, and
 llama.cpp's own `tests/examples` (a build flag of the local model)."""
 ENV_READ = re.compile(
