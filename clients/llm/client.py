@@ -113,7 +113,7 @@ from clients.llm.port import (
     TransientError,
     request_settings,
 )
-from clients.llm.replies import _interpret, cut_at_max_tokens, schema_instruction, schema_json
+from clients.llm.replies import cut_at_max_tokens, interpret_reply, schema_instruction, schema_json
 from clients.local_model import LOCAL_MODELS, RUNTIME, is_local_model
 from clients.shared_root import shared_path
 from clients.tokens import count_tokens
@@ -367,7 +367,7 @@ class LlmClient:
                     f"on {self.ref.model} ({cut}): raise models.{self.role}.max_tokens",
                     failure="unusable",
                 )
-            completion, unusable = _interpret(request, reply)
+            completion, unusable = interpret_reply(request, reply)
             if unusable is None:
                 # The usage of the reply used: what a clean first attempt would have shown, so
                 # a recovered fault leaves no trace in the outputs (accounting has the totals).

@@ -152,7 +152,7 @@ def cut_at_max_tokens(request: ChatRequest, reply: RawReply) -> str | None:
     return None
 
 
-def _interpret(request: ChatRequest, reply: RawReply) -> tuple[dict[str, Any], str | None]:
+def interpret_reply(request: ChatRequest, reply: RawReply) -> tuple[dict[str, Any], str | None]:
     """A reply as Completion fields, or why it is unusable (then the fields are empty)."""
     try:
         calls = tuple(_parse_tool_call(i, n, a, request.tools) for i, n, a in reply.tool_calls)
