@@ -230,7 +230,7 @@ def build_metrics(
     }
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -265,7 +265,7 @@ def _interval(row: Mapping[str, Any]) -> str:
         return "–"
     if row["n"] == 1:
         return "n = 1"
-    return f"{_fmt(row['ci_low'])}–{_fmt(row['ci_high'])}"
+    return f"{fmt(row['ci_low'])}–{fmt(row['ci_high'])}"
 
 
 def read_times() -> dict[str, float]:
@@ -329,13 +329,13 @@ def render_record(
         out += [small_model_warning(name), ""]
     overall = scores["overall"]
     out += [
-        f"Overall score **{_fmt(overall['score'])}** "
+        f"Overall score **{fmt(overall['score'])}** "
         f"({confidence:.0%} CI {_interval(overall)}) over "
         f"{overall['n']} questions; excluding known-bad rubrics "
-        f"{_fmt(overall['score_excluding_known_bad'])}.",
+        f"{fmt(overall['score_excluding_known_bad'])}.",
         "",
         f"Benchmark-code score (`beam_code`, what BEAM's published code computes from the same "
-        f"verdicts; line it up with published tables): **{_fmt(overall.get('score_beam_code'))}**"
+        f"verdicts; line it up with published tables): **{fmt(overall.get('score_beam_code'))}**"
         ' (see "Ours and the benchmark\'s code" below).',
         "",
         failure_line(failures),
@@ -370,15 +370,15 @@ def render_record(
         row = scores[group]
         interval = _interval(row)
         out.append(
-            f"| {group} | {row['n']} | {_fmt(row['score'])} | {interval} | "
-            f"{_fmt(row.get('score_beam_code'))} | "
-            f"{_fmt(row['score_excluding_known_bad'])} | {_fmt(row['evidence_recall'])} |"
+            f"| {group} | {row['n']} | {fmt(row['score'])} | {interval} | "
+            f"{fmt(row.get('score_beam_code'))} | "
+            f"{fmt(row['score_excluding_known_bad'])} | {fmt(row['evidence_recall'])} |"
         )
     events = judge["event_ordering"]
     out += [
         "",
-        f"Event ordering: event_f1 {_fmt(events.get('event_f1'))}, "
-        f"event_tau_norm {_fmt(events.get('event_tau_norm'))} (score = F1 × tau_norm).",
+        f"Event ordering: event_f1 {fmt(events.get('event_f1'))}, "
+        f"event_tau_norm {fmt(events.get('event_tau_norm'))} (score = F1 × tau_norm).",
         "",
         "Flagged questions: " + ", ".join(f"{k} {v}" for k, v in flags.items()) + ".",
         "",
@@ -387,8 +387,8 @@ def render_record(
         "| question | ability | score | flags | evidence recall |",
         "|---|---|---:|---|---:|",
         *[
-            f"| {r['question_id']} | {r['ability']} | {_fmt(r['score'])} | "
-            f"{', '.join(r['flags']) or '–'} | {_fmt(r['evidence_recall'])} |"
+            f"| {r['question_id']} | {r['ability']} | {fmt(r['score'])} | "
+            f"{', '.join(r['flags']) or '–'} | {fmt(r['evidence_recall'])} |"
             for r in rows
         ],
         "",
@@ -401,8 +401,8 @@ def render_record(
         "| phase | calls | tokens | estimated calls | estimated tokens |",
         "|---|---:|---:|---:|---:|",
         *[
-            f"| {phase} | {_fmt(int(r['calls']))} | {_fmt(int(r['tokens']))} | "
-            f"{_fmt(int(r['estimate_calls']))} | {_fmt(int(r['estimate_tokens']))} |"
+            f"| {phase} | {fmt(int(r['calls']))} | {fmt(int(r['tokens']))} | "
+            f"{fmt(int(r['estimate_calls']))} | {fmt(int(r['estimate_tokens']))} |"
             for phase, r in cost.items()
         ],
         "",
@@ -475,7 +475,7 @@ def memory_table(system: str, ingest: Mapping[str, Mapping[str, Any]]) -> list[s
         *head,
         f"| conversation | {' | '.join(c.replace('_', ' ') for c in columns)} |",
         f"|---|{'---:|' * len(columns)}",
-        *[f"| {name} | {' | '.join(_fmt(c.get(k)) for k in columns)} |" for name, c in rows],
+        *[f"| {name} | {' | '.join(fmt(c.get(k)) for k in columns)} |" for name, c in rows],
     ]
 
 

@@ -17,11 +17,11 @@ from bench.report import (
     METRICS,
     RECORD,
     VIEWER,
-    _fmt,
     build_metrics,
     cost_table,
     failure_counts,
     failure_line,
+    fmt,
     read_times,
     render_record,
     render_times,
@@ -163,7 +163,7 @@ def make_report() -> None:
     write_atomic(VIEWER, render_run_page(page))
     overall = scores["overall"]
     print(
-        f"report: overall score {_fmt(overall['score'])} over {overall['n']} questions. "
+        f"report: overall score {fmt(overall['score'])} over {overall['n']} questions. "
         f"{failure_line(failures).replace('**', '')} {RECORD} written (`python -m "
         f"stages.report --print` shows it), and the run's page {VIEWER} (open it in a browser)",
         file=sys.stderr,
