@@ -13,6 +13,9 @@ release file cannot be downloaded on the machines the project was built on. If a
 release file holds a different message, the stage says so and names the re-pin command:
 `python -m stages.repair --repin` rewrites `repair.original_sha256` in params.yaml after a
 person has looked at the message and confirmed that the cut is still right.
+
+The stage (stages/repair.py) reads the receipt, the parquet and params.yaml and writes the outs;
+this module checks and cuts what it read.
 """
 
 from __future__ import annotations
@@ -20,14 +23,12 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.verify_hash import RECEIPT, Receipt, digest_bytes, read_receipt
-from clients.files import remove_outputs, write_atomic, write_json
+from bench.verify_hash import RECEIPT, Receipt, digest_bytes
 from schemas.base import Record
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.layout import LAYOUT
@@ -57,17 +58,12 @@ class RepairRecord(Record):
     messages_changed: int
 
 
-def read_verified(receipt: Receipt) -> bytes:
-    """The bytes of the receipt's file, refused unless they hash to the receipt's sha256."""
-    path = Path(receipt.path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise DataError(f"{path} not found: run `dvc repro verify-hash`") from exc
+def check_verified(data: bytes, receipt: Receipt) -> bytes:
+    """`data` (read from the receipt's file), refused unless it hashes to the receipt's sha256."""
     found = digest_bytes(data)
     if found != receipt.sha256:
         raise IntegrityError(
-            f"{path} changed after it was verified: the receipt {RECEIPT} says sha256 "
+            f"{receipt.path} changed after it was verified: the receipt {RECEIPT} says sha256 "
             f"{receipt.sha256}, the file now hashes to {found}; run `dvc repro verify-hash`"
         )
     return data
@@ -194,21 +190,6 @@ def encode_table(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Path) -> RepairRecord:
-    """Read the verified parquet, repair, write `out` and the record; nothing stale on failure."""
-    remove_outputs(out, record_path)
-    receipt = read_receipt(receipt_path)
-    table = load_table(read_verified(receipt), receipt.path)
-    repaired, record = repair_table(table, params, receipt.path)
-    try:
-        write_atomic(out, encode_table(repaired))
-        write_json(record_path, record.model_dump())
-    except BaseException:
-        remove_outputs(out, record_path)
-        raise
-    return record
-
-
 _PIN_LINE = re.compile(r"^(?P<lead>\s+original_sha256:\s*)(?P<value>\S+)(?P<tail>.*)$")
 
 
@@ -228,14 +209,12 @@ def repin_params_text(text: str, new_sha256: str) -> str:
     raise ParamsError("params.yaml: no `original_sha256:` line in section `repair` to re-pin")
 
 
-def verified_message_sha256(receipt_path: Path, params: RepairParams) -> str:
+def message_sha256(table: pa.Table, params: RepairParams, source: str) -> str:
     """The sha256 of the pinned message in the verified release, to re-pin it (after a person has
     looked): the message must still end in filler where the pin says."""
-    receipt = read_receipt(receipt_path)
-    table = load_table(read_verified(receipt), receipt.path)
-    row = conversation_row(table, params.conversation_id, receipt.path)
+    row = conversation_row(table, params.conversation_id, source)
     chat = table.column("chat")[row].as_py() or []
-    where = f"{receipt.path}: conversation {params.conversation_id}, message {params.message_id}"
+    where = f"{source}: conversation {params.conversation_id}, message {params.message_id}"
     content = find_message(chat, params.message_id, where).get("content") or ""
     check_filler(content, params.sound_chars, where)
     return hashlib.sha256(content.encode("utf-8")).hexdigest()

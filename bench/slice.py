@@ -21,14 +21,15 @@ questions and rubrics; each kept slice is checked against its own pins. Those pi
 from the public repository's copy of the chats (`../shared/beam`). After a person has looked at
 a difference, `python -m stages.slice --repin` rewrites the fixture's message ids and hashes
 (question ids and known-bad rubrics are choices and stay as they are).
+
+The stage (stages/slice.py, with the readers the stages share in stages/common.py) reads the
+fixture and the repaired data and writes the outs; this module builds and checks the slices.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -38,9 +39,9 @@ import pyarrow as pa
 from pydantic import Field, ValidationError
 
 from bench.repair import load_table
-from clients.files import UMASK, remove_outputs, stable_json, write_atomic, write_json, write_jsonl
 from clients.tokens import count_tokens
 from schemas.base import Record
+from schemas.encoding import stable_json
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.layout import LAYOUT
 from schemas.params import Mode
@@ -433,81 +434,15 @@ def repin_fixture(fixture: SliceFixture, built: Mapping[Mode, Built]) -> SliceFi
     return fixture.model_copy(update={"modes": modes})
 
 
-# ---- the shell ----------------------------------------------------------------------------
-
-
-def load_fixture(path: Path) -> SliceFixture:
+def parse_fixture(data: bytes, path: Path) -> SliceFixture:
+    """The slice fixture in `data` (read from `path`): ParamsError when it is not a valid one."""
     try:
-        return SliceFixture.model_validate_json(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise ParamsError(f"slice fixture {path} not found (params slice.fixture)") from exc
+        return SliceFixture.model_validate_json(data)
     except ValidationError as exc:
         raise ParamsError(f"slice fixture {path} is invalid: {exc}") from exc
 
 
-def read_rows(source: Path) -> dict[str, dict[str, Any]]:
-    """The repaired dataset's columns the slice needs, by conversation id."""
-    try:
-        data = source.read_bytes()
-    except FileNotFoundError as exc:
-        raise DataError(f"{source} not found: run `dvc repro repair` first") from exc
+def rows_by_conversation(data: bytes, source: Path) -> dict[str, dict[str, Any]]:
+    """The repaired dataset's columns the slice needs (parquet `data`), by conversation id."""
     table: pa.Table = load_table(data, str(source), REQUIRED_COLUMNS).select(list(REQUIRED_COLUMNS))
     return {str(row["conversation_id"]): row for row in table.to_pylist()}
-
-
-def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
-    """Write into a temp folder beside `out`, then swap it in: never a half-written slice."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    tmp.chmod(0o777 & ~UMASK)  # mkdtemp makes it private; the out is an ordinary folder
-    try:
-        for item in built.slices:
-            write_atomic(tmp / "chats" / f"conv{item.chat.conversation_id}.json", item.text)
-        write_jsonl(tmp / "questions.jsonl", built.questions)
-        write_jsonl(tmp / "rubrics.jsonl", built.rubrics)
-        write_json(tmp / "sizes.json", sizes(built))
-        remove_outputs(out)
-        tmp.replace(out)
-        write_json(metrics_path, summarize(built))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_outputs(out, metrics_path)
-        raise
-
-
-def make_slices(
-    source: Path,
-    fixture_path: Path,
-    mode: str,
-    tokenizer: str,
-    out: Path,
-    metrics: Path,
-    conversations: Sequence[str] = (),
-) -> Built:
-    """The mode's slices (only `conversations`, when given), checked against the fixture."""
-    remove_outputs(out, metrics)
-    fixture = load_fixture(fixture_path)
-    if mode not in fixture.modes:
-        raise ParamsError(f"slice fixture {fixture_path} has no mode {mode!r}")
-    pin = restrict(fixture.modes[mode], conversations, mode)
-    rows = read_rows(source)
-    check_fixture_ids(rows, pin, mode, fixture_path)
-    built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
-    check_pins(built, pin, mode)
-    write_outputs(built, out, metrics)
-    return built
-
-
-def repin(source: Path, fixture_path: Path, tokenizer: str) -> SliceFixture:
-    """Rewrite the fixture's message ids and hashes for every mode from the repaired data."""
-    fixture = load_fixture(fixture_path)
-    rows = read_rows(source)
-    for mode, pin in fixture.modes.items():
-        check_fixture_ids(rows, pin, mode, fixture_path, messages=False)  # those are re-pinned
-    built = {
-        mode: build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
-        for mode, pin in fixture.modes.items()
-    }
-    updated = repin_fixture(fixture, built)
-    write_json(fixture_path, updated.model_dump(mode="json"))
-    return updated

@@ -3,7 +3,8 @@
 Produces `data/verify_hash/receipt.json` (`path`, `size_bytes`, `sha256`). `repair` refuses to
 read the parquet unless the bytes it reads hash to the receipt's sha256, so no later stage can
 run on an unverified file. On a mismatch the stage prints expected vs actual, removes its stale
-receipt and exits non-zero.
+receipt and exits non-zero. The stage (stages/verify_hash.py) reads the file and writes the
+receipt; this module checks what it read.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from clients.files import remove_outputs, write_json
 from schemas.base import Record
-from schemas.errors import DataError, IntegrityError
+from schemas.errors import IntegrityError
 from schemas.layout import LAYOUT
 from schemas.params import VerifyHashParams
 
 RECEIPT = LAYOUT.verify_hash.receipt
-CHUNK_BYTES = 1 << 20
 
 
 class Receipt(Record):
@@ -34,20 +33,6 @@ class Receipt(Record):
 
 def digest_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def digest_file(path: Path) -> tuple[int, str]:
-    """Size and sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with path.open("rb") as handle:
-            while chunk := handle.read(CHUNK_BYTES):
-                digest.update(chunk)
-                size += len(chunk)
-    except FileNotFoundError as exc:
-        raise DataError(f"{path} not found: run the fetch stage first (`dvc repro fetch`)") from exc
-    return size, digest.hexdigest()
 
 
 def check_digest(path: Path, size: int, sha256: str, expected: VerifyHashParams) -> Receipt:
@@ -66,21 +51,9 @@ def check_digest(path: Path, size: int, sha256: str, expected: VerifyHashParams)
     return Receipt(path=path.as_posix(), size_bytes=size, sha256=sha256)
 
 
-def read_receipt(path: Path) -> Receipt:
+def parse_receipt(data: bytes, path: Path) -> Receipt:
+    """The receipt in `data` (read from `path`): IntegrityError when it is not a valid one."""
     try:
-        return Receipt.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError as exc:
-        raise IntegrityError(
-            f"{path} not found: the parquet has not been verified; run `dvc repro verify-hash`"
-        ) from exc
+        return Receipt.model_validate(json.loads(data))
     except (ValueError, ValidationError) as exc:
         raise IntegrityError(f"{path} is not a valid verify-hash receipt: {exc}") from exc
-
-
-def verify(source: Path, expected: VerifyHashParams, receipt_path: Path) -> Receipt:
-    """Check `source` and write the receipt; on any failure no receipt is left behind."""
-    remove_outputs(receipt_path)
-    size, sha256 = digest_file(source)
-    receipt = check_digest(source, size, sha256, expected)
-    write_json(receipt_path, receipt.model_dump())
-    return receipt

@@ -1,5 +1,6 @@
-"""Files the stages exchange: atomic writes (temp file, then rename), stable JSON, typed JSONL
-reading with errors that name the file and line, and removal of stale outputs."""
+"""Files the stages exchange: atomic writes (temp file, then rename), stable JSON (encoded by
+schemas/encoding.py), typed JSONL reading with errors that name the file and line, and removal of
+stale outputs."""
 
 from __future__ import annotations
 
@@ -12,30 +13,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from schemas.encoding import stable_json
 from schemas.errors import DataError, ParamsError
 from schemas.records import ChatSlice
 
-FLOAT_DIGITS = 6
 UMASK = os.umask(0)
 """The process's umask (read once: os.umask can only be read by setting it)."""
 os.umask(UMASK)
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def _round_floats(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, FLOAT_DIGITS)
-    if isinstance(value, Mapping):
-        return {str(k): _round_floats(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_round_floats(v) for v in value]
-    return value
-
-
-def stable_json(value: Any) -> str:
-    """JSON with sorted keys and rounded floats: an unchanged result is a byte-identical file."""
-    return json.dumps(_round_floats(value), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:

@@ -39,11 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.repair import encode_table, load_table, repair_table  # noqa: E402
-from bench.slice import make_slices  # noqa: E402
 from clients.files import read_jsonl, write_atomic, write_json  # noqa: E402
 from schemas.errors import BeamError  # noqa: E402
 from schemas.traces import Trace  # noqa: E402
 from stages.common import read_params  # noqa: E402
+from stages.slice import make_slices  # noqa: E402
 from tests.conftest import MIRROR_PARQUET  # noqa: E402
 from tests.support.models import scripted_models  # noqa: E402
 from tests.support.scorer_standin import (  # noqa: E402

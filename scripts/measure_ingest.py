@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from bench.repair import load_table, repair_table  # noqa: E402
-from bench.slice import REQUIRED_COLUMNS, Built, build_mode, check_pins, load_fixture  # noqa: E402
+from bench.slice import REQUIRED_COLUMNS, Built, build_mode, check_pins  # noqa: E402
 from clients.files import write_json  # noqa: E402
 from clients.llm.client import LlmClient  # noqa: E402
 from schemas.errors import DataError  # noqa: E402
@@ -47,7 +47,7 @@ from schemas.params import (  # noqa: E402
     Mode,
 )
 from schemas.records import ChatSlice  # noqa: E402
-from stages.common import read_params, run_stage  # noqa: E402
+from stages.common import load_fixture, read_params, run_stage  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
 from systems.graphrag.estimate import estimate_ingest  # noqa: E402
 from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402

@@ -1,5 +1,6 @@
-"""What every stage shares: reading params.yaml once into its typed root, progress bars, the
-entry-point shell."""
+"""What every stage shares: reading params.yaml once into its typed root, reading the inputs
+several stages build on (the slice fixture, the repaired dataset), progress bars, the entry-point
+shell."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from schemas.errors import BeamError, ParamsError
+from schemas.errors import BeamError, DataError, ParamsError
 from schemas.params import Params
 
 STARTED = time.monotonic()
 """When this stage process started (stages import this module first): its wall time is measured
 from here, and written to metrics only (`seconds.stage`), never to an out."""
+
+if TYPE_CHECKING:
+    from bench.slice import SliceFixture
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -61,6 +65,32 @@ def read_params(path: Path = PARAMS_FILE) -> Params:
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from exc
     return parse_params(data, source=str(path))
+
+
+# The slice core (pyarrow, the tokenizer) is imported where it is used: every stage imports this
+# module first, and most never read the slice's inputs.
+
+
+def load_fixture(path: Path) -> SliceFixture:
+    """The slice fixture (params `slice.fixture`): a ParamsError when missing or invalid."""
+    from bench.slice import parse_fixture
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ParamsError(f"slice fixture {path} not found (params slice.fixture)") from exc
+    return parse_fixture(data, path)
+
+
+def read_repaired_rows(source: Path) -> dict[str, dict[str, Any]]:
+    """The repaired dataset's columns the slice needs, by conversation id."""
+    from bench.slice import rows_by_conversation
+
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataError(f"{source} not found: run `dvc repro repair` first") from exc
+    return rows_by_conversation(data, source)
 
 
 def stage_seconds() -> float:

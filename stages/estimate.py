@@ -32,7 +32,7 @@ from bench.estimate import (
 )
 from bench.repair import REPAIR_OUT
 from bench.scorer_prompts import load_prompts, scorer_present
-from bench.slice import Built, build_mode, load_fixture, read_rows, restrict
+from bench.slice import Built, build_mode, restrict
 from schemas.estimate import FinishedRun, PhaseEstimate, RateOrigin, RunRates, with_total
 from schemas.judging import JudgePrompts
 from schemas.params import (
@@ -44,7 +44,7 @@ from schemas.params import (
     SliceParams,
 )
 from schemas.records import ChatSlice, Question, Rubric
-from stages.common import read_params, run_stage
+from stages.common import load_fixture, read_params, read_repaired_rows, run_stage
 from systems.port import MemorySystem, estimate_system
 from systems.registry import load_system, system_name
 
@@ -76,7 +76,7 @@ def build_slices(slice_params: SliceParams, mode: Mode) -> Built:
     """The mode's slices (the kept conversations only), from the repaired dataset."""
     fixture = load_fixture(Path(slice_params.fixture))
     return build_mode(
-        read_rows(REPAIR_OUT),
+        read_repaired_rows(REPAIR_OUT),
         restrict(fixture.modes[mode], slice_params.conversations, mode),
         fixture.known_bad_rubric,
         slice_params.tokenizer,

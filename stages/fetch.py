@@ -1,14 +1,65 @@
 """fetch: the pinned BEAM parquet into `data/fetch/dataset.parquet`, and the benchmark's pinned
+scorer files (judge prompts) into `data/scorer/` (params `judge`).
 
-The entry point only: it reads params, calls the core in bench/fetch.py (whose docstring says what
-the stage reads and writes, and how) and writes the outs.
+The entry point and the stage's only shell: it reads params, makes the downloads through the doors
+(clients/hub.py, clients/github.py) and writes the outs; bench/fetch.py's docstring says what is
+pinned and how.
 """
 
 from __future__ import annotations
 
-from bench.fetch import FETCH_OUT, fetch, fetch_scorer
-from clients.hub import resolve_endpoint
+from pathlib import Path
+
+from bench.fetch import FETCH_OUT, pinned_file
+from bench.scorer_prompts import scorer_file_path
+from clients import github
+from clients.files import remove_outputs, write_atomic
+from clients.hub import download_pinned, resolve_endpoint
+from schemas.params import FetchParams, JudgeParams
 from stages.common import read_params, run_stage
+
+SCORER_CACHE = Path(".cache/scorer")
+
+
+def copy_atomic(source: Path, target: Path) -> None:
+    """Copy `source` (the cache's symlink is followed) to `target`: never a half-written out."""
+    write_atomic(target, source.read_bytes())
+
+
+def fetch(
+    params: FetchParams, out: Path, *, endpoint: str | None = None, cache_dir: Path | None = None
+) -> bool:
+    """Put the pinned file at `out`; True when it came from the cache without a request."""
+    remove_outputs(out)
+    source, cached = download_pinned(
+        pinned_file(params),
+        timeout_seconds=params.timeout_seconds,
+        endpoint=endpoint,
+        cache_dir=cache_dir,
+    )
+    copy_atomic(source, out)
+    return cached
+
+
+def fetch_scorer(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Path]:
+    """The pinned scorer files at `<scorer_dir>/<path>`, from the cache or downloaded."""
+    written = []
+    for pinned in (params.prompts, params.compute_metrics):
+        cached = cache_dir / params.scorer_commit / pinned.path
+        github.download_pinned(
+            base_url=params.base_url,
+            repo=params.scorer_repo,
+            commit=params.scorer_commit,
+            path=pinned.path,
+            sha256=pinned.sha256,
+            dest=cached,
+            timeout_seconds=params.timeout_seconds,
+            max_attempts=params.max_attempts,
+        )
+        target = scorer_file_path(params, pinned)
+        copy_atomic(cached, target)
+        written.append(target)
+    return written
 
 
 def main() -> None:

@@ -22,14 +22,13 @@ from bench.judge_check.recipe import (
 from bench.judge_check.run import estimate_tokens, run_check
 from bench.judge_check.summary import judge_warning, summarize_check
 from bench.scorer_prompts import load_prompts
-from bench.slice import load_fixture
 from bench.usage import CountedModel
 from clients.files import remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import build_model
 from schemas.errors import DataError, ParamsError, check_failed_share
 from schemas.layout import LAYOUT
-from stages.common import read_params, run_stage, stage_seconds
+from stages.common import load_fixture, read_params, run_stage, stage_seconds
 
 FILES = LAYOUT.judge_check
 

@@ -1,17 +1,73 @@
 r"""repair: cut the runaway filler off the one broken message; everything else passes through.
 
-The entry point only: it reads params, calls the core in bench/repair.py (whose docstring says what
-the stage reads and writes, and how) and writes the outs.
+The entry point and the stage's only shell: it reads params, the receipt and the verified parquet,
+calls the core in bench/repair.py (whose docstring says what the stage reads and writes, and how)
+and writes the outs.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from bench.repair import RECORD, REPAIR_OUT, repair, repin_params_text, verified_message_sha256
-from bench.verify_hash import RECEIPT
-from clients.files import write_atomic
+from bench.repair import (
+    RECORD,
+    REPAIR_OUT,
+    RepairRecord,
+    check_verified,
+    encode_table,
+    load_table,
+    message_sha256,
+    repair_table,
+    repin_params_text,
+)
+from bench.verify_hash import RECEIPT, Receipt, parse_receipt
+from clients.files import remove_outputs, write_atomic, write_json
+from schemas.errors import DataError, IntegrityError
+from schemas.params import RepairParams
 from stages.common import PARAMS_FILE, read_params, run_stage
+
+
+def read_receipt(path: Path) -> Receipt:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise IntegrityError(
+            f"{path} not found: the parquet has not been verified; run `dvc repro verify-hash`"
+        ) from exc
+    return parse_receipt(data, path)
+
+
+def read_verified(receipt: Receipt) -> bytes:
+    """The bytes of the receipt's file, refused unless they hash to the receipt's sha256."""
+    path = Path(receipt.path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataError(f"{path} not found: run `dvc repro verify-hash`") from exc
+    return check_verified(data, receipt)
+
+
+def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Path) -> RepairRecord:
+    """Read the verified parquet, repair, write `out` and the record; nothing stale on failure."""
+    remove_outputs(out, record_path)
+    receipt = read_receipt(receipt_path)
+    table = load_table(read_verified(receipt), receipt.path)
+    repaired, record = repair_table(table, params, receipt.path)
+    try:
+        write_atomic(out, encode_table(repaired))
+        write_json(record_path, record.model_dump())
+    except BaseException:
+        remove_outputs(out, record_path)
+        raise
+    return record
+
+
+def verified_message_sha256(receipt_path: Path, params: RepairParams) -> str:
+    """The sha256 of the pinned message in the verified release, to re-pin it."""
+    receipt = read_receipt(receipt_path)
+    table = load_table(read_verified(receipt), receipt.path)
+    return message_sha256(table, params, receipt.path)
 
 
 def main() -> None:

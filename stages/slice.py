@@ -1,17 +1,93 @@
 """slice: build the current mode's chat slices, questions and rubrics from the repaired data.
 
-The entry point only: it reads params, calls the core in bench/slice.py (whose docstring says what
+The entry point and the stage's only shell: it reads params, the fixture and the repaired data
+(with the readers in stages/common.py), calls the core in bench/slice.py (whose docstring says what
 the stage reads and writes, and how) and writes the outs.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.repair import REPAIR_OUT
-from bench.slice import METRICS, SLICE_OUT, make_slices, repin, sizes
-from stages.common import read_params, run_stage
+from bench.slice import (
+    METRICS,
+    SLICE_OUT,
+    Built,
+    SliceFixture,
+    build_mode,
+    check_fixture_ids,
+    check_pins,
+    repin_fixture,
+    restrict,
+    sizes,
+    summarize,
+)
+from clients.files import UMASK, remove_outputs, write_atomic, write_json, write_jsonl
+from schemas.errors import ParamsError
+from stages.common import load_fixture, read_params, read_repaired_rows, run_stage
+
+
+def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
+    """Write into a temp folder beside `out`, then swap it in: never a half-written slice."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp.chmod(0o777 & ~UMASK)  # mkdtemp makes it private; the out is an ordinary folder
+    try:
+        for item in built.slices:
+            write_atomic(tmp / "chats" / f"conv{item.chat.conversation_id}.json", item.text)
+        write_jsonl(tmp / "questions.jsonl", built.questions)
+        write_jsonl(tmp / "rubrics.jsonl", built.rubrics)
+        write_json(tmp / "sizes.json", sizes(built))
+        remove_outputs(out)
+        tmp.replace(out)
+        write_json(metrics_path, summarize(built))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_outputs(out, metrics_path)
+        raise
+
+
+def make_slices(
+    source: Path,
+    fixture_path: Path,
+    mode: str,
+    tokenizer: str,
+    out: Path,
+    metrics: Path,
+    conversations: Sequence[str] = (),
+) -> Built:
+    """The mode's slices (only `conversations`, when given), checked against the fixture."""
+    remove_outputs(out, metrics)
+    fixture = load_fixture(fixture_path)
+    if mode not in fixture.modes:
+        raise ParamsError(f"slice fixture {fixture_path} has no mode {mode!r}")
+    pin = restrict(fixture.modes[mode], conversations, mode)
+    rows = read_repaired_rows(source)
+    check_fixture_ids(rows, pin, mode, fixture_path)
+    built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
+    check_pins(built, pin, mode)
+    write_outputs(built, out, metrics)
+    return built
+
+
+def repin(source: Path, fixture_path: Path, tokenizer: str) -> SliceFixture:
+    """Rewrite the fixture's message ids and hashes for every mode from the repaired data."""
+    fixture = load_fixture(fixture_path)
+    rows = read_repaired_rows(source)
+    for mode, pin in fixture.modes.items():
+        check_fixture_ids(rows, pin, mode, fixture_path, messages=False)  # those are re-pinned
+    built = {
+        mode: build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
+        for mode, pin in fixture.modes.items()
+    }
+    updated = repin_fixture(fixture, built)
+    write_json(fixture_path, updated.model_dump(mode="json"))
+    return updated
 
 
 def main() -> None:

@@ -1,14 +1,46 @@
 """verify-hash: check the fetched parquet's size and sha256 against the pins; write a receipt.
 
-The entry point only: it reads params, calls the core in bench/verify_hash.py (whose docstring
-says what the stage reads and writes, and how) and writes the outs.
+The entry point and the stage's only shell: it reads params and the fetched file, calls the core in
+bench/verify_hash.py (whose docstring says what the stage reads and writes, and how) and writes
+the receipt.
 """
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from bench.fetch import FETCH_OUT
-from bench.verify_hash import RECEIPT, verify
+from bench.verify_hash import RECEIPT, Receipt, check_digest
+from clients.files import remove_outputs, write_json
+from schemas.errors import DataError
+from schemas.params import VerifyHashParams
 from stages.common import read_params, run_stage
+
+CHUNK_BYTES = 1 << 20
+
+
+def digest_file(path: Path) -> tuple[int, str]:
+    """Size and sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(CHUNK_BYTES):
+                digest.update(chunk)
+                size += len(chunk)
+    except FileNotFoundError as exc:
+        raise DataError(f"{path} not found: run the fetch stage first (`dvc repro fetch`)") from exc
+    return size, digest.hexdigest()
+
+
+def verify(source: Path, expected: VerifyHashParams, receipt_path: Path) -> Receipt:
+    """Check `source` and write the receipt; on any failure no receipt is left behind."""
+    remove_outputs(receipt_path)
+    size, sha256 = digest_file(source)
+    receipt = check_digest(source, size, sha256, expected)
+    write_json(receipt_path, receipt.model_dump())
+    return receipt
 
 
 def main() -> None:

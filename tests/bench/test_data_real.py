@@ -20,15 +20,17 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from bench.fetch import fetch
-from bench.repair import marker, repair
-from bench.slice import SliceFixture, from_ranges, make_slices, normalize_ids
-from bench.verify_hash import verify
+from bench.repair import marker
+from bench.slice import SliceFixture, from_ranges, normalize_ids
 from clients.files import read_jsonl
 from schemas.errors import IntegrityError, ParamsError
 from schemas.params import VerifyHashParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import read_params
+from stages.fetch import fetch
+from stages.repair import repair
+from stages.slice import make_slices
+from stages.verify_hash import verify
 from tests.conftest import MIRROR_PARQUET, REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror, hub_mirror_fixture  # noqa: F401
 

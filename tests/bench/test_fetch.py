@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.fetch import fetch
 from clients.hub import DEFAULT_ENDPOINT, resolve_endpoint
 from schemas.errors import FetchError
 from schemas.params import FetchParams
+from stages.fetch import fetch
 from tests.conftest import REPO_ROOT
 from tests.support.hub_mirror import HubMirror
 from tests.support.params import write_params

@@ -18,14 +18,13 @@ from bench.repair import (
     cut_filler,
     load_table,
     marker,
-    repair,
     repair_table,
     repin_params_text,
-    verified_message_sha256,
 )
 from bench.verify_hash import Receipt
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.params import RepairParams
+from stages.repair import repair, verified_message_sha256
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
 from tests.support.params import write_params

@@ -18,13 +18,10 @@ from bench.slice import (
     SliceFixture,
     build_mode,
     from_ranges,
-    make_slices,
     normalize_ids,
     parse_date,
     parse_probing,
-    read_rows,
     render_session,
-    repin,
     sizes,
     summarize,
     to_ranges,
@@ -34,7 +31,8 @@ from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.params import SliceParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import parse_params, read_params
-from stages.slice import main
+from stages.common import read_repaired_rows as read_rows
+from stages.slice import main, make_slices, repin
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
 from tests.support.params import write_params

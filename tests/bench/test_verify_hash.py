@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.verify_hash import check_digest, digest_file, read_receipt, verify
+from bench.verify_hash import check_digest
 from schemas.errors import DataError, IntegrityError
 from schemas.params import VerifyHashParams
+from stages.repair import read_receipt
+from stages.verify_hash import digest_file, verify
 from tests.conftest import REPO_ROOT
 from tests.support.params import write_params
 

@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.slice import load_fixture
 from clients.llm.accounting import Budget
 from schemas.errors import ParamsError
 from schemas.params import MODES, Mode
-from stages.common import parse_params, read_params
+from stages.common import load_fixture, parse_params, read_params
 from tests.conftest import REPO_ROOT
 
 PARAMS = REPO_ROOT / "params.yaml"

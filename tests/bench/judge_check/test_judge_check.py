@@ -44,7 +44,6 @@ from bench.judge_check.run import result_of, run_check
 from bench.judge_check.summary import judge_warning, summarize_check
 from bench.scorer_prompts import extract_judge_prompts
 from bench.scoring import JudgeVerdict
-from bench.slice import load_fixture
 from clients.files import read_record, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient
@@ -57,6 +56,7 @@ from schemas.judging import JudgePrompts
 from schemas.params import BudgetParams, Cap, JudgeCheckParams, LlmParams, ModelRef
 from schemas.records import Question, Rubric
 from stages import judge_check as judge_check_stage
+from stages.common import load_fixture
 from tests.conftest import REPO_ROOT
 
 RECIPE = REPO_ROOT / "fixtures" / "judge_check.json"

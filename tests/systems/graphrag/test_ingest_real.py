@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from bench.repair import cut_filler
-from bench.slice import build_slice, from_ranges, load_fixture
+from bench.slice import build_slice, from_ranges
 from clients.files import stable_json
 from clients.graph.store import Neo4jGraphStore, start_graph
 from clients.llm.client import LlmClient
@@ -41,7 +41,7 @@ from clients.scripted.backend import ScriptedBackend, read_record
 from schemas.memory import ENTITY_LABELS, REL_TYPES, STATEMENT_LABELS
 from schemas.params import GraphParams, Mode
 from schemas.records import ChatSlice
-from stages.common import read_params
+from stages.common import load_fixture, read_params
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 from systems.graphrag.system import ingest_settings
 from tests.conftest import REPO_ROOT
