@@ -35,16 +35,24 @@ USER_AGENT = "beam-graphrag/0.1"
 Sleep = Callable[[float], None]
 
 
-def sha256_of(path: Path) -> str | None:
-    """The sha256 of a file on disk, or None if it does not exist."""
+def size_and_sha256(path: Path) -> tuple[int, str] | None:
+    """The size and sha256 of a file on disk, read in blocks; None if it does not exist."""
     digest = hashlib.sha256()
+    size = 0
     try:
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(BLOCK_BYTES), b""):
                 digest.update(block)
+                size += len(block)
     except FileNotFoundError:
         return None
-    return digest.hexdigest()
+    return size, digest.hexdigest()
+
+
+def sha256_of(path: Path) -> str | None:
+    """The sha256 of a file on disk, or None if it does not exist."""
+    found = size_and_sha256(path)
+    return None if found is None else found[1]
 
 
 class _Transient(Exception):

@@ -7,31 +7,23 @@ the receipt.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from bench.fetch import FETCH_OUT
 from bench.verify_hash import RECEIPT, Receipt, check_digest
+from clients.download import size_and_sha256
 from clients.files import remove_outputs, write_json
 from schemas.errors import DataError
 from schemas.params import VerifyHashParams
 from stages.common import read_params, run_stage
 
-CHUNK_BYTES = 1 << 20
-
 
 def digest_file(path: Path) -> tuple[int, str]:
-    """Size and sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with path.open("rb") as handle:
-            while chunk := handle.read(CHUNK_BYTES):
-                digest.update(chunk)
-                size += len(chunk)
-    except FileNotFoundError as exc:
-        raise DataError(f"{path} not found: run the fetch stage first (`dvc repro fetch`)") from exc
-    return size, digest.hexdigest()
+    """Size and sha256 of a file (clients.download reads it in blocks)."""
+    found = size_and_sha256(path)
+    if found is None:
+        raise DataError(f"{path} not found: run the fetch stage first (`dvc repro fetch`)")
+    return found
 
 
 def verify(source: Path, expected: VerifyHashParams, receipt_path: Path) -> Receipt:
