@@ -1,12 +1,20 @@
 """Rewrite the code deps of every stage in dvc.yaml from the imports of its module.
 
-A stage's code deps are its own module and every project module it imports, followed
-transitively (the same rule tests/test_dvc_yaml.py checks), except the models the
-model door starts by name (`NOT_DEPS`): the scripted test model and the local models' downloads,
-build and server. A real run never executes the test model, and which local model answered is
-named by params (`models.<role>.model`) and by the call cache's key (its weights and runtime),
-so editing a test rule or a build flag re-runs no locked stage. Data deps (data/, fixtures/,
-metrics/) are kept as they are. Run it after changing imports:
+A stage's code is its own module and every project module it imports, followed transitively
+(the same rule tests/test_dvc_yaml.py checks), except the models the model door starts by name
+(`NOT_DEPS`): the scripted test model and the local models' downloads, build and server. A real
+run never executes the test model, and which local model answered is named by params
+(`models.<role>.model`) and by the call cache's key (its weights and runtime), so editing a test
+rule or a build flag re-runs no locked stage.
+
+dvc.yaml lists that code by folder, so that `dvc exp show` has a few dep columns instead of one
+per file: a module under `stages/` as its file (stages import no other stage, so editing one
+re-runs only it), any other module as its top package folder (`bench`, `clients`, `schemas`,
+`systems`). A folder dep hashes every file DVC does not ignore, so `.dvcignore` keeps out
+`__pycache__`, the benchmark scripts' measurements, `NOT_DEPS` and the test model's rules beside the
+prompts they read (`scripted_rules.py`, loaded by name by clients/scripted/): `dvcignore_covers`.
+Editing any file of a folder re-runs the stages that list it, which the call cache makes cheap.
+Data deps (data/, fixtures/, metrics/) are kept as they are. Run it after changing imports:
 `uv run python scripts/sync_dvc_deps.py`.
 """
 
@@ -79,9 +87,38 @@ def package_data(modules: set[str], root: Path = ROOT) -> set[str]:
     }
 
 
-def code_deps(stage: str, root: Path = ROOT) -> list[str]:
+def code_files(stage: str, root: Path = ROOT) -> list[str]:
+    """Every project file a stage's module runs or reads: itself and what it imports."""
     module = root / "stages" / f"{stage.replace('-', '_')}.py"
     return sorted({module.relative_to(root).as_posix()} | project_imports(module, root))
+
+
+def dep_of(file: str) -> str:
+    """The dvc.yaml dep that covers a code file: a stage module itself, else its top folder."""
+    top = file.split("/")[0]
+    return file if top == "stages" else top
+
+
+def code_deps(stage: str, root: Path = ROOT) -> list[str]:
+    """A stage's code deps as dvc.yaml lists them (see the module docstring)."""
+    files = code_files(stage, root)
+    return sorted({dep_of(f) for f in files})
+
+
+DVCIGNORE_NEEDS = (
+    "__pycache__/",
+    "/bench/out/",
+    "scripted_rules.py",
+    *(f"{d}/" for d in NOT_DEPS),
+)
+"""The lines .dvcignore must hold for the folder deps to hash only the code a real run runs."""
+
+
+def dvcignore_covers(root: Path = ROOT) -> list[str]:
+    """The lines of `DVCIGNORE_NEEDS` missing from the repo's .dvcignore (empty: all there)."""
+    path = root / ".dvcignore"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    return [line for line in DVCIGNORE_NEEDS if line not in lines]
 
 
 def sync(text: str, root: Path = ROOT) -> str:
@@ -110,6 +147,9 @@ def sync(text: str, root: Path = ROOT) -> str:
 
 
 def main() -> None:
+    missing = dvcignore_covers()
+    if missing:
+        sys.exit(f".dvcignore lacks {missing}: add them, or the folder deps hash them too")
     path = ROOT / "dvc.yaml"
     new = sync(path.read_text(encoding="utf-8"))
     if "--check" in sys.argv[1:]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts.sync_dvc_deps import code_deps, sync
+from scripts.sync_dvc_deps import code_deps, code_files, dvcignore_covers, sync
 from tests.conftest import REPO_ROOT
 
 # Only what can change what a stage writes is a param of it: changing anything else re-runs
@@ -155,11 +155,56 @@ def dvc_stages() -> dict[str, dict[str, object]]:
 
 def test_code_deps_follow_packages_and_stop_at_the_models_started_by_name() -> None:
     # the door imports the test model and the local models; a stage reaching the door does not
-    # depend on them, but it does on a package whose __init__ holds code
-    deps = code_deps("answer")
-    assert "clients/llm/client.py" in deps
-    assert not [d for d in deps if d.startswith(("clients/scripted", "clients/local_model"))]
-    assert "clients/__init__.py" not in deps  # empty: no dep
+    # run them, but it does a package whose __init__ holds code
+    files = code_files("answer")
+    assert "clients/llm/client.py" in files
+    assert not [f for f in files if f.startswith(("clients/scripted", "clients/local_model"))]
+    assert "clients/__init__.py" not in files  # empty: no dep
+    # listed by folder, a stage module by itself
+    assert code_deps("answer") == [
+        "bench",
+        "clients",
+        "schemas",
+        "stages/answer.py",
+        "stages/common.py",
+        "systems",
+    ]
+
+
+def _dvcignore():  # type: ignore[no-untyped-def]
+    from dvc.repo import Repo
+
+    return Repo(str(REPO_ROOT)).dvcignore
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_folder_deps_cover_every_file_the_stage_runs(name: str) -> None:
+    """DVC's own ignore filter (the one that hashes a folder dep) keeps no file a stage imports
+    out of its deps."""
+    ignore = _dvcignore()
+    deps = code_deps(name)
+    for file in code_files(name):
+        assert file in deps or file.split("/")[0] in deps, file
+        assert not ignore.is_ignored_file(str(REPO_ROOT / file)), f".dvcignore hides {file}"
+
+
+def test_folder_deps_leave_out_bytecode_and_the_models_started_by_name() -> None:
+    """Neither the test model (nor its rules beside the prompts) nor the local model is hashed
+    into a real stage's folder deps, and bytecode does not change them on every run."""
+    from clients.scripted.backend import RULE_MODULES
+
+    assert dvcignore_covers() == []
+    ignore = _dvcignore()
+    hidden = [
+        *(REPO_ROOT / "clients" / "scripted").rglob("*.py"),
+        *(REPO_ROOT / "clients" / "local_model").rglob("*.py"),
+        *(REPO_ROOT / f"{m.replace('.', '/')}.py" for m in RULE_MODULES),
+        REPO_ROOT / "clients" / "__pycache__" / "files.cpython-311.pyc",
+        REPO_ROOT / "bench" / "out" / "bench_llm.json",
+    ]
+    assert len(hidden) > 5
+    for path in hidden:
+        assert ignore.is_ignored_file(str(path)), path.relative_to(REPO_ROOT)
 
 
 def test_the_pipeline_has_the_stages_in_order() -> None:
@@ -176,9 +221,6 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
     assert isinstance(deps, list)
     code = sorted(d for d in deps if not d.startswith(("data/", "fixtures/", "metrics/")))
     assert code == code_deps(name), "run `uv run python scripts/sync_dvc_deps.py`"
-    # the models the door starts by name are no code of a real run: editing a test rule or a
-    # build flag re-runs no locked stage
-    assert not [d for d in code if d.startswith(("clients/scripted", "clients/local_model"))]
     for dep in deps:
         if not dep.startswith(("data/", "metrics/")):
             assert (REPO_ROOT / dep).exists(), dep
