@@ -7,13 +7,13 @@ run never executes the test model, and which local model answered is named by pa
 (`models.<role>.model`) and by the call cache's key (its weights and runtime), so editing a test
 rule or a build flag re-runs no locked stage.
 
-dvc.yaml lists that code by folder, so that `dvc exp show` has a few dep columns instead of one
-per file: a module under `stages/` as its file (stages import no other stage, so editing one
-re-runs only it), any other module as its top package folder (`bench`, `clients`, `schemas`,
-`systems`). A folder dep hashes every file DVC does not ignore, so `.dvcignore` keeps out
+dvc.yaml lists that code by its top package folder (`bench`, `clients`, `schemas`, `stages`,
+`systems`), so that `dvc exp show` has five dep columns for code instead of one per file.
+A folder dep hashes every file DVC does not ignore, so `.dvcignore` keeps out
 `__pycache__`, the benchmark scripts' measurements, `NOT_DEPS` and the test model's rules beside the
 prompts they read (`scripted_rules.py`, loaded by name by clients/scripted/): `dvcignore_covers`.
-Editing any file of a folder re-runs the stages that list it, which the call cache makes cheap.
+Editing any file of a folder re-runs the stages that list it (a stage's own module is no finer
+dep: five columns were the point), which the call cache makes cheap.
 Data deps (data/, fixtures/, metrics/) are kept as they are. Run it after changing imports:
 `uv run python scripts/sync_dvc_deps.py`.
 """
@@ -94,9 +94,8 @@ def code_files(stage: str, root: Path = ROOT) -> list[str]:
 
 
 def dep_of(file: str) -> str:
-    """The dvc.yaml dep that covers a code file: a stage module itself, else its top folder."""
-    top = file.split("/")[0]
-    return file if top == "stages" else top
+    """The dvc.yaml dep that covers a code file: its top package folder."""
+    return file.split("/")[0]
 
 
 def code_deps(stage: str, root: Path = ROOT) -> list[str]:

@@ -136,8 +136,12 @@ def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
     assert keys <= set(header)
     params = _params_columns(repo)
     fixed = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
-    other = [c for c in header if c not in keys | params | fixed and "/" not in c]
+    lock = yaml.safe_load((repo.path / "dvc.lock").read_text(encoding="utf-8"))
+    deps = {d["path"] for stage in lock["stages"].values() for d in stage.get("deps", [])}
+    other = [c for c in header if c not in keys | params | fixed | deps]
     assert not other, f"columns that are neither metrics, params nor deps: {other}"
+    # code is a dep by package folder, never one column per module
+    assert not [c for c in header if c in deps and c.endswith(".py")]
     assert len(keys) <= MAX_METRIC_COLUMNS, sorted(keys)
     print(f"\n{len(keys)} metric columns in `dvc exp show --csv` ({len(header)} columns in all)")
     return len(keys)
@@ -252,9 +256,29 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
         assert "conv17:information_extraction:0" in page and "<script" in page
         assert (repo.path / "data" / "answer" / "NOTICE").is_file()
 
+        # bytecode in the package folders the deps list (what Python writes beside the modules
+        # it imports, unless PYTHONDONTWRITEBYTECODE is set): .dvcignore keeps it out of their
+        # hash, so it re-runs nothing
+        folders = ["bench", "clients", "schemas", "stages", "systems"]
+        compiled = [sys.executable, "-m", "compileall", "-q", *folders]
+        subprocess.run(compiled, cwd=repo.path, timeout=120, check=True, capture_output=True)
+        assert list((repo.path / "clients").rglob("__pycache__/*.pyc"))
         second = repo.dvc("repro")
         assert "Running stage" not in second and "Data and pipelines are up to date." in second
         assert len(repo.model_calls()) == len(calls), "an unchanged repro makes no model call"
+        # the test model (and its rules beside the prompts) is no code of a stage: editing it
+        # leaves the run up to date, editing a module the stages run does not
+        edited = ["clients/scripted/rules.py", "systems/graphrag/scripted_rules.py"]
+        kept = {name: (repo.path / name).read_text(encoding="utf-8") for name in edited}
+        kept["schemas/base.py"] = (repo.path / "schemas" / "base.py").read_text(encoding="utf-8")
+        for name in edited:
+            (repo.path / name).write_text(kept[name] + "# edited\n", encoding="utf-8")
+        assert stale_stages(repo) == set()
+        (repo.path / "schemas" / "base.py").write_text(kept["schemas/base.py"] + "# edited\n")
+        assert "report" in stale_stages(repo)
+        for name, text in kept.items():
+            (repo.path / name).write_text(text, encoding="utf-8")
+        assert stale_stages(repo) == set()
 
         shown = json.loads(_stdout(repo, "metrics", "show", "--json"))
         (files,) = (rev["data"] for rev in shown.values())  # the workspace only
