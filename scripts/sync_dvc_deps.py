@@ -106,7 +106,6 @@ def code_deps(stage: str, root: Path = ROOT) -> list[str]:
 
 DVCIGNORE_NEEDS = (
     "__pycache__/",
-    "/bench/out/",
     "scripted_rules.py",
     *(f"{d}/" for d in NOT_DEPS),
 )

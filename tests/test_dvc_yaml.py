@@ -194,7 +194,6 @@ def test_folder_deps_leave_out_bytecode_and_the_models_started_by_name() -> None
         *(REPO_ROOT / "clients" / "local_model").rglob("*.py"),
         *(REPO_ROOT / f"{m.replace('.', '/')}.py" for m in RULE_MODULES),
         REPO_ROOT / "clients" / "__pycache__" / "files.cpython-311.pyc",
-        REPO_ROOT / "bench" / "out" / "bench_llm.json",
     ]
     assert len(hidden) > 5
     for path in hidden:
