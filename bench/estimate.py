@@ -29,7 +29,7 @@ from schemas.errors import DataError
 from schemas.estimate import PhaseEstimate, RateOrigin, RunRates
 from schemas.judging import JudgePrompts
 from schemas.layout import LAYOUT
-from schemas.params import MODES, EstimateParams, JudgeRates, Mode
+from schemas.params import MODES, EstimateParams, JudgeRates, Mode, merge_settings
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.traces import Trace
 
@@ -236,7 +236,7 @@ class RunData:
 
     label: str
     params: Mapping[str, Any]
-    """The run's params.yaml."""
+    """The run's params.yaml over its settings.yaml."""
     mode: Mode
     system: str
     models: Mapping[str, str]
@@ -257,8 +257,12 @@ def read_run(source: RunSource, system_files: Callable[[str], Mapping[str, str]]
     """Read a finished run. `system_files(system)`: the files that system's rates need beside
     the harness's (path -> the stage that writes it)."""
     params = yaml.safe_load(require(source, "params.yaml")) or {}
-    if not isinstance(params, dict):
-        raise DataError(f"params.yaml of {source.label} is not a mapping of sections")
+    settings_text = source.read("settings.yaml")  # a run from before the split has none
+    settings = (yaml.safe_load(settings_text) or {}) if settings_text is not None else {}
+    for name, data in (("params.yaml", params), ("settings.yaml", settings)):
+        if not isinstance(data, dict):
+            raise DataError(f"{name} of {source.label} is not a mapping of sections")
+    params = merge_settings(settings, params)
     infos = [json.loads(text) for path in RUN_INFO if (text := source.read(path)) is not None]
     mode = next((i.get("mode") for i in infos if i.get("mode")), params.get("mode"))
     if mode not in MODES:

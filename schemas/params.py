@@ -1,4 +1,12 @@
-"""One pydantic model per params.yaml section: the typed view stages load their knobs through."""
+"""One pydantic model per params section: the typed view stages load their knobs through.
+
+The params live in two files: `params.yaml`, what a run measures (DVC tracks its keys: a change
+re-runs the stages that list them, and `dvc exp show` has a column for each), and
+`settings.yaml`, how a run runs (timeouts, retries, concurrency, the call cache, the budget, the
+graph server's memory and the estimator's rates: no stage lists them, so a change re-runs nothing
+but the report, which depends on the whole file). `merge_settings` joins them into one mapping
+for `Params`; a key set in params.yaml (e.g. by `dvc exp run -S llm.concurrency=1`) wins.
+"""
 
 from __future__ import annotations
 
@@ -327,9 +335,21 @@ class FullContextParams(Record):
     """Kept free for the reply: the prompt gets at most `context_tokens - reply_tokens`."""
 
 
+def merge_settings(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with `params` laid over it, section by section (a key in both: params' value)."""
+    merged = dict(settings)
+    for key, value in params.items():
+        below = merged.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            merged[key] = merge_settings(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
 class Params(Record):
-    """The whole of params.yaml, typed: read once by a stage's `main()` (stages/common.py
-    `read_params`) and passed down; nothing below the stages reads the file."""
+    """params.yaml over settings.yaml, typed: read once by a stage's `main()` (stages/common.py
+    `read_params`) and passed down; nothing below the stages reads either file."""
 
     mode: Mode
     system: str = "graphrag"

@@ -42,7 +42,7 @@ from bench.repair import encode_table, load_table, repair_table  # noqa: E402
 from clients.files import read_jsonl, write_atomic, write_json  # noqa: E402
 from schemas.errors import BeamError  # noqa: E402
 from schemas.traces import Trace  # noqa: E402
-from stages.common import read_params  # noqa: E402
+from stages.common import params_mapping, read_params  # noqa: E402
 from stages.slice import make_slices  # noqa: E402
 from tests.conftest import MIRROR_PARQUET  # noqa: E402
 from tests.support.models import scripted_models  # noqa: E402
@@ -58,7 +58,7 @@ CONVERSATIONS = ("1", "4", "6", "13", "17")
 
 def bench_params() -> dict[str, Any]:
     """params.yaml of the work folder: full mode, scripted models, the scorer stand-in's pins."""
-    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = params_mapping(ROOT / "params.yaml")
     params["mode"] = "full"
     params["models"] = scripted_models()
     params["judge"] |= standin_judge_pins() | {"scorer_dir": "data/scorer"}

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.fetch import pinned_file  # noqa: E402
 from clients.hub import download_pinned  # noqa: E402
-from stages.common import read_params  # noqa: E402
+from stages.common import params_mapping, read_params  # noqa: E402
 from tests.conftest import MIRROR_PARQUET, SHARED_BEAM  # noqa: E402
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror  # noqa: E402
 
@@ -42,7 +42,7 @@ STAGE_TIMEOUT_SECONDS = 300
 def prepare(work: Path) -> dict[str, str]:
     """Working folder and environment for the stage processes; fills the HF cache."""
     manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params = params_mapping(REPO_ROOT / "params.yaml")
     params["mode"] = "full"
     params["verify_hash"] = {
         "size_bytes": MIRROR_PARQUET.stat().st_size,

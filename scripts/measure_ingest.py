@@ -47,7 +47,7 @@ from schemas.params import (  # noqa: E402
     Mode,
 )
 from schemas.records import ChatSlice  # noqa: E402
-from stages.common import load_fixture, read_params, run_stage  # noqa: E402
+from stages.common import load_fixture, params_mapping, read_params, run_stage  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
 from systems.graphrag.estimate import estimate_ingest  # noqa: E402
 from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402
@@ -145,7 +145,7 @@ def scaling(chat: ChatSlice, settings: IngestSettings, cache_dir: Path) -> list[
 
 def run_stage_full(built: Built, workdir: Path) -> dict[str, Any]:
     """`python -m stages.ingest` on the full slices in a scratch working directory, timed."""
-    params = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    params = params_mapping(PARAMS)
     params["mode"] = "full"
     for role in ("extraction", "resolution", "agent"):
         params["models"][role] = {"model": "scripted/rules", "api_base": None}

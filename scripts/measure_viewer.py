@@ -221,7 +221,8 @@ def question_records(
 def write_run(folder: Path, seed: int = 0) -> None:
     """A full-size synthetic run in `folder`, laid out as the pipeline leaves it."""
     rng = random.Random(seed)
-    shutil.copy(ROOT / "params.yaml", folder / "params.yaml")  # the page reads two of its params
+    for name in ("params.yaml", "settings.yaml"):  # the page reads two of the params
+        shutil.copy(ROOT / name, folder / name)
     slices = chats(rng)
     questions, rubrics, traces, judgements, rows = question_records(rng, slices)
     for chat in slices:

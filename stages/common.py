@@ -1,6 +1,6 @@
-"""What every stage shares: reading params.yaml once into its typed root, reading the inputs
-several stages build on (the slice fixture, the repaired dataset), progress bars, the entry-point
-shell."""
+"""What every stage shares: reading params.yaml (over settings.yaml) once into its typed root,
+reading the inputs several stages build on (the slice fixture, the repaired dataset), progress
+bars, the entry-point shell."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import BeamError, DataError, ParamsError
-from schemas.params import Params
+from schemas.params import Params, merge_settings
 
 STARTED = time.monotonic()
 """When this stage process started (stages import this module first): its wall time is measured
@@ -29,6 +29,8 @@ T = TypeVar("T")
 
 PARAMS_FILE = Path("params.yaml")
 """The working directory's params.yaml: DVC runs every stage from the repository root."""
+SETTINGS_FILE = "settings.yaml"
+"""How a run runs, beside params.yaml (schemas/params.py says which keys live where)."""
 
 
 def _problems(exc: ValidationError) -> str:
@@ -54,17 +56,34 @@ def parse_params(data: Any, *, source: str = str(PARAMS_FILE)) -> Params:
         raise ParamsError(f"{source} is invalid: {_problems(exc)}") from exc
 
 
-def read_params(path: Path = PARAMS_FILE) -> Params:
-    """params.yaml, read once by a stage's `main()` and passed down as one typed record."""
+def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ParamsError(f"{path} not found: run stages from the repository root") from exc
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from exc
-    return parse_params(data, source=str(path))
+
+
+def params_mapping(path: Path = PARAMS_FILE) -> dict[str, Any]:
+    """params.yaml laid over the settings.yaml beside it (none there: params.yaml alone), as
+    read, before validation (for tools that write a changed copy)."""
+    params = _read_yaml(path)
+    settings_path = path.with_name(SETTINGS_FILE)
+    settings = _read_yaml(settings_path) if settings_path.is_file() else {}
+    for data, source in ((params, path), (settings, settings_path)):
+        if not isinstance(data, dict):
+            found = type(data).__name__
+            raise ParamsError(f"{source} must hold a mapping of sections, found {found}")
+    return merge_settings(settings, params)
+
+
+def read_params(path: Path = PARAMS_FILE) -> Params:
+    """params.yaml over its settings.yaml (`params_mapping`), read once by a stage's `main()` and
+    passed down as one typed record."""
+    return parse_params(params_mapping(path), source=f"{path} (over {SETTINGS_FILE})")
 
 
 # The slice core (pyarrow, the tokenizer) is imported where it is used: every stage imports this

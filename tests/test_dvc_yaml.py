@@ -7,19 +7,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts.sync_dvc_deps import code_deps, code_files, dvcignore_covers, sync
+from scripts.sync_dvc_deps import DATA_PREFIXES, code_deps, code_files, dvcignore_covers, sync
 from tests.conftest import REPO_ROOT
 
-# Only what can change what a stage writes is a param of it: changing anything else re-runs
-# nothing. Read by the stages but deliberately no param (how a run is carried out, not what it
-# finds; tests/e2e/test_pipeline.py changes some of them and expects `dvc status` clean):
+# Only what can change what a stage writes is a param of it. Read by the stages but deliberately
+# no param, and kept in settings.yaml (how a run is carried out, not what it finds;
+# tests/e2e/test_pipeline.py changes some of them and expects only the report stale, which
+# depends on the whole file):
 # - llm.timeout_seconds, llm.max_attempts, llm.concurrency, llm.stop_after_failures: when a call
 #   is tried again or given up; a reply that comes after retries is the same reply, and a call
 #   that finally fails stops the stage (or is counted under `max_failed_share`, which is a param);
 # - llm.cache, llm.cache_dir: where finished calls are kept; a cached reply is the reply;
 # - budget.*: spend caps; a stage stops before passing them, it never writes other results;
 # - estimate.* for ingest, answer and judge: they use it only for the budget check before their
-#   first call (the report shows the estimate, so it is a param of the report only);
+#   first call (the report shows the estimate, hence its dep on settings.yaml);
 # - graph.backend, docker_image, heap_mb, page_cache_mb, start_timeout_seconds,
 #   stop_grace_seconds, query_timeout_seconds, write_batch_size: which Neo4j process holds the
 #   graph and how it is fed; the exported graph and the agent's reads are the same;
@@ -113,7 +114,6 @@ EXPECTED_PARAMS = {
         "judge.prompts",
         "judge.compute_metrics",
         "judge.scorer_dir",
-        "estimate",  # the estimate column of the record's cost table
         "judge_check.min_agreement",  # below it the record warns about the judge
     ],
 }
@@ -212,7 +212,7 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
     assert (REPO_ROOT / module).is_file()
     deps = stage["deps"]
     assert isinstance(deps, list)
-    code = sorted(d for d in deps if not d.startswith(("data/", "fixtures/", "metrics/")))
+    code = sorted(d for d in deps if not d.startswith(DATA_PREFIXES))
     assert code == code_deps(name), "run `uv run python scripts/sync_dvc_deps.py`"
     for dep in deps:
         if not dep.startswith(("data/", "metrics/")):
@@ -226,15 +226,27 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
             node = node[part]
 
 
-def test_no_stage_depends_on_how_a_run_is_carried_out() -> None:
-    """No operational setting is a param, not even through its section (`llm`, `graph`), and
-    the estimator's rates only of the report (the record shows the estimate)."""
+def _leaves(value: object, prefix: str = "") -> set[str]:
+    if isinstance(value, dict):
+        return set().union(*(_leaves(v, f"{prefix}{k}.") for k, v in value.items()))
+    return {prefix.rstrip(".")}
+
+
+def test_how_a_run_is_carried_out_is_in_settings_yaml_and_no_stage_param() -> None:
+    """settings.yaml holds exactly the operational keys and the estimator's rates, params.yaml
+    none of them; no stage lists one as a param, not even through its section (`llm`,
+    `graph`); the report depends on the whole file (its record shows the estimate)."""
+    settings = _leaves(yaml.safe_load((REPO_ROOT / "settings.yaml").read_text(encoding="utf-8")))
+    params = _leaves(yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8")))
+    operational = {k for k in settings if any(k == s or k.startswith(f"{s}.") for s in OPERATIONAL)}
+    assert settings - operational == {k for k in settings if k.startswith("estimate.")}
+    assert {s for s in OPERATIONAL if not any(k.startswith(s) for k in settings)} == set()
+    assert settings & params == set()
     for name, stage in dvc_stages().items():
         for key in stage["params"]:  # type: ignore[attr-defined]
-            for setting in OPERATIONAL:
-                assert key != setting and not setting.startswith(f"{key}."), (name, key)
-            if key == "estimate" or key.startswith("estimate."):
-                assert name == "report", (name, key)
+            assert not [s for s in settings if s == key or s.startswith(f"{key}.")], (name, key)
+        uses_file = "settings.yaml" in stage["deps"]  # type: ignore[operator]
+        assert uses_file == (name == "report"), name
 
 
 def test_sync_script_would_change_nothing() -> None:

@@ -334,14 +334,17 @@ def test_the_code_commit_is_marked_dirty_when_tracked_code_changed(tmp_path: Pat
 
     git("init", "-q")
     (tmp_path / "code.py").write_text("x = 1\n")
-    (tmp_path / "dvc.lock").write_text("a\n")
+    for name in ("dvc.lock", "params.yaml", "settings.yaml"):
+        (tmp_path / name).write_text("a: 1\n")
     git("add", "-A")
     git("commit", "-qm", "c")
     old = Path.cwd()
     os.chdir(tmp_path)
     try:
         clean = code_commit()
-        (tmp_path / "dvc.lock").write_text("b\n")  # a run's own record: still clean
+        # a run's own record and what `dvc exp run -S` edits: still clean
+        for name in ("dvc.lock", "params.yaml", "settings.yaml"):
+            (tmp_path / name).write_text("a: 2\n")
         assert code_commit() == clean and "dirty" not in clean
         (tmp_path / "code.py").write_text("x = 2\n")
         assert code_commit() == f"{clean} (dirty: 1 changed file(s), e.g. code.py)"

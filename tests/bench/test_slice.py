@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bench.slice import (
     REPIN_COMMAND,
@@ -35,7 +34,7 @@ from stages.common import read_repaired_rows as read_rows
 from stages.slice import main, make_slices, repin
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
-from tests.support.params import write_params
+from tests.support.params import repo_params, write_params
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
 
@@ -456,7 +455,7 @@ def test_restriction_to_a_conversation_the_mode_lacks_names_the_ones_it_has(
 
 
 def test_conversations_param_takes_numbers_or_text_and_defaults_to_all() -> None:
-    whole = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    whole = repo_params()
     base = {"fixture": "fixtures/slices.json", "tokenizer": "cl100k_base"}
 
     def with_slice(section: dict[str, object]) -> SliceParams:

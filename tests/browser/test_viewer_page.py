@@ -160,7 +160,8 @@ def copy_run(run: Path, target: Path) -> None:
     (target / "data/ingest").mkdir()
     for kept in (run / "data/ingest").glob("*.json"):  # run.json and the graph counts
         shutil.copy(kept, target / "data/ingest" / kept.name)
-    shutil.copy(run / "params.yaml", target / "params.yaml")
+    for name in ("params.yaml", "settings.yaml"):
+        shutil.copy(run / name, target / name)
 
 
 def test_a_judge_check_below_the_threshold_and_a_call_written_as_text_show_on_the_page(

@@ -66,9 +66,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
+from tests.support.params import repo_params
 
 pytestmark = [
     pytest.mark.e2e,
@@ -102,7 +102,7 @@ FIXED_DATE = "2026-01-01T00:00:00+00:00"
 
 def local_params() -> dict[str, Any]:
     """The sections of the copy's params.yaml that point it at the local model (module doc)."""
-    checkout = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    checkout = repo_params()
     models = {
         role: {
             "model": MODEL,

@@ -142,18 +142,21 @@ def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
     assert not other, f"columns that are neither metrics, params nor deps: {other}"
     # code is a dep by package folder, never one column per module
     assert not [c for c in header if c in deps and c.endswith(".py")]
+    # how the run ran (settings.yaml) has no column, but the report's dep on the whole file
+    assert not _params_columns(repo, "settings.yaml") & set(header)
+    assert "settings.yaml" in header
     assert len(keys) <= MAX_METRIC_COLUMNS, sorted(keys)
     print(f"\n{len(keys)} metric columns in `dvc exp show --csv` ({len(header)} columns in all)")
     return len(keys)
 
 
-def _params_columns(repo: RepoCopy) -> set[str]:
+def _params_columns(repo: RepoCopy, name: str = "params.yaml") -> set[str]:
     def flat(node: object, prefix: str) -> set[str]:
         if isinstance(node, dict):
             return {k for key, v in node.items() for k in flat(v, f"{prefix}{key}.")}
         return {prefix[:-1]}
 
-    return flat(yaml.safe_load((repo.path / "params.yaml").read_text()), "")
+    return flat(yaml.safe_load((repo.path / name).read_text()), "")
 
 
 def assert_plots(repo: RepoCopy) -> None:
@@ -329,35 +332,48 @@ def _metrics_without_timing(root: Path) -> dict[str, object]:
     return out
 
 
-def test_a_forced_repro_from_the_call_cache_changes_no_out_and_settings_rerun_nothing(
+def test_a_forced_repro_from_the_call_cache_changes_no_out_and_settings_rerun_only_the_report(
     tmp_path: Path, hub_mirror: HubMirror
 ) -> None:
     with repo_copy(tmp_path, hub_mirror) as repo:
         repo.dvc("repro")
         outs, metrics = _outs(repo.path), _metrics_without_timing(repo.path)
         calls = len(repo.model_calls())
-        params = (repo.path / "params.yaml").read_text()
+        kept = {name: (repo.path / name).read_text() for name in ("params.yaml", "settings.yaml")}
 
-        # How a run is carried out is no param: nothing to re-run.
-        repo.update_params(
-            {
-                "budget": {"lite": {"calls": 39, "tokens": 119_999}, "max_over_estimate": 5.0},
-                "llm": {"concurrency": 1, "timeout_seconds": 30, "max_attempts": 2},
-                "graph": {"heap_mb": 640, "page_cache_mb": 32, "query_timeout_seconds": 20},
-                "fetch": {"timeout_seconds": 30},
-                "judge": {"timeout_seconds": 30, "max_attempts": 2},
-            }
-        )
+        def restore() -> None:
+            for name, text in kept.items():
+                (repo.path / name).write_text(text)
+
+        # How a run is carried out (settings.yaml) is no param: only the report, which depends
+        # on the whole file, re-runs; written to params.yaml instead, the keys still win there
+        # and re-run nothing
+        operational = {
+            "budget": {"lite": {"calls": 39, "tokens": 119_999}, "max_over_estimate": 5.0},
+            "llm": {"concurrency": 1, "timeout_seconds": 30, "max_attempts": 2},
+            "graph": {"heap_mb": 640, "page_cache_mb": 32, "query_timeout_seconds": 20},
+            "fetch": {"timeout_seconds": 30},
+            "judge": {"timeout_seconds": 30, "max_attempts": 2},
+        }
+        repo.update_params(operational)
+        assert (repo.path / "params.yaml").read_text() == kept["params.yaml"]
+        assert stale_stages(repo) == {"report"}
+        restore()
+        params = yaml.safe_load(kept["params.yaml"])
+        for name, section in operational.items():
+            params[name] = {**params.get(name, {}), **section}
+        (repo.path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
         assert stale_stages(repo) == set()
+        restore()
         # The estimator's rates: only the report, whose record shows the estimate.
         repo.update_params({"estimate": {"agent": {"calls_per_question": 3}}})
         assert stale_stages(repo) == {"report"}
-        (repo.path / "params.yaml").write_text(params)
+        restore()
         # What changes a result does: the agent's model re-runs answer (and the judge and its
         # check, whose model falls back to the agent's).
         repo.update_params({"models": {"agent": {"model": "scripted/other", "api_base": None}}})
         assert stale_stages(repo) == {"answer", "judge", "judge-check"}
-        (repo.path / "params.yaml").write_text(params)
+        restore()
         assert stale_stages(repo) == set()
 
         # Every stage again, served from the call cache: the same bytes everywhere but wall time.

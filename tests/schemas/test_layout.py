@@ -11,6 +11,7 @@ import yaml
 
 from schemas.layout import STAGE_FILES
 from tests.conftest import REPO_ROOT
+from tests.support.params import repo_params
 
 OWN_DISTRIBUTION = "beam-graphrag"
 
@@ -53,7 +54,7 @@ def test_dvc_yaml_reads_and_writes_exactly_the_layout() -> None:
 
 def test_the_fixtures_a_stage_reads_are_named_by_params_and_are_its_deps() -> None:
     stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = repo_params()
     fixtures = {
         e for stage in stages.values() for e in stage.get("deps", []) if e.startswith("fixtures/")
     }

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from clients.llm.accounting import Budget
 from schemas.errors import ParamsError
 from schemas.params import MODES, Mode
 from stages.common import load_fixture, parse_params, read_params
 from tests.conftest import REPO_ROOT
+from tests.support.params import repo_params
 
 PARAMS = REPO_ROOT / "params.yaml"
 
@@ -22,7 +22,7 @@ def test_the_modes() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_each_mode_is_accepted_everywhere(mode: Mode, tmp_path: Path) -> None:
-    whole = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    whole = repo_params()
     assert parse_params(whole | {"mode": mode}).mode == mode
     assert Budget(mode, 1, 1, tmp_path).path.name == f"budget-{mode}.json"
     cap = getattr(read_params(PARAMS).budget, mode)
@@ -33,7 +33,7 @@ def test_each_mode_is_accepted_everywhere(mode: Mode, tmp_path: Path) -> None:
 
 
 def test_an_unknown_mode_is_refused_naming_the_modes(tmp_path: Path) -> None:
-    whole = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    whole = repo_params()
     with pytest.raises(
         ParamsError, match="mode: Input should be 'lite', 'full' or 'all' \\(found 'everything'\\)"
     ):

@@ -33,6 +33,7 @@ from systems.graphrag.system import ingest_settings
 from systems.port import BuiltMemory
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
+from tests.support.params import repo_params
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
 
@@ -43,7 +44,7 @@ PARAMS = REPO_ROOT / "params.yaml"
 
 
 def test_missing_slice_exits_2_with_a_clear_message_and_no_stale_outputs(tmp_path: Path) -> None:
-    params = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    params = repo_params()
     for role in ("extraction", "resolution", "agent"):
         params["models"][role] = {"model": "scripted/rules", "api_base": None}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

@@ -23,8 +23,8 @@ from bench.judge import evidence_recall
 from schemas.judging import Judgement
 from schemas.records import ABILITIES, Question, Rubric
 from schemas.traces import Trace
-from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_models
+from tests.support.params import repo_params
 from tests.support.scorer_standin import (
     PROMPTS_PATH,
     standin_judge_pins,
@@ -152,7 +152,7 @@ def write_lines(path: Path, rows: list[Any]) -> None:
 def workdir(tmp_path: Path) -> Path:
     """A folder laid out as the judge stage expects to find its inputs."""
     work = tmp_path / "repo"
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = repo_params()
     params["mode"] = "lite"
     params["judge"] |= standin_judge_pins() | {"scorer_dir": "data/scorer"}
     params["models"] = scripted_models()

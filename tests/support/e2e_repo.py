@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from stages.common import SETTINGS_FILE, params_mapping
 from tests.conftest import REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import HubMirror
 from tests.support.models import scripted_models
@@ -108,8 +109,45 @@ def git(repo: Path, *args: str) -> None:
     )
 
 
+def split_params(
+    merged: dict[str, Any], settings: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`merged` cut back into params.yaml and settings.yaml: a key goes to settings.yaml when
+    `settings` (the copy's present one) holds it (down to a section's own keys), else to
+    params.yaml."""
+    params: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
+    for name, value in merged.items():
+        section = settings.get(name)
+        if name in settings and not (isinstance(value, dict) and isinstance(section, dict)):
+            kept[name] = value
+        elif isinstance(value, dict) and isinstance(section, dict):
+            ours = {k: v for k, v in value.items() if k in section}
+            rest = {k: v for k, v in value.items() if k not in section}
+            if ours:
+                kept[name] = ours
+            if rest:
+                params[name] = rest
+        else:
+            params[name] = value
+    return params, kept
+
+
+def write_split(repo: Path, merged: dict[str, Any]) -> None:
+    """`merged` as the copy's params.yaml and settings.yaml (`split_params`), each file written
+    only when its values change (DVC hashes settings.yaml as a dep of the report)."""
+    settings_path = repo / SETTINGS_FILE
+    settings = yaml.safe_load(settings_path.read_text()) if settings_path.is_file() else {}
+    params, kept = split_params(merged, settings or {})
+    for path, data in ((repo / "params.yaml", params), (settings_path, kept)):
+        if not path.is_file() and not data:
+            continue
+        if not path.is_file() or yaml.safe_load(path.read_text()) != data:
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
 def params_for_tests(params: dict[str, Any], scorer_base_url: str, mode: str) -> dict[str, Any]:
-    """params.yaml of a test copy: mirror pins, stand-in scorer, the scripted test model."""
+    """The params of a test copy: mirror pins, stand-in scorer, the scripted test model."""
     manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
     params = json.loads(json.dumps(params))
     params["mode"] = mode
@@ -155,15 +193,16 @@ class RepoCopy:
         return json.loads((self.path / rel).read_text())
 
     def update_params(self, sections: dict[str, Any]) -> None:
-        """Merge into params.yaml: each section's keys replace the copy's, the rest stays."""
-        path = self.path / "params.yaml"
-        params = yaml.safe_load(path.read_text())
+        """Merge into the copy's params: each section's keys replace the copy's, the rest stays;
+        a key settings.yaml holds is changed there (as `dvc exp run -S settings.yaml:...`), any
+        other in params.yaml. A file whose values do not change is left as it is."""
+        merged = params_mapping(self.path / "params.yaml")
         for name, value in sections.items():
-            if isinstance(value, dict) and isinstance(params.get(name), dict):
-                params[name] = {**params[name], **value}
+            if isinstance(value, dict) and isinstance(merged.get(name), dict):
+                merged[name] = {**merged[name], **value}
             else:
-                params[name] = value
-        path.write_text(yaml.safe_dump(params, sort_keys=False))
+                merged[name] = value
+        write_split(self.path, merged)
 
     def use_checkout_jars(self) -> None:
         """The copy finds the Neo4j jars where `make neo4j` puts them (its own .cache/neo4j/lib,
@@ -193,9 +232,8 @@ def repo_copy(tmp_path: Path, hub: HubMirror, mode: str = "lite") -> Iterator[Re
     with serve_files(files) as scorer:
         repo = tmp_path / "repo"
         copy_repo(repo)
-        params = yaml.safe_load((repo / "params.yaml").read_text())
-        params = params_for_tests(params, scorer.base_url, mode)
-        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        params = params_for_tests(params_mapping(repo / "params.yaml"), scorer.base_url, mode)
+        write_split(repo, params)
         git(repo, "init", "-q")
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", "copy for an end-to-end test")

@@ -1,5 +1,6 @@
-"""The repository's params.yaml with some sections changed, for tests that run a stage on their
-own folder: every stage reads the whole file into its typed root, so a test writes whole params."""
+"""The repository's params (params.yaml over settings.yaml) with some sections changed, for tests
+that run a stage on their own folder: every stage reads them whole into its typed root, so a test
+writes them whole, as one params.yaml (with no settings.yaml beside it, all a stage reads)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ from typing import Any
 
 import yaml
 
+from stages.common import params_mapping
 from tests.conftest import REPO_ROOT
+
+
+def repo_params() -> dict[str, Any]:
+    """The repository's params.yaml over its settings.yaml, as one mapping."""
+    return params_mapping(REPO_ROOT / "params.yaml")
 
 
 def params_with(**changes: Any) -> dict[str, Any]:
     """The repo's params; a section given as a mapping is merged over the repo's (its keys
     replaced), anything else replaces the key."""
-    params: dict[str, Any] = yaml.safe_load((REPO_ROOT / "params.yaml").read_text("utf-8"))
+    params = repo_params()
     for name, value in changes.items():
         if isinstance(value, dict) and isinstance(params.get(name), dict):
             params[name] = {**params[name], **value}

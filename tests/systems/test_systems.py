@@ -33,6 +33,7 @@ from systems.registry import load_system, system_name
 from tests.conftest import REPO_ROOT
 from tests.support.crafted_chat import DANA, crafted_chat, question
 from tests.support.models import scripted_client
+from tests.support.params import repo_params
 
 RATES = AgentRates(
     calls_per_question=2,
@@ -52,7 +53,7 @@ def agent(tmp_path: Path) -> LlmClient:
 
 
 def _params(tmp_path: Path, **changes: object) -> Path:
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = repo_params()
     params.update(changes)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
@@ -75,7 +76,7 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
         name: dict(load_system(read_params(_params(tmp_path, system=name))).record_settings())
         for name in SYSTEM_NAMES
     }
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = repo_params()
     assert shown["graphrag"] == {
         "chunk size (tokens)": params["ingest"]["chunk_tokens"],
         "max_llm_pairs (per label and conversation)": params["ingest"]["max_llm_pairs"]["lite"],

@@ -58,6 +58,7 @@ from schemas.records import Question, Rubric
 from stages import judge_check as judge_check_stage
 from stages.common import load_fixture
 from tests.conftest import REPO_ROOT
+from tests.support.params import repo_params
 
 RECIPE = REPO_ROOT / "fixtures" / "judge_check.json"
 SCORER_COMMIT = "b2a3ee8ba12d68f83143dda191097dc3e028ddd3"
@@ -411,7 +412,7 @@ def test_the_summary_is_read_back_as_written_and_a_bad_file_is_named(tmp_path: P
 def _stage_folder(tmp_path: Path, mirror_parquet: Path, shared_beam: Path, model: str) -> Path:
     """A working folder with the repo's params (judge: `model`), the rebuilt parquet as the
     repaired data and the real scorer files."""
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = repo_params()
     params["models"]["judge"] = {"model": model, "api_base": None}
     params["llm"].update(cache_dir=str(tmp_path / "cache"), max_attempts=1)
     for mode, field in BudgetParams.model_fields.items():  # every mode's cap, whatever they are

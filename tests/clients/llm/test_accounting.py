@@ -35,7 +35,7 @@ from clients.scripted.rules import RECORD_ENV
 from schemas.errors import BudgetError
 from schemas.params import LlmParams, ModelRef
 from stages.budget import main
-from tests.conftest import REPO_ROOT
+from tests.support.params import repo_params
 
 
 def test_metrics_have_every_phase_and_sum_what_was_recorded() -> None:
@@ -160,7 +160,7 @@ def test_a_call_killed_in_flight_is_released_and_show_reports_it(
     assert status.released == Spend(2, 80)
     assert list(json.loads(budget.path.read_text())["open"]) == [current_owner()]
 
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params = repo_params()
     params["llm"]["cache_dir"] = str(cache)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.chdir(tmp_path)

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from pydantic import BaseModel, Field
 
 from clients.llm.client import (
@@ -25,7 +24,7 @@ from clients.llm.replies import UnusableReply, parse_json_reply, parse_tool_argu
 from schemas.errors import ParamsError, ServiceError
 from schemas.params import BudgetParams, Cap, LlmParams, ModelRef, ModelsParams
 from stages.common import parse_params
-from tests.conftest import REPO_ROOT
+from tests.support.params import repo_params
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
 
@@ -189,7 +188,7 @@ def test_build_model_wires_cache_budget_and_judge_flag(tmp_path: Path) -> None:
 
 
 def test_open_model_and_check_endpoint_take_the_runs_params(tmp_path: Path) -> None:
-    whole = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    whole = repo_params()
     params = parse_params(
         whole
         | {

@@ -44,6 +44,7 @@ from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 from tests.support.openai_server import Action, LoopbackServer
+from tests.support.params import repo_params
 
 # Fixtures shared through tests/support (pytest finds them in this module's namespace).
 SHARED_FIXTURES = (graph_params, neo4j_available, no_jvm_left)
@@ -557,7 +558,7 @@ def test_a_model_failure_after_a_real_tool_call_keeps_the_call_and_sets_error(
 
 
 def stage_params(tmp: Path, graph_params: GraphParams) -> dict[str, Any]:
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = repo_params()
     params["mode"] = "lite"
     for role in ("extraction", "resolution", "agent"):
         params["models"][role] = {"model": "scripted/rules", "api_base": None}

@@ -47,6 +47,7 @@ from systems.graphrag.system import ingest_settings
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
+from tests.support.params import repo_params
 
 # Fixtures shared through tests/support (pytest finds them in this module's namespace).
 SHARED_FIXTURES = (graph_params, neo4j_available, no_jvm_left)
@@ -395,7 +396,7 @@ def stage_env(record: Path) -> dict[str, str]:
 
 def stage_workdir(folder: Path, graph_params: GraphParams, mode: str = "lite") -> None:
     """params.yaml of the repository with the test model everywhere, and shorter timeouts."""
-    params = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    params = repo_params()
     params["mode"] = mode
     for role in ("extraction", "resolution", "agent"):
         params["models"][role] = {"model": "scripted/rules", "api_base": None}
