@@ -13,9 +13,7 @@ actual figures. Writes `metrics/report.json` (the headline), `metrics/plots/abil
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clients.files import (
@@ -268,19 +266,11 @@ def _interval(row: Mapping[str, Any]) -> str:
     return f"{fmt(row['ci_low'])}–{fmt(row['ci_high'])}"
 
 
-def read_times() -> dict[str, float]:
-    """The wall time of each stage's last run, from its metrics file."""
-    times: dict[str, float] = {}
-    for stage in STAGE_METRICS:
-        path = Path("metrics") / f"{stage}.json"
-        try:
-            seconds = json.loads(path.read_text(encoding="utf-8")).get("seconds", {})
-        except (OSError, ValueError):
-            continue
-        value = seconds.get(f"stage_{stage}") if isinstance(seconds, dict) else None
-        if isinstance(value, int | float):
-            times[stage] = float(value)
-    return times
+def stage_time(stage: str, metrics: Mapping[str, Any]) -> float | None:
+    """The wall time of a stage's last run, from its metrics (`seconds.stage_<stage>`)."""
+    seconds = metrics.get("seconds")
+    value = seconds.get(f"stage_{stage}") if isinstance(seconds, dict) else None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def render_times(times: Mapping[str, float]) -> str:

@@ -6,29 +6,17 @@ report shows them as what the results took (`cost_calls`, `cost_tokens`). They a
 though: a reply that needed a repair turn (clients/llm/client.py) carries the longer prompt of
 that turn, so a run that recovered from a fault may count more tokens than a clean one. Hence
 their own file, `metrics/usage/<stage>.json` (a plain DVC out beside the metrics, read by the
-report), and not the stage's data/ folder, whose bytes depend on results only. What a process
+report; the stage writes it, {role: {calls, prompt_tokens, completion_tokens}}), and not the
+stage's data/ folder, whose bytes depend on results only. What a process
 really sent (retries, cache hits) is the model layer's `Accounting`; wall time is in the stage's
 metrics file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
-from clients.files import write_json
 from clients.llm.port import ChatModel, ChatRequest, Completion, Role
-from schemas.layout import usage_file
-
-
-def usage_path(stage: str) -> Path:
-    return usage_file(stage)
-
-
-def write_usage(stage: str, usage: Mapping[str, Mapping[str, int]]) -> None:
-    """The stage's usage file (`schemas.layout.usage_file`): {role: {calls, prompt_tokens,
-    completion_tokens}}."""
-    write_json(usage_path(stage), usage)
 
 
 class CountedModel:

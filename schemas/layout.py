@@ -106,10 +106,6 @@ class IngestFiles(SystemStageFiles):
         """What each conversation's memory holds (counts), and their total."""
         return self.folder / "graphs.json"
 
-    def memory(self, conversation_id: str) -> Path:
-        """One conversation's memory file (what the system built; the answer stage opens it)."""
-        return self.folder / f"conv{conversation_id}.jsonl"
-
 
 @dataclass(frozen=True)
 class AnswerFiles(SystemStageFiles):

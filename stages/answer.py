@@ -21,23 +21,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.usage import usage_path, write_usage
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
 from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
+from schemas.layout import LAYOUT
 from schemas.records import Question
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
 from systems.port import Memory, MemorySystem, memory_file
 from systems.registry import load_system
 
-QUESTIONS = Path("data/slice/questions.jsonl")
-MEMORIES = Path("data/ingest")
-OUT_DIR = Path("data/answer")
-METRICS = Path("metrics/answer.json")
+FILES = LAYOUT.answer
+MEMORIES = LAYOUT.ingest.folder
 NOTICE = """The traces in this folder quote and adapt the chat of BEAM (Tavakoli et al.,
 Hugging Face dataset Mohammadta/BEAM), licensed CC BY-SA 4.0
 (https://creativecommons.org/licenses/by-sa/4.0/). They are adapted material under the same
@@ -52,9 +50,9 @@ def nearest_rank(values: list[int], share: float) -> int:
 
 
 def summarize(traces: list[Trace]) -> dict[str, Any]:
-    """data/answer/summary.json: counts, steps and the answer model's context size per question
-    (the largest prompt of its calls: median, 95th percentile by nearest rank, max), and the
-    chat tokens left out to fit the context (full_context)."""
+    """The answer summary (`LAYOUT.answer.summary`): counts, steps and the answer model's context
+    size per question (the largest prompt of its calls: median, 95th percentile by nearest rank,
+    max), and the chat tokens left out to fit the context (full_context)."""
     if not traces:
         return {"questions": 0}
     contexts = [t.max_context_tokens for t in traces]
@@ -124,7 +122,7 @@ def answer_conversations(
 def main() -> None:
     run = read_params()
     mode, params, concurrency = run.mode, run.answer, run.llm.concurrency
-    questions = read_jsonl(QUESTIONS, Question)
+    questions = read_jsonl(LAYOUT.slice.questions, Question)
     by_conversation: dict[str, list[Question]] = defaultdict(list)
     for question in questions:
         by_conversation[question.conversation_id].append(question)
@@ -137,7 +135,7 @@ def main() -> None:
             f"no {system.memory_noun} for conversation(s) {', '.join(missing)} in {MEMORIES} "
             f"(system {system.name}): run `dvc repro ingest`"
         )
-    remove_outputs(OUT_DIR, METRICS, usage_path("answer"))
+    remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
 
     agent.check_endpoint()
     estimate = system.estimate_answer([], questions, MEMORIES)  # from the built memories
@@ -157,10 +155,10 @@ def main() -> None:
         params.max_failed_share,
         failed[-1].error if failed else None,
     )
-    write_jsonl(OUT_DIR / "traces.jsonl", ordered)
-    (OUT_DIR / "NOTICE").write_text(NOTICE, encoding="utf-8")
+    write_jsonl(FILES.traces, ordered)
+    (FILES.folder / "NOTICE").write_text(NOTICE, encoding="utf-8")
     write_json(
-        OUT_DIR / "run.json",
+        FILES.run,
         {
             "mode": mode,
             "system": system.name,
@@ -168,11 +166,11 @@ def main() -> None:
             "test_model": agent.test_model,
         },
     )
-    write_json(OUT_DIR / "summary.json", summarize(ordered))
-    write_usage("answer", {"agent": usage(ordered)})
+    write_json(FILES.summary, summarize(ordered))
+    write_json(FILES.usage, {"agent": usage(ordered)})
     # The model layer's wait on the agent's calls (none for cache hits): metrics only.
     write_json(
-        METRICS,
+        FILES.metrics,
         {
             "seconds": {
                 "agent": accounting.to_metrics()["agent"]["seconds"],

@@ -21,27 +21,26 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.usage import CountedModel, usage_path, write_usage
+from bench.usage import CountedModel
 from clients.files import read_chats, remove_outputs, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_model
 from clients.llm.port import ChatModel, Role
 from clients.workdir import stage_workdir
 from schemas.errors import check_failed_share
+from schemas.layout import LAYOUT
 from schemas.records import ChatSlice
 from stages.common import ProgressBar, read_params, run_stage, stage_seconds
 from systems.port import BuiltMemory, MemorySystem, memory_file
 from systems.registry import load_system
 
-SLICE_CHATS = Path("data/slice/chats")
-OUT_DIR = Path("data/ingest")
-METRICS = Path("metrics/ingest.json")
+FILES = LAYOUT.ingest
 PHASES: tuple[Role, ...] = ("extraction", "resolution")
 """The build's roles in the metrics (`seconds.ingest_<role>`), 0 for a system without them."""
 
 
 def summarize(memories: Sequence[BuiltMemory]) -> dict[str, Any]:
-    """data/ingest/graphs.json: the counts per conversation and their total."""
+    """The memories' sizes (`LAYOUT.ingest.graphs`): the counts per conversation and their total."""
     per_conv = {f"conv{m.conversation_id}": dict(m.counts) for m in memories}
     total: dict[str, float] = {}
     for counts in per_conv.values():
@@ -55,8 +54,8 @@ def main() -> None:
     mode, params = run.mode, run.ingest
     system = load_system(run)
     # first: a missing slice must not leave the last run's memory
-    remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
-    chats = read_chats(SLICE_CHATS)
+    remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
+    chats = read_chats(LAYOUT.slice.chats)
 
     accounting = Accounting()
     clients = [open_model(role, run, accounting=accounting) for role in system.build_roles]
@@ -83,7 +82,7 @@ def main() -> None:
         )
     except BaseException:
         # no half-made set of memories (finished calls are cached)
-        remove_outputs(OUT_DIR, METRICS, usage_path("ingest"))
+        remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
         raise
     write_records(memories, mode, system, clients, list(counted.values()), accounting)
 
@@ -101,7 +100,7 @@ def build_all(
                 built = system.build(
                     chat,
                     models,
-                    memory_file(OUT_DIR, chat.conversation_id),
+                    memory_file(FILES.folder, chat.conversation_id),
                     Path(workdir),
                     bar.update_to,
                 )
@@ -132,7 +131,7 @@ def write_records(
         for key, value in memory.notes.items():
             notes.setdefault(key, {})[f"conv{memory.conversation_id}"] = value
     write_json(
-        OUT_DIR / "run.json",
+        FILES.run,
         {
             "mode": mode,
             "system": system.name,
@@ -141,11 +140,11 @@ def write_records(
             **notes,
         },
     )
-    write_json(OUT_DIR / "graphs.json", summarize(memories))
-    write_usage("ingest", {model.role: model.usage() for model in counted})
+    write_json(FILES.graphs, summarize(memories))
+    write_json(FILES.usage, {model.role: model.usage() for model in counted})
     llm = accounting.to_metrics()
     seconds = {f"ingest_{p}": llm[p]["seconds"] if p in llm else 0.0 for p in PHASES}
-    write_json(METRICS, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})
+    write_json(FILES.metrics, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})
 
 
 if __name__ == "__main__":

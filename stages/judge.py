@@ -7,14 +7,13 @@ the stage reads and writes, and how) and writes the outs.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from bench.estimate import estimate_judge
 from bench.event_order import EVENT_ORDERING
 from bench.judge import JudgeCalls, judge_question, judged_question, summarize
 from bench.scorer_prompts import Message, item_messages, load_prompts
-from bench.usage import CountedModel, usage_path, write_usage
+from bench.usage import CountedModel
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
@@ -23,6 +22,7 @@ from schemas.judging import (
     JudgedQuestion,
     Judgement,
 )
+from schemas.layout import LAYOUT
 from schemas.records import ABILITIES, Question, Rubric
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
@@ -38,17 +38,17 @@ def main() -> None:
 
     run = read_params()
     mode, params = run.mode, run.judge
-    questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
-    rubrics = {r.question_id: r for r in read_jsonl(Path("data/slice/rubrics.jsonl"), Rubric)}
-    traces = {t.question_id: t for t in read_jsonl(Path("data/answer/traces.jsonl"), Trace)}
+    questions = read_jsonl(LAYOUT.slice.questions, Question)
+    rubrics = {r.question_id: r for r in read_jsonl(LAYOUT.slice.rubrics, Rubric)}
+    traces = {t.question_id: t for t in read_jsonl(LAYOUT.answer.traces, Trace)}
     missing = [q.id for q in questions if q.id not in traces or q.id not in rubrics]
     if missing:
         raise DataError(
             f"no answer or rubric for {', '.join(missing[:5])}: run `dvc repro answer` first"
         )
     prompts = load_prompts(params)
-    out_dir, metrics_path = Path("data/judge"), Path("metrics/judge.json")
-    remove_outputs(out_dir, metrics_path, usage_path("judge"))
+    files = LAYOUT.judge
+    remove_outputs(files.folder, files.metrics, files.usage)
 
     accounting = Accounting()
     judge = open_model("judge", run, accounting=accounting)
@@ -111,13 +111,13 @@ def main() -> None:
         f"mean score {sum(j.score for j in judgements) / max(len(judgements), 1):.3f}",
         file=sys.stderr,
     )
-    write_jsonl(out_dir / "judgements.jsonl", judgements)
-    write_jsonl(out_dir / "questions.jsonl", rows)
+    write_jsonl(files.judgements, judgements)
+    write_jsonl(files.questions, rows)
     write_json(
-        out_dir / "run.json",
+        files.run,
         {"mode": mode, "models": [judge.metadata()], "test_model": judge.test_model},
     )
-    write_usage("judge", {"judge": counted.usage()})
+    write_json(files.usage, {"judge": counted.usage()})
     summary: dict[str, Any] = dict(summarize(judgements, list(rubrics.values())))
     for group, members in [
         ("overall", rows),
@@ -130,10 +130,10 @@ def main() -> None:
     answers = {q.id: judged_answer(traces[q.id]) for q in questions}
     for group, values in beam_code_summary(judgements, answers).items():
         summary[group].update(values)
-    write_json(out_dir / "summary.json", summary)
+    write_json(files.summary, summary)
     # The model layer's wait on the judge's calls (none for cache hits): metrics only.
     write_json(
-        metrics_path,
+        files.metrics,
         {
             "seconds": {
                 "judge": accounting.to_metrics()["judge"]["seconds"],

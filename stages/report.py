@@ -9,24 +9,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from bench.report import (
     ABILITY_PLOT,
     COST_PLOT,
     METRICS,
     RECORD,
+    STAGE_METRICS,
     VIEWER,
     build_metrics,
     cost_table,
     failure_counts,
     failure_line,
     fmt,
-    read_times,
     render_record,
     render_times,
     run_info,
     score_table,
+    stage_time,
     write_plots,
 )
 from clients.files import (
@@ -46,7 +46,7 @@ from schemas.errors import DataError
 from schemas.estimate import with_total
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import Judgement
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, metrics_file
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.traces import Trace
 from stages.common import read_params, run_stage
@@ -68,11 +68,24 @@ def main() -> None:
     make_report()
 
 
+def read_times() -> dict[str, float]:
+    """The wall time of each stage's last run that has one, from its metrics file."""
+    times: dict[str, float] = {}
+    for stage in STAGE_METRICS:
+        try:
+            metrics = json.loads(metrics_file(stage).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        value = stage_time(stage, metrics) if isinstance(metrics, dict) else None
+        if value is not None:
+            times[stage] = value
+    return times
+
+
 def make_report() -> None:
     from bench.estimate import estimate_judge
     from bench.judge_check.summary import judge_warning
     from bench.scorer_prompts import load_prompts, scorer_present
-    from bench.usage import usage_path
     from bench.viewer.data import PageInputs
     from bench.viewer.page import render_run_page
     from systems.port import estimate_system
@@ -81,20 +94,20 @@ def make_report() -> None:
     run_params = read_params()
     mode, params = run_params.mode, run_params.report
     fetch, verify, judge_params = run_params.fetch, run_params.verify_hash, run_params.judge
-    ingest = read_json(Path("data/ingest/graphs.json"))
-    answer = read_json(Path("data/answer/summary.json"))
-    judge = read_json(Path("data/judge/summary.json"))
-    rows = read_rows(Path("data/judge/questions.jsonl"))
-    stages = ("ingest", "answer", "judge")
-    runs = [read_json(Path(f"data/{stage}/run.json")) for stage in stages]
+    ingest = read_json(LAYOUT.ingest.graphs)
+    answer = read_json(LAYOUT.answer.summary)
+    judge = read_json(LAYOUT.judge.summary)
+    rows = read_rows(LAYOUT.judge.questions)
+    stages = (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)
+    runs = [read_json(files.run) for files in stages]
     run = run_info(*runs)
-    usage = {role: used for stage in stages for role, used in read_json(usage_path(stage)).items()}
+    usage = {role: used for files in stages for role, used in read_json(files.usage).items()}
     remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
 
-    chats: list[ChatSlice] = read_chats(Path("data/slice/chats"))
-    rubrics = read_records(Path("data/slice/rubrics.jsonl"), Rubric)
+    chats: list[ChatSlice] = read_chats(LAYOUT.slice.chats)
+    rubrics = read_records(LAYOUT.slice.rubrics, Rubric)
     rates = run_params.estimate
-    questions = read_jsonl(Path("data/slice/questions.jsonl"), Question)
+    questions = read_jsonl(LAYOUT.slice.questions, Question)
     prompts = load_prompts(judge_params) if scorer_present(judge_params) else None
     system = load_system(run_params, mode=mode, rates=rates)
     estimate = with_total(

@@ -13,7 +13,6 @@ from bench.report import (
     cost_table,
     failure_counts,
     failure_line,
-    read_times,
     render_record,
     render_times,
     run_info,
@@ -24,6 +23,7 @@ from clients.git import code_commit
 from schemas.estimate import PhaseEstimate
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
+from stages.report import read_times
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
 

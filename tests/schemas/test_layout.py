@@ -69,7 +69,7 @@ def test_no_module_below_the_stages_spells_a_path_of_the_layout() -> None:
     spelled = re.compile(rf"""["'](data/({stage_folders})\b|metrics/|reports/)""")
     offenders = [
         str(path.relative_to(REPO_ROOT))
-        for package in ("bench", "systems", "clients", "schemas")
+        for package in ("bench", "systems", "clients", "schemas", "stages")
         for path in sorted((REPO_ROOT / package).rglob("*.py"))
         if path.name != "layout.py" and spelled.search(path.read_text(encoding="utf-8"))
     ]
