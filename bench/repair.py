@@ -11,7 +11,7 @@ sound text is filler (spaces, `|`, `\\`, newlines). What was done goes to
 The pin was made from the public repository's copy of the chats (`../shared/beam`), because the
 release file cannot be downloaded on the machines the project was built on. If a verified
 release file holds a different message, the stage says so and names the re-pin command:
-`python -m stages.repair --repin` rewrites `repair.original_sha256` in params.yaml after a
+`python -m stages.repair --repin` rewrites `repair.original_sha256` in pins.yaml after a
 person has looked at the message and confirmed that the cut is still right.
 
 The stage (stages/repair.py) reads the receipt, the parquet and params.yaml and writes the outs;
@@ -194,7 +194,7 @@ _PIN_LINE = re.compile(r"^(?P<lead>\s+original_sha256:\s*)(?P<value>\S+)(?P<tail
 
 
 def repin_params_text(text: str, new_sha256: str) -> str:
-    """params.yaml text with `repair.original_sha256` replaced, comments and layout kept."""
+    """pins.yaml text with `repair.original_sha256` replaced, comments and layout kept."""
     lines = text.splitlines(keepends=True)
     in_repair = False
     for number, line in enumerate(lines):
@@ -206,7 +206,7 @@ def repin_params_text(text: str, new_sha256: str) -> str:
             ending = "\n" if line.endswith("\n") else ""
             lines[number] = f"{match['lead']}{new_sha256}{match['tail']}{ending}"
             return "".join(lines)
-    raise ParamsError("params.yaml: no `original_sha256:` line in section `repair` to re-pin")
+    raise ParamsError("pins.yaml: no `original_sha256:` line in section `repair` to re-pin")
 
 
 def message_sha256(table: pa.Table, params: RepairParams, source: str) -> str:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import subprocess
 
-CLEAN_EXCEPT = (":!dvc.lock", ":!metrics", ":!reports", ":!params.yaml", ":!settings.yaml")
+CLEAN_EXCEPT = (
+    ":!dvc.lock",
+    ":!metrics",
+    ":!reports",
+    ":!params.yaml",
+    ":!settings.yaml",
+    ":!pins.yaml",
+)
 """What a run itself changes (and `dvc exp run -S` edits): not a change of the code."""
 
 

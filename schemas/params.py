@@ -1,11 +1,14 @@
 """One pydantic model per params section: the typed view stages load their knobs through.
 
-The params live in two files: `params.yaml`, what a run measures (DVC tracks its keys: a change
-re-runs the stages that list them, and `dvc exp show` has a column for each), and
-`settings.yaml`, how a run runs (timeouts, retries, concurrency, the call cache, the budget, the
-graph server's memory and the estimator's rates: no stage lists them, so a change re-runs nothing
-but the report, which depends on the whole file). `merge_settings` joins them into one mapping
-for `Params`; a key set in params.yaml (e.g. by `dvc exp run -S llm.concurrency=1`) wins.
+The params live in three files. `params.yaml` holds what a run measures (DVC tracks its keys: a
+change re-runs the stages that list them, and `dvc exp show` has a column for each).
+`pins.yaml` holds what the benchmark runs on (the dataset release and its hash, the repair, the
+fixtures, the tokenizer, the scorer's commit and files): the stages that read a pin depend on the
+whole file, one column. `settings.yaml` holds how a run runs (timeouts, retries, concurrency, the
+call cache, the budget, the graph server and the estimator's rates): no stage lists them, so a
+change re-runs nothing but the report, which depends on the whole file. `merge_settings` lays one
+file over another; a key set in params.yaml (e.g. by `dvc exp run -S llm.concurrency=1`) wins
+over settings.yaml, and a pin may be set in pins.yaml only (`shared_keys` finds a clash).
 """
 
 from __future__ import annotations
@@ -347,9 +350,23 @@ def merge_settings(settings: dict[str, Any], params: dict[str, Any]) -> dict[str
     return merged
 
 
+def shared_keys(one: dict[str, Any], other: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys set in both mappings (a section in both: the keys set in both of them)."""
+    shared: list[str] = []
+    for key, value in one.items():
+        if key not in other:
+            continue
+        below = other[key]
+        if isinstance(value, dict) and isinstance(below, dict):
+            shared += shared_keys(value, below, f"{prefix}{key}.")
+        else:
+            shared.append(f"{prefix}{key}")
+    return shared
+
+
 class Params(Record):
-    """params.yaml over settings.yaml, typed: read once by a stage's `main()` (stages/common.py
-    `read_params`) and passed down; nothing below the stages reads either file."""
+    """params.yaml over settings.yaml, with pins.yaml, typed: read once by a stage's `main()`
+    (stages/common.py `read_params`) and passed down; nothing below the stages reads the files."""
 
     mode: Mode
     system: str = "graphrag"

@@ -221,7 +221,7 @@ def question_records(
 def write_run(folder: Path, seed: int = 0) -> None:
     """A full-size synthetic run in `folder`, laid out as the pipeline leaves it."""
     rng = random.Random(seed)
-    for name in ("params.yaml", "settings.yaml"):  # the page reads two of the params
+    for name in ("params.yaml", "settings.yaml", "pins.yaml"):  # the page reads two of the params
         shutil.copy(ROOT / name, folder / name)
     slices = chats(rng)
     questions, rubrics, traces, judgements, rows = question_records(rng, slices)

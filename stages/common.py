@@ -1,6 +1,6 @@
-"""What every stage shares: reading params.yaml (over settings.yaml) once into its typed root,
-reading the inputs several stages build on (the slice fixture, the repaired dataset), progress
-bars, the entry-point shell."""
+"""What every stage shares: reading the params (params.yaml, settings.yaml, pins.yaml) once into
+its typed root, reading the inputs several stages build on (the slice fixture, the repaired
+dataset), progress bars, the entry-point shell."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import BeamError, DataError, ParamsError
-from schemas.params import Params, merge_settings
+from schemas.params import Params, merge_settings, shared_keys
 
 STARTED = time.monotonic()
 """When this stage process started (stages import this module first): its wall time is measured
@@ -31,6 +31,8 @@ PARAMS_FILE = Path("params.yaml")
 """The working directory's params.yaml: DVC runs every stage from the repository root."""
 SETTINGS_FILE = "settings.yaml"
 """How a run runs, beside params.yaml (schemas/params.py says which keys live where)."""
+PINS_FILE = "pins.yaml"
+"""What the benchmark runs on, beside params.yaml."""
 
 
 def _problems(exc: ValidationError) -> str:
@@ -67,23 +69,38 @@ def _read_yaml(path: Path) -> Any:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from exc
 
 
+def _mapping(path: Path, *, optional: bool = False) -> dict[str, Any]:
+    """A params file's sections (an absent optional file: none)."""
+    if optional and not path.is_file():
+        return {}
+    data = _read_yaml(path)
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path} must hold a mapping of sections, found {type(data).__name__}")
+    return data
+
+
 def params_mapping(path: Path = PARAMS_FILE) -> dict[str, Any]:
-    """params.yaml laid over the settings.yaml beside it (none there: params.yaml alone), as
-    read, before validation (for tools that write a changed copy)."""
-    params = _read_yaml(path)
-    settings_path = path.with_name(SETTINGS_FILE)
-    settings = _read_yaml(settings_path) if settings_path.is_file() else {}
-    for data, source in ((params, path), (settings, settings_path)):
-        if not isinstance(data, dict):
-            found = type(data).__name__
-            raise ParamsError(f"{source} must hold a mapping of sections, found {found}")
-    return merge_settings(settings, params)
+    """params.yaml laid over the settings.yaml beside it, with the pins.yaml beside it (either
+    absent: params.yaml holds all), as read, before validation (for tools that write a changed
+    copy). A pin set in params.yaml or settings.yaml too is a ParamsError: the stages depend on
+    pins.yaml, so a pin set elsewhere would change results without re-running them."""
+    pins_path = path.with_name(PINS_FILE)
+    pins = _mapping(pins_path, optional=True)
+    rest = merge_settings(_mapping(path.with_name(SETTINGS_FILE), optional=True), _mapping(path))
+    clash = shared_keys(pins, rest)
+    if clash:
+        raise ParamsError(
+            f"{', '.join(clash)}: set in {pins_path} and again in {path} or {SETTINGS_FILE}; a "
+            f"pin is set in {PINS_FILE} only (`dvc exp run -S {PINS_FILE}:{clash[0]}=...`), so "
+            "that the stages that read it re-run"
+        )
+    return merge_settings(pins, rest)
 
 
 def read_params(path: Path = PARAMS_FILE) -> Params:
-    """params.yaml over its settings.yaml (`params_mapping`), read once by a stage's `main()` and
-    passed down as one typed record."""
-    return parse_params(params_mapping(path), source=f"{path} (over {SETTINGS_FILE})")
+    """params.yaml over its settings.yaml, with its pins.yaml (`params_mapping`), read once by a
+    stage's `main()` and passed down as one typed record."""
+    return parse_params(params_mapping(path), source=f"{path} (with {SETTINGS_FILE}, {PINS_FILE})")
 
 
 # The slice core (pyarrow, the tokenizer) is imported where it is used: every stage imports this

@@ -25,7 +25,7 @@ from bench.verify_hash import RECEIPT, Receipt, parse_receipt
 from clients.files import remove_outputs, write_atomic, write_json
 from schemas.errors import DataError, IntegrityError
 from schemas.params import RepairParams
-from stages.common import PARAMS_FILE, read_params, run_stage
+from stages.common import PARAMS_FILE, PINS_FILE, read_params, run_stage
 
 
 def read_receipt(path: Path) -> Receipt:
@@ -77,16 +77,17 @@ def main() -> None:
     parser.add_argument(
         "--repin",
         action="store_true",
-        help="rewrite repair.original_sha256 in params.yaml from the verified release "
+        help="rewrite repair.original_sha256 in pins.yaml from the verified release "
         "(only after a person has looked at the message)",
     )
     args = parser.parse_args()
     params = read_params().repair
     if args.repin:
         sha = verified_message_sha256(RECEIPT, params)
-        text = PARAMS_FILE.read_text(encoding="utf-8")
-        write_atomic(PARAMS_FILE, repin_params_text(text, sha))
-        print(f"repair: re-pinned repair.original_sha256 to {sha} in {PARAMS_FILE}")
+        pins = PARAMS_FILE.with_name(PINS_FILE)
+        pins = pins if pins.is_file() else PARAMS_FILE  # a folder whose params.yaml holds all
+        write_atomic(pins, repin_params_text(pins.read_text(encoding="utf-8"), sha))
+        print(f"repair: re-pinned repair.original_sha256 to {sha} in {pins}")
         return
     record = repair(RECEIPT, params, REPAIR_OUT, RECORD)
     print(

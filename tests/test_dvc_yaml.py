@@ -27,22 +27,14 @@ from tests.conftest import REPO_ROOT
 # - fetch.timeout_seconds, judge.base_url, judge.timeout_seconds, judge.max_attempts: how the
 #   pinned files are downloaded; their revision and sha256 pins decide the bytes.
 EXPECTED_PARAMS = {
-    "fetch": [
-        # what is downloaded: the dataset's repo, revision and file; the scorer's commit, files
-        # (with their sha256) and where they are written
-        "fetch.repo_id",
-        "fetch.repo_type",
-        "fetch.revision",
-        "fetch.filename",
-        "judge.scorer_repo",
-        "judge.scorer_commit",
-        "judge.prompts",
-        "judge.compute_metrics",
-        "judge.scorer_dir",
-    ],
-    "verify-hash": ["verify_hash"],  # the size and sha256 it checks
-    "repair": ["repair"],  # which message, its pinned hash, where the sound text ends
-    "slice": ["mode", "slice"],  # the mode's question and message ids; the tokenizer
+    # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
+    # with their sha256) is in pins.yaml, a dep; where the scorer files are written is a param
+    "fetch": ["judge.scorer_dir"],
+    "verify-hash": [],  # the size and sha256 it checks: pins.yaml
+    "repair": [],  # which message, its pinned hash, where the sound text ends: pins.yaml
+    # the mode's question and message ids; which conversations (the fixture and the tokenizer:
+    # pins.yaml)
+    "slice": ["mode", "slice.conversations"],
     "ingest": [
         "mode",  # max_llm_pairs is per mode
         "system",  # which memory is built (systems/registry.py)
@@ -67,11 +59,7 @@ EXPECTED_PARAMS = {
     ],
     "judge": [
         "mode",  # written in run.json
-        # the scorer's prompts it reads and the pins it checks them against
-        "judge.scorer_repo",
-        "judge.scorer_commit",
-        "judge.prompts",
-        "judge.compute_metrics",
+        # where the scorer's prompts are (the pins they are checked against: pins.yaml)
         "judge.scorer_dir",
         "judge.max_equivalence_calls",  # past it, event lines count as unmatched
         "judge.max_failed_share",  # whether failed judge calls are accepted (scored 0)
@@ -81,15 +69,9 @@ EXPECTED_PARAMS = {
     ],
     "judge-check": [
         "mode",  # written in run.json
-        "judge_check.recipe",  # which cases
-        "judge_check.cases",  # how many of the recipe's cases the mode checks
+        "judge_check.cases",  # how many of the recipe's cases the mode checks (the recipe: pins)
         "judge_check.max_failed_share",  # whether failed calls are accepted
-        # the scorer's prompt it asks the judge with, and the pins it checks
-        "judge.scorer_repo",
-        "judge.scorer_commit",
-        "judge.prompts",
-        "judge.compute_metrics",
-        "judge.scorer_dir",
+        "judge.scorer_dir",  # the scorer's prompt it asks the judge with (its pins: pins.yaml)
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
         "llm.seed",
@@ -104,19 +86,13 @@ EXPECTED_PARAMS = {
         "ingest.candidates_per_statement",
         "ingest.pairs_per_call",
         "answer.max_steps",
-        # the pins the record prints, and the scorer's prompts the judge's estimate counts
-        "fetch.repo_id",
-        "fetch.revision",
-        "fetch.filename",
-        "verify_hash",
-        "judge.scorer_repo",
-        "judge.scorer_commit",
-        "judge.prompts",
-        "judge.compute_metrics",
+        # the scorer's prompts the judge's estimate counts (the pins the record prints: pins.yaml)
         "judge.scorer_dir",
         "judge_check.min_agreement",  # below it the record warns about the judge
     ],
 }
+PINNED = {"fetch", "verify-hash", "repair", "slice", "judge", "judge-check", "report"}
+"""The stages that read a pin, so depend on pins.yaml."""
 ORDER = list(EXPECTED_PARAMS)
 OPERATIONAL = (
     "llm.timeout_seconds",
@@ -217,7 +193,8 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
     for dep in deps:
         if not dep.startswith(("data/", "metrics/")):
             assert (REPO_ROOT / dep).exists(), dep
-    assert stage["params"] == EXPECTED_PARAMS[name]
+    assert stage.get("params", []) == EXPECTED_PARAMS[name]
+    assert ("pins.yaml" in deps) == (name in PINNED)
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
     for key in EXPECTED_PARAMS[name]:
         node: object = params
@@ -243,10 +220,30 @@ def test_how_a_run_is_carried_out_is_in_settings_yaml_and_no_stage_param() -> No
     assert {s for s in OPERATIONAL if not any(k.startswith(s) for k in settings)} == set()
     assert settings & params == set()
     for name, stage in dvc_stages().items():
-        for key in stage["params"]:  # type: ignore[attr-defined]
+        for key in stage.get("params", []):  # type: ignore[attr-defined]
             assert not [s for s in settings if s == key or s.startswith(f"{key}.")], (name, key)
         uses_file = "settings.yaml" in stage["deps"]  # type: ignore[operator]
         assert uses_file == (name == "report"), name
+
+
+def test_the_pins_are_in_pins_yaml_only_and_no_stage_param() -> None:
+    """pins.yaml holds what the benchmark runs on; params.yaml and settings.yaml none of it; no
+    stage lists a pin as a param (each stage that reads one depends on the file)."""
+    pins = _leaves(yaml.safe_load((REPO_ROOT / "pins.yaml").read_text(encoding="utf-8")))
+    assert {p.split(".")[0] for p in pins} == {
+        "fetch",
+        "verify_hash",
+        "repair",
+        "slice",
+        "judge_check",
+        "judge",
+    }
+    for name in ("params.yaml", "settings.yaml"):
+        other = _leaves(yaml.safe_load((REPO_ROOT / name).read_text(encoding="utf-8")))
+        assert pins & other == set(), name
+    for name, stage in dvc_stages().items():
+        for key in stage.get("params", []):  # type: ignore[attr-defined]
+            assert not [p for p in pins if p == key or p.startswith(f"{key}.")], (name, key)
 
 
 def test_sync_script_would_change_nothing() -> None:

@@ -334,7 +334,7 @@ def test_the_code_commit_is_marked_dirty_when_tracked_code_changed(tmp_path: Pat
 
     git("init", "-q")
     (tmp_path / "code.py").write_text("x = 1\n")
-    for name in ("dvc.lock", "params.yaml", "settings.yaml"):
+    for name in ("dvc.lock", "params.yaml", "settings.yaml", "pins.yaml"):
         (tmp_path / name).write_text("a: 1\n")
     git("add", "-A")
     git("commit", "-qm", "c")
@@ -343,7 +343,7 @@ def test_the_code_commit_is_marked_dirty_when_tracked_code_changed(tmp_path: Pat
     try:
         clean = code_commit()
         # a run's own record and what `dvc exp run -S` edits: still clean
-        for name in ("dvc.lock", "params.yaml", "settings.yaml"):
+        for name in ("dvc.lock", "params.yaml", "settings.yaml", "pins.yaml"):
             (tmp_path / name).write_text("a: 2\n")
         assert code_commit() == clean and "dirty" not in clean
         (tmp_path / "code.py").write_text("x = 2\n")

@@ -160,7 +160,7 @@ def copy_run(run: Path, target: Path) -> None:
     (target / "data/ingest").mkdir()
     for kept in (run / "data/ingest").glob("*.json"):  # run.json and the graph counts
         shutil.copy(kept, target / "data/ingest" / kept.name)
-    for name in ("params.yaml", "settings.yaml"):
+    for name in ("params.yaml", "settings.yaml", "pins.yaml"):
         shutil.copy(run / name, target / name)
 
 

@@ -142,9 +142,10 @@ def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
     assert not other, f"columns that are neither metrics, params nor deps: {other}"
     # code is a dep by package folder, never one column per module
     assert not [c for c in header if c in deps and c.endswith(".py")]
-    # how the run ran (settings.yaml) has no column, but the report's dep on the whole file
-    assert not _params_columns(repo, "settings.yaml") & set(header)
-    assert "settings.yaml" in header
+    # the pins and how the run ran have no column each, but one per file, a dep
+    for layer in ("pins.yaml", "settings.yaml"):
+        assert not _params_columns(repo, layer) & set(header)
+        assert layer in header
     assert len(keys) <= MAX_METRIC_COLUMNS, sorted(keys)
     print(f"\n{len(keys)} metric columns in `dvc exp show --csv` ({len(header)} columns in all)")
     return len(keys)
@@ -339,7 +340,7 @@ def test_a_forced_repro_from_the_call_cache_changes_no_out_and_settings_rerun_on
         repo.dvc("repro")
         outs, metrics = _outs(repo.path), _metrics_without_timing(repo.path)
         calls = len(repo.model_calls())
-        kept = {name: (repo.path / name).read_text() for name in ("params.yaml", "settings.yaml")}
+        kept = {name: (repo.path / name).read_text() for name in ("params.yaml", "settings.yaml", "pins.yaml")}
 
         def restore() -> None:
             for name, text in kept.items():

@@ -1,4 +1,5 @@
-"""Reading the params: params.yaml laid over the settings.yaml beside it, once, into one record."""
+"""Reading the params: params.yaml laid over the settings.yaml beside it, with the pins.yaml beside
+it, once, into one record."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import yaml
 
 from schemas.errors import ParamsError
 from schemas.params import merge_settings
-from stages.common import SETTINGS_FILE, params_mapping, read_params
+from stages.common import PINS_FILE, SETTINGS_FILE, params_mapping, read_params
 from tests.conftest import REPO_ROOT
 from tests.support.params import repo_params
 
@@ -41,20 +42,39 @@ def test_the_repository_params_read_both_files(tmp_path: Path) -> None:
     assert read_params(alone) == both
 
 
+def _repo_file(name: str) -> dict[str, object]:
+    data: dict[str, object] = yaml.safe_load((REPO_ROOT / name).read_text(encoding="utf-8"))
+    return data
+
+
 def test_dvc_exp_run_s_on_params_yaml_overrides_settings_yaml(tmp_path: Path) -> None:
     merged = repo_params()
-    settings = yaml.safe_load((REPO_ROOT / SETTINGS_FILE).read_text(encoding="utf-8"))
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    settings, params = _repo_file(SETTINGS_FILE), _repo_file("params.yaml")
     _write(tmp_path, SETTINGS_FILE, settings)
-    path = _write(tmp_path, "params.yaml", params | {"llm": params["llm"] | {"concurrency": 7}})
+    _write(tmp_path, PINS_FILE, _repo_file(PINS_FILE))
+    llm = params["llm"]
+    assert isinstance(llm, dict)
+    path = _write(tmp_path, "params.yaml", params | {"llm": llm | {"concurrency": 7}})
     assert read_params(path).llm.concurrency == 7
     assert read_params(path).llm.timeout_seconds == merged["llm"]["timeout_seconds"]
 
 
+def test_a_pin_set_outside_pins_yaml_is_refused_naming_it(tmp_path: Path) -> None:
+    params = _repo_file("params.yaml")
+    _write(tmp_path, SETTINGS_FILE, _repo_file(SETTINGS_FILE))
+    _write(tmp_path, PINS_FILE, _repo_file(PINS_FILE))
+    path = _write(tmp_path, "params.yaml", params | {"fetch": {"revision": "0" * 40}})
+    with pytest.raises(ParamsError, match=r"fetch\.revision: set in .*pins\.yaml and again in"):
+        read_params(path)
+    with pytest.raises(ParamsError, match=r"dvc exp run -S pins\.yaml:fetch\.revision="):
+        read_params(path)
+
+
 def test_a_missing_key_or_a_bad_file_names_the_files(tmp_path: Path) -> None:
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
-    path = _write(tmp_path, "params.yaml", params)  # no settings.yaml beside it
-    with pytest.raises(ParamsError, match=r"params.yaml \(over settings.yaml\) is invalid: .*llm"):
+    path = _write(tmp_path, "params.yaml", _repo_file("params.yaml"))  # nothing beside it
+    with pytest.raises(
+        ParamsError, match=r"params\.yaml \(with settings\.yaml, pins\.yaml\) is invalid: .*llm"
+    ):
         read_params(path)
     (tmp_path / SETTINGS_FILE).write_text("- a list\n", encoding="utf-8")
     with pytest.raises(ParamsError, match=r"settings\.yaml must hold a mapping of sections"):

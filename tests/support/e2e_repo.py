@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from stages.common import SETTINGS_FILE, params_mapping
+from stages.common import PINS_FILE, SETTINGS_FILE, params_mapping
 from tests.conftest import REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import HubMirror
 from tests.support.models import scripted_models
@@ -110,36 +110,40 @@ def git(repo: Path, *args: str) -> None:
 
 
 def split_params(
-    merged: dict[str, Any], settings: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`merged` cut back into params.yaml and settings.yaml: a key goes to settings.yaml when
-    `settings` (the copy's present one) holds it (down to a section's own keys), else to
+    merged: dict[str, Any], layers: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """`merged` cut back into params.yaml and the layer files (pins.yaml, settings.yaml): a key
+    goes to the layer whose present copy holds it (down to a section's own keys), else to
     params.yaml."""
-    params: dict[str, Any] = {}
-    kept: dict[str, Any] = {}
+    files: dict[str, dict[str, Any]] = {"params.yaml": {}, **{name: {} for name in layers}}
     for name, value in merged.items():
-        section = settings.get(name)
-        if name in settings and not (isinstance(value, dict) and isinstance(section, dict)):
-            kept[name] = value
-        elif isinstance(value, dict) and isinstance(section, dict):
-            ours = {k: v for k, v in value.items() if k in section}
-            rest = {k: v for k, v in value.items() if k not in section}
-            if ours:
-                kept[name] = ours
-            if rest:
-                params[name] = rest
-        else:
-            params[name] = value
-    return params, kept
+        if not isinstance(value, dict):
+            owner = next((f for f, held in layers.items() if name in held), "params.yaml")
+            files[owner][name] = value
+            continue
+        for key, item in value.items():
+            owner = next(
+                (
+                    f
+                    for f, held in layers.items()
+                    if isinstance(held.get(name), dict) and key in held[name]
+                ),
+                "params.yaml",
+            )
+            files[owner].setdefault(name, {})[key] = item
+    return files
 
 
 def write_split(repo: Path, merged: dict[str, Any]) -> None:
-    """`merged` as the copy's params.yaml and settings.yaml (`split_params`), each file written
-    only when its values change (DVC hashes settings.yaml as a dep of the report)."""
-    settings_path = repo / SETTINGS_FILE
-    settings = yaml.safe_load(settings_path.read_text()) if settings_path.is_file() else {}
-    params, kept = split_params(merged, settings or {})
-    for path, data in ((repo / "params.yaml", params), (settings_path, kept)):
+    """`merged` as the copy's params.yaml, pins.yaml and settings.yaml (`split_params`), each
+    file written only when its values change (DVC hashes pins.yaml and settings.yaml as deps)."""
+    layers = {
+        name: yaml.safe_load((repo / name).read_text()) or {}
+        for name in (PINS_FILE, SETTINGS_FILE)
+        if (repo / name).is_file()
+    }
+    for name, data in split_params(merged, layers).items():
+        path = repo / name
         if not path.is_file() and not data:
             continue
         if not path.is_file() or yaml.safe_load(path.read_text()) != data:
@@ -194,8 +198,9 @@ class RepoCopy:
 
     def update_params(self, sections: dict[str, Any]) -> None:
         """Merge into the copy's params: each section's keys replace the copy's, the rest stays;
-        a key settings.yaml holds is changed there (as `dvc exp run -S settings.yaml:...`), any
-        other in params.yaml. A file whose values do not change is left as it is."""
+        a key pins.yaml or settings.yaml holds is changed there (as `dvc exp run -S
+        settings.yaml:...`), any other in params.yaml. A file whose values do not change is
+        left as it is."""
         merged = params_mapping(self.path / "params.yaml")
         for name, value in sections.items():
             if isinstance(value, dict) and isinstance(merged.get(name), dict):

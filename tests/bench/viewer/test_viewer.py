@@ -239,7 +239,7 @@ def lay_out_run(root: Path, *, failures: bool = True) -> None:
     events = {"event_ordering": {"event_f1": 0.5, "event_tau_norm": 0.5}}
     write_json(root / "data/judge/summary.json", events)
     write_json(root / "data/judge_check/summary.json", CHECK_SUMMARY)
-    for name in ("params.yaml", "settings.yaml"):
+    for name in ("params.yaml", "settings.yaml", "pins.yaml"):
         (root / name).write_bytes((REPO_ROOT / name).read_bytes())
     for stage, role in (("ingest", "extraction"), ("answer", "agent"), ("judge", "judge")):
         model = {
