@@ -38,12 +38,13 @@ from typing import Any, Literal
 from schemas.base import Record
 from schemas.errors import DataError
 from schemas.layout import LAYOUT
+from schemas.roles import COST_KEYS
 
 REPORT_METRICS = str(LAYOUT.report.metrics)
 PARAMS_FILE = "params.yaml"
 MISSING = "–"
 SCORE_GROUPS = ("score_beam_code", "score_excluding_known_bad", "evidence_recall")
-PHASE_GROUPS = ("cost_calls", "cost_tokens")
+COST_GROUPS = ("cost_calls", "cost_tokens")
 SHARE_GROUPS = ("score", *SCORE_GROUPS)
 """Groups whose values are scores or shares (0..1)."""
 KNOWN_GROUPS = frozenset(
@@ -55,12 +56,10 @@ KNOWN_GROUPS = frozenset(
         *SCORE_GROUPS,
         "judge_check",
         "agent",
-        *PHASE_GROUPS,
+        *COST_GROUPS,
         "failures",
     }
 )
-PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge")
-"""The report's phases in pipeline order (any other phase follows, then `total`)."""
 SETTING_PARAMS = ("system", "mode", "models.agent.model", "models.judge.model")
 """Params shown at the top of every table; other params only where the columns differ."""
 UNCOMPARED_PARAMS = ("models.", "verify_hash.", "fetch.", "judge.", "estimate.")
@@ -359,7 +358,7 @@ def build_comparison(runs: Sequence[Run], left_out: Sequence[str] = ()) -> Compa
         )
     rows += [_row("cost", "agent", k, f"agent.{k}", runs) for k in _keys(runs, "agent")]
     for group, section in (("cost_calls", "calls per phase"), ("cost_tokens", "tokens per phase")):
-        rows += [_row(section, group, k, k, runs) for k in _keys(runs, group, first=PHASES)]
+        rows += [_row(section, group, k, k, runs) for k in _keys(runs, group, first=COST_KEYS)]
     rows += [_row("failures", "failures", k, k, runs) for k in _keys(runs, "failures")]
     rows += [  # per ability: beside each score
         _row("questions", "questions", k, k, runs)

@@ -26,7 +26,7 @@ import yaml
 
 from clients.tokens import count_tokens
 from schemas.errors import DataError
-from schemas.estimate import PhaseEstimate, RateOrigin, RunRates
+from schemas.estimate import RateOrigin, RoleEstimate, RunRates
 from schemas.judging import JudgePrompts
 from schemas.layout import LAYOUT
 from schemas.params import MODES, EstimateParams, JudgeRates, Mode, merge_settings
@@ -41,7 +41,7 @@ def estimate_judge(
     questions: Mapping[str, str],
     rates: JudgeRates,
     prompts: JudgePrompts | None = None,
-) -> PhaseEstimate:
+) -> RoleEstimate:
     """One call per rubric item (the judge prompt filled with question, item and answer); event
     ordering: equivalence calls per answer line and unused item. With the pinned prompts at hand
     their sizes are counted; without them the rates stand in. `prompt_ratio` turns the count
@@ -64,7 +64,7 @@ def estimate_judge(
         else:
             calls += len(items)
             prompt += sum(item_template + question + t + rates.answer_tokens for t in items)
-    return PhaseEstimate(
+    return RoleEstimate(
         round(calls),
         round(prompt * rates.prompt_ratio),
         round(calls * rates.completion_tokens_per_call),
@@ -72,19 +72,19 @@ def estimate_judge(
 
 
 def format_table(
-    phases: Mapping[str, PhaseEstimate], cap_calls: int, cap_tokens: int, label: str
+    estimates: Mapping[str, RoleEstimate], cap_calls: int, cap_tokens: int, label: str
 ) -> str:
     """The estimate as a small text table, with the mode's cap and whether the run fits."""
     lines = [
         f"Estimate for {label} (no model call made):",
         f"{'phase':<12}{'calls':>10}{'prompt tokens':>16}{'completion':>12}{'tokens':>14}",
     ]
-    for name, phase in phases.items():
+    for name, e in estimates.items():
         lines.append(
-            f"{name:<12}{phase.calls:>10,}{phase.prompt_tokens:>16,}"
-            f"{phase.completion_tokens:>12,}{phase.tokens:>14,}"
+            f"{name:<12}{e.calls:>10,}{e.prompt_tokens:>16,}"
+            f"{e.completion_tokens:>12,}{e.tokens:>14,}"
         )
-    total = phases["total"]
+    total = estimates["total"]
     fits = total.calls <= cap_calls and total.tokens <= cap_tokens
     lines.append(f"{'cap':<12}{cap_calls:>10,}{'':>16}{'':>12}{cap_tokens:>14,}")
     lines.append(
@@ -423,7 +423,8 @@ def format_rates(found: RunRates) -> str:
     return "\n".join(lines)
 
 
-def phases_json(phases: Mapping[str, PhaseEstimate]) -> dict[str, dict[str, int]]:
+def phases_json(estimates: Mapping[str, RoleEstimate]) -> dict[str, dict[str, int]]:
+    """The estimate's `phases` in `stages.estimate --json`: per role and the total."""
     return {
         name: {
             "calls": p.calls,
@@ -431,5 +432,5 @@ def phases_json(phases: Mapping[str, PhaseEstimate]) -> dict[str, dict[str, int]
             "completion_tokens": p.completion_tokens,
             "tokens": p.tokens,
         }
-        for name, p in phases.items()
+        for name, p in estimates.items()
     }

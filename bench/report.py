@@ -25,9 +25,10 @@ from schemas.params import (
     ReportParams,
 )
 from schemas.records import ABILITIES
+from schemas.roles import ROLES, cost_key
 
 if TYPE_CHECKING:
-    from schemas.estimate import PhaseEstimate
+    from schemas.estimate import RoleEstimate
 
 # The stage's heavy imports (numpy, the estimator, the judge's and ingest's modules) are made
 # inside the functions that use them, so `python -m stages.report --print` starts at once.
@@ -40,13 +41,6 @@ key of its own in each file: DVC shows every metrics file's numbers side by side
 METRICS = LAYOUT.report.metrics
 ABILITY_PLOT = LAYOUT.report.abilities_plot
 COST_PLOT = LAYOUT.report.cost_plot
-COST_PHASES = {
-    "ingest_extraction": "extraction",
-    "ingest_resolution": "resolution",
-    "agent": "agent",
-    "judge": "judge",
-}
-"""Phase in the report -> the model role whose usage (run.json) and estimate it shows."""
 TEST_MODEL_WARNING = (
     "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
     "that the pipeline runs end to end, not how good any memory system is."
@@ -117,15 +111,16 @@ def score_table(
 
 
 def cost_table(
-    usage: Mapping[str, Mapping[str, int]], estimate: Mapping[str, PhaseEstimate]
+    usage: Mapping[str, Mapping[str, int]], estimate: Mapping[str, RoleEstimate]
 ) -> dict[str, dict[str, int]]:
-    """Calls and tokens per phase (and total) that the results took, from metrics/usage/ (the
-    same whether made in this run or served from the call cache), the estimate beside them."""
+    """Calls and tokens per role (under its `cost_key`) and their total that the results took,
+    from metrics/usage/ (the same whether made in this run or served from the call cache), the
+    estimate beside them."""
     table: dict[str, dict[str, int]] = {}
-    for phase, role in COST_PHASES.items():
+    for role in ROLES:
         used = usage.get(role) or {}
         planned = estimate[role]
-        table[phase] = {
+        table[cost_key(role)] = {
             "calls": int(used.get("calls", 0)),
             "tokens": int(used.get("prompt_tokens", 0) + used.get("completion_tokens", 0)),
             "estimate_calls": planned.calls,

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from clients.llm.port import ChatModel, ChatRequest, Completion, Role
+from clients.llm.port import ChatModel, ChatRequest, Completion
+from schemas.roles import Role
 
 
 class CountedModel:

@@ -1,4 +1,4 @@
-"""Records of the dry-run estimate: a phase's expected calls and tokens, and rates read from a run.
+"""Records of the dry-run estimate: a role's expected calls and tokens, and rates read from a run.
 
 Shared by the harness (bench/estimate.py: the judge's estimate, the table beside the caps, the
 record's cost table) and the memory systems (each estimates its own build and answer phases), so
@@ -14,11 +14,14 @@ from typing import Any, Literal
 from schemas.base import Record
 from schemas.params import EstimateParams, Mode
 from schemas.records import ChatSlice, Question
+from schemas.roles import ROLES
 from schemas.traces import Trace
 
 
 @dataclass(frozen=True)
-class PhaseEstimate:
+class RoleEstimate:
+    """One role's expected model calls and tokens."""
+
     calls: int
     prompt_tokens: int
     completion_tokens: int
@@ -27,27 +30,25 @@ class PhaseEstimate:
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def __add__(self, other: PhaseEstimate) -> PhaseEstimate:
-        return PhaseEstimate(
+    def __add__(self, other: RoleEstimate) -> RoleEstimate:
+        return RoleEstimate(
             self.calls + other.calls,
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
         )
 
 
-ZERO = PhaseEstimate(0, 0, 0)
-
-ROLES = ("extraction", "resolution", "agent", "judge")
-"""The estimate's phases, one per model role; `total` is their sum. A memory system estimates
-the first three (zero where it makes no such call), the harness the judge."""
+ZERO = RoleEstimate(0, 0, 0)
 
 
-def with_total(phases: dict[str, PhaseEstimate]) -> dict[str, PhaseEstimate]:
-    """Every role (ZERO where absent), in ROLES order, and their `total`."""
-    ordered = {role: phases.get(role, ZERO) for role in ROLES}
+def with_total(estimates: dict[str, RoleEstimate]) -> dict[str, RoleEstimate]:
+    """Every role (ZERO where absent), in ROLES order, and their `total`. A memory system
+    estimates the build's roles and the agent (zero where it makes no such call), the harness
+    the judge."""
+    ordered: dict[str, RoleEstimate] = {role: estimates.get(role, ZERO) for role in ROLES}
     total = ZERO
-    for phase in ordered.values():
-        total += phase
+    for estimate in ordered.values():
+        total += estimate
     return {**ordered, "total": total}
 
 

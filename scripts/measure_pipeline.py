@@ -21,12 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from schemas.roles import COST_KEYS  # noqa: E402
 from tests.conftest import SHARED_BEAM  # noqa: E402
 from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
 from tests.support.estimates import actual_of, estimate_of  # noqa: E402
 from tests.support.hub_mirror import HubMirror  # noqa: E402
-
-PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
 
 
 def timed(repo: RepoCopy, *args: str) -> tuple[float, int]:
@@ -39,15 +38,15 @@ def timed(repo: RepoCopy, *args: str) -> tuple[float, int]:
 def estimate_table(repo: RepoCopy) -> list[str]:
     actual, estimate = actual_of(repo), estimate_of(repo)
     lines = [f"{'phase':<20}{'calls':>8}{'est.':>8}{'Δ%':>8}{'tokens':>12}{'est.':>12}{'Δ%':>8}"]
-    for phase in PHASES:
-        calls, est_calls = actual[phase]["calls"], estimate[phase]["calls"]
-        tokens, est_tokens = actual[phase]["tokens"], estimate[phase]["tokens"]
+    for key in (*COST_KEYS, "total"):
+        calls, est_calls = actual[key]["calls"], estimate[key]["calls"]
+        tokens, est_tokens = actual[key]["tokens"], estimate[key]["tokens"]
 
         def delta(actual: float, estimate: float) -> str:
             return f"{(estimate - actual) / actual * 100:+.0f}" if actual else "–"
 
         lines.append(
-            f"{phase:<20}{calls:>8}{est_calls:>8}{delta(calls, est_calls):>8}"
+            f"{key:<20}{calls:>8}{est_calls:>8}{delta(calls, est_calls):>8}"
             f"{tokens:>12}{est_tokens:>12}{delta(tokens, est_tokens):>8}"
         )
     return lines

@@ -41,6 +41,7 @@ from schemas.records import (
     Rubric,
     Session,
 )
+from schemas.roles import COST_KEYS
 from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
 from stages.common import read_params
 from stages.viewer import write_page
@@ -236,7 +237,7 @@ def write_run(folder: Path, seed: int = 0) -> None:
     write_jsonl(folder / "data/judge/questions.jsonl", rows)
     groups = [*ABILITIES, "overall"]
     mean = statistics.fmean(r["score"] for r in rows)
-    phases = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
+    keys = (*COST_KEYS, "total")
     write_json(
         folder / "metrics/report.json",
         {
@@ -247,10 +248,10 @@ def write_run(folder: Path, seed: int = 0) -> None:
             "evidence_recall": dict.fromkeys(groups, 0.5),
             "questions": {**dict.fromkeys(ABILITIES, 10), "overall": 100},
             "events": {"event_f1": 0.5, "event_tau_norm": 0.6},
-            "cost_calls": dict.fromkeys(phases, 1000),
-            "cost_tokens": dict.fromkeys(phases, 1_000_000),
-            "estimate_calls": dict.fromkeys(phases, 1000),
-            "estimate_tokens": dict.fromkeys(phases, 1_000_000),
+            "cost_calls": dict.fromkeys(keys, 1000),
+            "cost_tokens": dict.fromkeys(keys, 1_000_000),
+            "estimate_calls": dict.fromkeys(keys, 1000),
+            "estimate_tokens": dict.fromkeys(keys, 1_000_000),
             "failures": dict.fromkeys(
                 ("extraction_calls", "resolution_calls", "questions_in_error", "judge_calls"), 0
             )

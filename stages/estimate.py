@@ -33,7 +33,7 @@ from bench.estimate import (
 from bench.repair import REPAIR_OUT
 from bench.scorer_prompts import load_prompts, scorer_present
 from bench.slice import Built, build_mode, restrict
-from schemas.estimate import FinishedRun, PhaseEstimate, RateOrigin, RunRates, with_total
+from schemas.estimate import FinishedRun, RateOrigin, RoleEstimate, RunRates, with_total
 from schemas.judging import JudgePrompts
 from schemas.params import (
     MODES,
@@ -49,22 +49,22 @@ from systems.port import MemorySystem, estimate_system
 from systems.registry import load_system, system_name
 
 
-def estimate_phases(
+def estimate_roles(
     system: MemorySystem,
     chats: Sequence[ChatSlice],
     questions: Sequence[Question],
     rubrics: Sequence[Rubric],
     rates: EstimateParams,
     prompts: JudgePrompts | None,
-) -> dict[str, PhaseEstimate]:
-    """Every phase by model role, and the total: the system's build and answers, the judge's
+) -> dict[str, RoleEstimate]:
+    """Every model role's estimate, and the total: the system's build and answers, the judge's
     calls (`rates.judge`; the system was built with its own rates)."""
     planned = estimate_system(system, chats, questions)
-    phases: dict[str, PhaseEstimate] = {str(r): p for r, p in planned.phases().items()}
-    phases["judge"] = estimate_judge(
+    estimates: dict[str, RoleEstimate] = {str(r): e for r, e in planned.by_role().items()}
+    estimates["judge"] = estimate_judge(
         rubrics, {q.id: q.question for q in questions}, rates.judge, prompts
     )
-    return with_total(phases)
+    return with_total(estimates)
 
 
 def judge_prompts(judge: JudgeParams) -> JudgePrompts | None:
@@ -85,7 +85,7 @@ def build_slices(slice_params: SliceParams, mode: Mode) -> Built:
 
 def estimate_mode(
     params: Params, mode: Mode, rates: EstimateParams | None = None
-) -> dict[str, PhaseEstimate]:
+) -> dict[str, RoleEstimate]:
     """The estimate of a whole run of `mode` for params `system`, with `rates` (default: params
     `estimate`)."""
     rates = rates or params.estimate
@@ -93,7 +93,7 @@ def estimate_mode(
     system = load_system(params, mode=mode, rates=rates)
     chats = [s.chat for s in built.slices]
     prompts = judge_prompts(params.judge)
-    return estimate_phases(system, chats, built.questions, built.rubrics, rates, prompts)
+    return estimate_roles(system, chats, built.questions, built.rubrics, rates, prompts)
 
 
 def finished_run(run: RunData) -> FinishedRun:
@@ -159,7 +159,7 @@ def main() -> None:
         found = rates_from_run(run, fallback, prompts, planned)
     rates = found.rates if found else fallback
     built = build_slices(params.slice, mode)
-    phases = estimate_phases(
+    estimates = estimate_roles(
         load_system(params, system, mode=mode, rates=rates),
         [s.chat for s in built.slices],
         built.questions,
@@ -177,7 +177,7 @@ def main() -> None:
                 {
                     "mode": mode,
                     "system": system,
-                    "phases": phases_json(phases),
+                    "phases": phases_json(estimates),
                     "cap": {"calls": cap.calls, "tokens": cap.tokens},
                     "rates": found.model_dump() if found else None,
                 },
@@ -187,7 +187,7 @@ def main() -> None:
         return
     if found:
         print(format_rates(found), end="\n\n")
-    print(format_table(phases, cap.calls, cap.tokens, label))
+    print(format_table(estimates, cap.calls, cap.tokens, label))
     source = f"rates from {found.run}" if found else "rates from params.yaml `estimate`"
     print(f"({source})")
 

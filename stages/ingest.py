@@ -6,7 +6,7 @@ writes the graph into its own Neo4j server and exports it; rag writes the chunks
 the sessions, no_memory an empty file. Also writes `data/ingest/run.json` (the system, the models
 its build used, and whether a test model made this run), `data/ingest/graphs.json` (the counts of
 each conversation's memory, and their total), `metrics/usage/ingest.json` (the model calls and
-tokens the memories took, bench/usage.py) and `metrics/ingest.json` (the seconds of each phase:
+tokens the memories took, bench/usage.py) and `metrics/ingest.json` (the seconds of each build role:
 wall time never goes into a DVC out).
 
 Interrupted and run again: every finished model call comes from the call cache, and the memory
@@ -25,18 +25,17 @@ from bench.usage import CountedModel
 from clients.files import read_chats, remove_outputs, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_model
-from clients.llm.port import ChatModel, Role
+from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import check_failed_share
 from schemas.layout import LAYOUT
 from schemas.records import ChatSlice
+from schemas.roles import INGEST_ROLES, Role, cost_key
 from stages.common import ProgressBar, read_params, run_stage, stage_seconds
 from systems.port import BuiltMemory, MemorySystem, memory_file
 from systems.registry import load_system
 
 FILES = LAYOUT.ingest
-PHASES: tuple[Role, ...] = ("extraction", "resolution")
-"""The build's roles in the metrics (`seconds.ingest_<role>`), 0 for a system without them."""
 
 
 def summarize(memories: Sequence[BuiltMemory]) -> dict[str, Any]:
@@ -124,7 +123,8 @@ def write_records(
     accounting: Accounting,
 ) -> None:
     """The stage's data outs (results only: byte-identical when re-run from the call cache) and
-    its metrics (seconds per phase: the model layer's wait, none for cache hits)."""
+    its metrics (seconds per build role under its `cost_key`: the model layer's wait, none for
+    cache hits)."""
     models = [client.metadata() for client in clients]
     notes: dict[str, dict[str, Any]] = {}
     for memory in memories:
@@ -143,7 +143,7 @@ def write_records(
     write_json(FILES.graphs, summarize(memories))
     write_json(FILES.usage, {model.role: model.usage() for model in counted})
     llm = accounting.to_metrics()
-    seconds = {f"ingest_{p}": llm[p]["seconds"] if p in llm else 0.0 for p in PHASES}
+    seconds = {cost_key(r): llm[r]["seconds"] if r in llm else 0.0 for r in INGEST_ROLES}
     write_json(FILES.metrics, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})
 
 

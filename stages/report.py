@@ -114,7 +114,7 @@ def make_report() -> None:
         {
             **{
                 str(role): e
-                for role, e in estimate_system(system, chats, questions).phases().items()
+                for role, e in estimate_system(system, chats, questions).by_role().items()
             },
             "judge": estimate_judge(
                 rubrics, {q.id: q.question for q in questions}, rates.judge, prompts

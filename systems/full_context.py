@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clients.files import read_jsonl, write_atomic
-from clients.llm.port import ChatModel, ChatRequest, Role
+from clients.llm.port import ChatModel, ChatRequest
 from clients.tokens import count_tokens, split_tokens
 from schemas.errors import ParamsError
-from schemas.estimate import PhaseEstimate
+from schemas.estimate import RoleEstimate
 from schemas.params import AgentRates
 from schemas.records import ChatSlice, Question, Session
+from schemas.roles import Role
 from schemas.traces import Trace
 from systems.one_shot import (
     OneShotRates,
@@ -264,7 +265,7 @@ class FullContext(OneShotRates):
         room = self.prompt_tokens  # first: an unknown window stops before any work
         yield Transcript(chat_parts(read_sessions(memory)), room)
 
-    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, PhaseEstimate]:
+    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, RoleEstimate]:
         return {}
 
     def estimate_answer(
@@ -272,7 +273,7 @@ class FullContext(OneShotRates):
         chats: Sequence[ChatSlice],
         questions: Sequence[Question],
         memory_dir: Path | None = None,
-    ) -> PhaseEstimate:
+    ) -> RoleEstimate:
         """One call per question, its prompt counted exactly: the instructions, the chat that
         fits and the question (from the built transcripts, `memory_dir`, or else the chats)."""
         room = self.prompt_tokens
@@ -291,6 +292,6 @@ class FullContext(OneShotRates):
             messages = full_context_request(question, fitted.text).messages
             prompt += count_tokens("\n".join(m.content or "" for m in messages))
         calls = len(questions)
-        return PhaseEstimate(
+        return RoleEstimate(
             calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
         )

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clients.files import write_atomic
-from clients.llm.port import ChatModel, ChatRequest, Role
+from clients.llm.port import ChatModel, ChatRequest
 from clients.tokens import count_tokens
-from schemas.estimate import PhaseEstimate
+from schemas.estimate import RoleEstimate
 from schemas.params import AgentRates
 from schemas.records import ChatSlice, Question
+from schemas.roles import Role
 from schemas.traces import Trace
 from systems.one_shot import OneShotRates, answer_once, answer_request, system_prompt
 from systems.port import BuiltMemory, Progress, SystemName
@@ -64,7 +65,7 @@ class NoMemory(OneShotRates):
     ) -> Iterator[NoMemoryAnswers]:
         yield NoMemoryAnswers()
 
-    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, PhaseEstimate]:
+    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, RoleEstimate]:
         return {}
 
     def estimate_answer(
@@ -72,11 +73,11 @@ class NoMemory(OneShotRates):
         chats: Sequence[ChatSlice],
         questions: Sequence[Question],
         memory_dir: Path | None = None,
-    ) -> PhaseEstimate:
+    ) -> RoleEstimate:
         """One call per question, its prompt counted exactly."""
         prompts = (no_memory_request(q).messages for q in questions)
         tokens = sum(count_tokens("\n".join(m.content or "" for m in p)) for p in prompts)
         calls = len(questions)
-        return PhaseEstimate(
+        return RoleEstimate(
             calls, tokens, round(calls * self.agent_rates.completion_tokens_per_call)
         )

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from clients.llm.port import ChatModel, Role
-from schemas.estimate import ZERO, FinishedRun, Origins, PhaseEstimate, RateOrigin
+from clients.llm.port import ChatModel
+from schemas.estimate import ZERO, FinishedRun, Origins, RateOrigin, RoleEstimate
 from schemas.params import AgentRates, EstimateParams
 from schemas.records import ChatSlice, Question
+from schemas.roles import INGEST_ROLES, Role
 from schemas.traces import Trace
 
 SystemName = Literal["graphrag", "full_context", "rag", "no_memory"]
@@ -50,8 +51,8 @@ __all__ = [
     "FinishedRun",
     "Memory",
     "MemorySystem",
-    "PhaseEstimate",
     "Progress",
+    "RoleEstimate",
     "SystemEstimate",
     "SystemName",
     "answer_rates_from_traces",
@@ -89,9 +90,9 @@ class SystemEstimate:
     """A system's expected model calls and tokens, before any call (rates from params
     `estimate` where a model decides; counted exactly where the prompts are known)."""
 
-    build: Mapping[Role, PhaseEstimate]
+    build: Mapping[Role, RoleEstimate]
     """Per role its build calls (graphrag: extraction, resolution; the baselines: none)."""
-    answer: PhaseEstimate
+    answer: RoleEstimate
     """The answer model's calls (role `agent`) over all the questions."""
 
     @property
@@ -102,12 +103,11 @@ class SystemEstimate:
     def build_tokens(self) -> int:
         return sum(e.tokens for e in self.build.values())
 
-    def phases(self) -> dict[Role, PhaseEstimate]:
+    def by_role(self) -> dict[Role, RoleEstimate]:
         """By model role, every role of the run present (zero where the system uses none)."""
         return {
-            "extraction": self.build.get("extraction", ZERO),
-            "resolution": self.build.get("resolution", ZERO),
-            "agent": self.answer,
+            **{role: self.build.get(role, ZERO) for role in INGEST_ROLES},
+            ANSWER_ROLE: self.answer,
         }
 
 
@@ -172,7 +172,7 @@ class MemorySystem(Protocol):
         """The settings the run's record shows for this system (label -> value)."""
         ...
 
-    def estimate_build(self, chats: Sequence[ChatSlice]) -> Mapping[Role, PhaseEstimate]:
+    def estimate_build(self, chats: Sequence[ChatSlice]) -> Mapping[Role, RoleEstimate]:
         """Expected calls and tokens of `build` over `chats`, per role of `build_roles`."""
         ...
 
@@ -181,7 +181,7 @@ class MemorySystem(Protocol):
         chats: Sequence[ChatSlice],
         questions: Sequence[Question],
         memory_dir: Path | None = None,
-    ) -> PhaseEstimate:
+    ) -> RoleEstimate:
         """Expected calls and tokens of answering `questions` (role `agent`); with `memory_dir`
         (the built memories) it may use their real size."""
         ...

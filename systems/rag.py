@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clients.files import read_jsonl, write_atomic
-from clients.llm.port import ChatModel, ChatRequest, Role
+from clients.llm.port import ChatModel, ChatRequest
 from clients.tokens import count_tokens
-from schemas.estimate import PhaseEstimate
+from schemas.estimate import RoleEstimate
 from schemas.params import AgentRates
 from schemas.records import ChatSlice, Chunk, Question
+from schemas.roles import Role
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
 from systems.one_shot import OneShotRates, answer_once, answer_request, system_prompt
@@ -153,7 +154,7 @@ class Rag(OneShotRates):
     ) -> Iterator[RetrievalMemory]:
         yield RetrievalMemory(ChunkIndex(read_chunks(memory)), self.top_k)
 
-    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, PhaseEstimate]:
+    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, RoleEstimate]:
         return {}
 
     def estimate_answer(
@@ -161,7 +162,7 @@ class Rag(OneShotRates):
         chats: Sequence[ChatSlice],
         questions: Sequence[Question],
         memory_dir: Path | None = None,
-    ) -> PhaseEstimate:
+    ) -> RoleEstimate:
         """One call per question, its prompt counted exactly (retrieval needs no model), from
         the built chunks (`memory_dir`) or else from the chats."""
         chunks_of = {
@@ -183,6 +184,6 @@ class Rag(OneShotRates):
             messages = rag_request(question, found).messages
             prompt += count_tokens("\n".join(m.content or "" for m in messages))
         calls = len(questions)
-        return PhaseEstimate(
+        return RoleEstimate(
             calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
         )

@@ -16,6 +16,7 @@ from schemas.errors import DataError
 from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, Judgement
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
+from schemas.roles import COST_KEYS
 from schemas.traces import Trace
 
 EVIDENCE_CHARS = 6000
@@ -32,7 +33,6 @@ GRAPH_KEYS = (
     "empty_extractions",
     "failed_extractions",
 )
-COST_PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
 ROW_FLAGS = (*FLAGS, "error")
 LICENCE = (
     "This page quotes and adapts the chat of BEAM (Tavakoli et al., Hugging Face dataset "
@@ -174,13 +174,13 @@ def _headline(report: Mapping[str, Any], events: Mapping[str, Any]) -> dict[str,
 
     cost = [
         {
-            "phase": phase,
-            "calls": value("cost_calls", phase),
-            "tokens": value("cost_tokens", phase),
-            "estimate_calls": value("estimate_calls", phase),
-            "estimate_tokens": value("estimate_tokens", phase),
+            "phase": key,
+            "calls": value("cost_calls", key),
+            "tokens": value("cost_tokens", key),
+            "estimate_calls": value("estimate_calls", key),
+            "estimate_tokens": value("estimate_tokens", key),
         }
-        for phase in COST_PHASES
+        for key in (*COST_KEYS, "total")
     ]
     return {
         "overall": scores("overall"),

@@ -1,8 +1,8 @@
-"""Per-phase accounting of model calls and the mode's spend cap (budget), shared by every stage.
+"""Per-role accounting of model calls and the mode's spend cap (budget), shared by every stage.
 
-`Accounting` counts, per phase (extraction, resolution, agent, judge): calls, cache_hits,
+`Accounting` counts, per model role (extraction, resolution, agent, judge): calls, cache_hits,
 prompt_tokens, completion_tokens, errors, retries, seconds. `to_metrics()` is the dict a stage
-writes as its metrics JSON (every phase always present, so report columns stay stable).
+writes as its metrics JSON (every role always present, so report columns stay stable).
 
 - calls: requests sent to a model (every attempt, retries included: what the server saw).
 - retries: attempts that repeated an earlier one after a transient failure (429, 5xx, timeout,
@@ -55,13 +55,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
 
 from schemas.errors import BudgetError, ParamsError
 from schemas.params import MODES
+from schemas.roles import ROLES, Role
 
-Phase = Literal["extraction", "resolution", "agent", "judge"]
-PHASES: tuple[Phase, ...] = get_args(Phase)
 RUN_ID_ENV = "BEAM_RUN_ID"
 LEDGER_BYTES = 4096
 """The ledger's fixed record size: one page, written by one pwrite at offset 0, which Linux's usual
@@ -70,7 +68,7 @@ a time and stops for a fatal signal only between pages)."""
 
 
 @dataclass
-class PhaseStats:
+class RoleStats:
     calls: int = 0
     cache_hits: int = 0
     prompt_tokens: int = 0
@@ -81,54 +79,54 @@ class PhaseStats:
 
 
 class Accounting:
-    """Thread-safe counters per phase. One instance per stage process, shared by its models."""
+    """Thread-safe counters per role. One instance per stage process, shared by its models."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stats: dict[Phase, PhaseStats] = {phase: PhaseStats() for phase in PHASES}
+        self._stats: dict[Role, RoleStats] = {role: RoleStats() for role in ROLES}
 
-    def _phase(self, phase: str) -> PhaseStats:
-        if phase not in self._stats:
-            raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
-        return self._stats[phase]
+    def _role(self, role: str) -> RoleStats:
+        if role not in self._stats:
+            raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        return self._stats[role]
 
-    def add_attempt(self, phase: str, *, retry: bool) -> None:
+    def add_attempt(self, role: str, *, retry: bool) -> None:
         """One request sent to the model (a retry if it repeats a failed attempt)."""
         with self._lock:
-            stats = self._phase(phase)
+            stats = self._role(role)
             stats.calls += 1
             stats.retries += int(retry)
 
-    def add_usage(self, phase: str, prompt_tokens: int, completion_tokens: int) -> None:
+    def add_usage(self, role: str, prompt_tokens: int, completion_tokens: int) -> None:
         with self._lock:
-            stats = self._phase(phase)
+            stats = self._role(role)
             stats.prompt_tokens += prompt_tokens
             stats.completion_tokens += completion_tokens
 
-    def add_seconds(self, phase: str, seconds: float) -> None:
+    def add_seconds(self, role: str, seconds: float) -> None:
         with self._lock:
-            self._phase(phase).seconds += seconds
+            self._role(role).seconds += seconds
 
-    def add_cache_hit(self, phase: str) -> None:
+    def add_cache_hit(self, role: str) -> None:
         with self._lock:
-            self._phase(phase).cache_hits += 1
+            self._role(role).cache_hits += 1
 
-    def add_error(self, phase: str) -> None:
+    def add_error(self, role: str) -> None:
         with self._lock:
-            self._phase(phase).errors += 1
+            self._role(role).errors += 1
 
-    def stats(self, phase: str) -> PhaseStats:
+    def stats(self, role: str) -> RoleStats:
         with self._lock:
-            return PhaseStats(**asdict(self._phase(phase)))
+            return RoleStats(**asdict(self._role(role)))
 
     def to_metrics(self) -> dict[str, dict[str, float | int]]:
-        """{phase: {calls, cache_hits, prompt/completion_tokens, errors, retries, seconds}}."""
+        """{role: {calls, cache_hits, prompt/completion_tokens, errors, retries, seconds}}."""
         with self._lock:
             out: dict[str, dict[str, float | int]] = {}
-            for phase, stats in self._stats.items():
+            for role, stats in self._stats.items():
                 row: dict[str, float | int] = asdict(stats)
                 row["seconds"] = round(stats.seconds, 3)
-                out[phase] = row
+                out[role] = row
             return out
 
 

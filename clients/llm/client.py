@@ -12,10 +12,10 @@ Using it from a stage
     req = ChatRequest(messages=(Message.system(...), Message.user(...)),
                       task="judge", prompt_version="judge-v1", schema=JudgeReply)
     replies = llm.run_batch([req, ...])    # concurrent, results in order; or llm.complete(req)
-    usage = llm.accounting.to_metrics()   # calls and tokens per phase, for the stage to write
+    usage = llm.accounting.to_metrics()   # calls and tokens per role, for the stage to write
     run_meta = llm.metadata()              # model, api_base, test_model, judge_is_agent
 
-- Roles (= accounting phases): extraction, resolution, agent, judge. `models.<role>` names any
+- Roles (schemas/roles.py): extraction, resolution, agent, judge. `models.<role>` names any
   litellm model (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`), a model the harness serves
   itself (`local/smollm2-135m-instruct`, below) or `scripted/rules` (the deterministic test model
   of clients/scripted/rules.py). A judge with `model: null` uses the agent's model;
@@ -102,14 +102,12 @@ from clients.llm.port import (
     BACKOFF_MAX_SECONDS,
     OLLAMA_DEFAULT_BASE,
     RETRY_AFTER_MAX_SECONDS,
-    ROLES,
     SCRIPTED_PREFIX,
     Backend,
     ChatRequest,
     Completion,
     PermanentError,
     RawReply,
-    Role,
     TransientError,
     request_settings,
 )
@@ -119,6 +117,7 @@ from clients.shared_root import shared_path
 from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
 from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams, Params
+from schemas.roles import ROLES, Role
 
 # --------------------------------------------------------------------------------------------
 # Retry waiting, switchable for tests (like hynek/stamina's set_testing)

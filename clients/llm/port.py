@@ -10,13 +10,11 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from clients.llm.accounting import PHASES, Phase
 from schemas.base import Record
 from schemas.errors import ParamsError
 from schemas.params import ROLE_MAX_TOKENS, LlmParams, ModelRef
+from schemas.roles import Role
 
-Role = Phase
-ROLES: tuple[Role, ...] = PHASES
 SCRIPTED_PREFIX = "scripted/"
 OLLAMA_DEFAULT_BASE = "http://localhost:11434"
 PREFLIGHT_TIMEOUT_SECONDS = 5.0

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from clients.tokens import count_tokens
-from schemas.estimate import ZERO, PhaseEstimate
+from schemas.estimate import ZERO, RoleEstimate
 from schemas.params import AgentRates
 from schemas.records import Question
 
-__all__ = ["ZERO", "PhaseEstimate", "estimate_answer", "tool_result_rows"]
+__all__ = ["ZERO", "RoleEstimate", "estimate_answer", "tool_result_rows"]
 
 
 def tool_result_rows(graph_items: float, rates: AgentRates) -> float:
@@ -29,7 +29,7 @@ def estimate_answer(
     rates: AgentRates,
     system_prompt: str,
     graph_items: Mapping[str, float],
-) -> PhaseEstimate:
+) -> RoleEstimate:
     """The agent's calls and tokens: call k of a question re-sends the system prompt, the
     question, the per-call overhead (tool schemas, template) and the k tool steps before it, each
     a tool result of `tool_result_rows` rows from the graph of the question's conversation
@@ -43,6 +43,6 @@ def estimate_answer(
         step = tool_result_rows(graph_items[q.conversation_id], rates) * rates.tokens_per_result_row
         prompt += calls * (system + count_tokens(q.question)) + steps_before * step
     total_calls = len(questions) * calls
-    return PhaseEstimate(
+    return RoleEstimate(
         round(total_calls), round(prompt), round(total_calls * rates.completion_tokens_per_call)
     )

@@ -29,7 +29,7 @@ from schemas.records import ChatSlice, Chunk, Question
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
 from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
-from systems.graphrag.cost import ZERO, PhaseEstimate, estimate_answer
+from systems.graphrag.cost import ZERO, RoleEstimate, estimate_answer
 from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
 from systems.graphrag.extract import extraction_messages
 from systems.graphrag.ingest import IngestSettings
@@ -51,8 +51,8 @@ class GraphSize:
 @dataclass(frozen=True)
 class IngestEstimate:
     chunks: int
-    extraction: PhaseEstimate
-    resolution: PhaseEstimate
+    extraction: RoleEstimate
+    resolution: RoleEstimate
     """Entity resolution and statement linking together (both use the resolution model)."""
     graphs: Mapping[str, GraphSize]
     """By conversation id."""
@@ -106,13 +106,13 @@ def extraction_prompt_tokens(chunks: Sequence[Chunk]) -> int:
 
 def _pair_calls(
     sent: float, per_call: int, prompt_per_pair: float, system_tokens: int, rates: IngestRates
-) -> PhaseEstimate:
+) -> RoleEstimate:
     """Pairs go to the model `per_call` at a time; a fraction of a call counts as a call, and a
     call counted carries at least one pair."""
     calls = math.ceil(sent / per_call) if sent > 0 else 0
     sent = max(sent, calls)
     prompt = calls * system_tokens + sent * prompt_per_pair
-    return PhaseEstimate(calls, round(prompt), round(sent * rates.completion_tokens_per_pair))
+    return RoleEstimate(calls, round(prompt), round(sent * rates.completion_tokens_per_pair))
 
 
 def estimate_ingest(
@@ -131,7 +131,7 @@ def estimate_ingest(
         n = len(chunks)
         chunks_total += n
         prompt = extraction_prompt_tokens(chunks) * rates.extraction_prompt_ratio
-        extraction += PhaseEstimate(n, round(prompt), round(n * rates.extraction_completion_tokens))
+        extraction += RoleEstimate(n, round(prompt), round(n * rates.extraction_completion_tokens))
         entities = n * rates.entities_per_chunk
         statements = n * rates.statements_per_chunk
         graphs[chat.conversation_id] = GraphSize(n, entities, statements)
@@ -172,7 +172,7 @@ def estimate_phases(
     settings: IngestSettings,
     max_steps: int,
     rates: EstimateParams,
-) -> dict[str, PhaseEstimate]:
+) -> dict[str, RoleEstimate]:
     """GraphRAG's phases by model role: extraction, resolution (and linking), the agent."""
     ingest = estimate_ingest(chats, settings, rates.ingest)
     graph_items = {conversation: graph.items for conversation, graph in ingest.graphs.items()}

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clients.graph.store import start_graph
-from clients.llm.port import ChatModel, Role
+from clients.llm.port import ChatModel
 from schemas.errors import ParamsError
-from schemas.estimate import FinishedRun, Origins, PhaseEstimate
+from schemas.estimate import FinishedRun, Origins, RoleEstimate
 from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
 from schemas.params import (
     AgentRates,
@@ -28,6 +28,7 @@ from schemas.params import (
     IngestRates,
 )
 from schemas.records import ChatSlice, Question
+from schemas.roles import Role
 from schemas.traces import Trace
 from systems.graphrag.agent import SYSTEM_PROMPT, GraphTools, answer_question
 from systems.graphrag.cost import estimate_answer
@@ -168,7 +169,7 @@ class GraphRag:
                 GraphTools(store, limit=self.result_limit), self.max_steps, self.text_tool_calls
             )
 
-    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, PhaseEstimate]:
+    def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, RoleEstimate]:
         ingest = estimate_ingest(chats, self.settings, self.ingest_rates)
         return {"extraction": ingest.extraction, "resolution": ingest.resolution}
 
@@ -177,7 +178,7 @@ class GraphRag:
         chats: Sequence[ChatSlice],
         questions: Sequence[Question],
         memory_dir: Path | None = None,
-    ) -> PhaseEstimate:
+    ) -> RoleEstimate:
         """The agent's calls and tokens: its tool results grow with the graph, the real one's
         size where it is built (`memory_dir`), else the expected one."""
         if memory_dir is not None:

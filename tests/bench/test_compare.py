@@ -23,14 +23,14 @@ from bench.compare import (
     select_runs,
 )
 from schemas.errors import DataError
+from schemas.roles import COST_KEYS
 from stages.compare import main
 
 SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
-PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge")
 
 
 def report(score: float, tokens: int, *, asked: tuple[str, ...] = ("information_extraction",)):
-    per_phase = {p: tokens // 4 for p in PHASES}
+    per_key = {key: tokens // 4 for key in COST_KEYS}
     return {
         "score": {"overall": score, **dict.fromkeys(asked, score)},
         "score_ci_low": {"overall": score - 0.1},
@@ -40,8 +40,8 @@ def report(score: float, tokens: int, *, asked: tuple[str, ...] = ("information_
         "evidence_recall": {"overall": 1.0},
         "agent": {"context_tokens_median": 300, "context_tokens_p95": 450},
         "failures": {"questions_in_error": 0, "tool_errors": 1},
-        "cost_calls": {**dict.fromkeys(PHASES, 2), "total": 8},
-        "cost_tokens": {**per_phase, "total": sum(per_phase.values())},
+        "cost_calls": {**dict.fromkeys(COST_KEYS, 2), "total": 8},
+        "cost_tokens": {**per_key, "total": sum(per_key.values())},
         "judge_check": {"agreement": 0.725, "cases": 80},
     }
 
@@ -172,8 +172,8 @@ def test_cost_rows_per_question_and_per_phase_in_pipeline_order() -> None:
     table = table_of(sweep())
     row = next(r for r in table.rows if r.key == "cost_tokens_per_question")
     assert [c.value for c in row.cells] == [500.0, 1000.0, 1500.0, 2000.0]  # total / 2 questions
-    phases = [r.key for r in table.rows if r.group == "cost_calls"]
-    assert phases == [*PHASES, "total"]
+    keys = [r.key for r in table.rows if r.group == "cost_calls"]
+    assert keys == [*COST_KEYS, "total"]
 
 
 def test_params_are_shown_only_where_the_columns_differ() -> None:

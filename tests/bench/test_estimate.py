@@ -27,7 +27,7 @@ from bench.estimate import (
 )
 from clients.tokens import count_tokens
 from schemas.errors import DataError
-from schemas.estimate import PhaseEstimate
+from schemas.estimate import RoleEstimate
 from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
 from schemas.params import AgentRates, EstimateParams, IngestRates, JudgeRates
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
@@ -290,7 +290,7 @@ def all_phases(
     rates: EstimateParams = RATES,
     settings: IngestSettings = SETTINGS,
     max_steps: int = 6,
-) -> dict[str, PhaseEstimate]:
+) -> dict[str, RoleEstimate]:
     """GraphRAG's phases (as systems/graphrag/system.py estimates them before the build) and the
     judge's, without prompts at hand (the template rates count)."""
     ingest = estimate_ingest(chats, settings, rates.ingest)

@@ -20,9 +20,10 @@ from bench.report import (
     small_model_warning,
 )
 from clients.git import code_commit
-from schemas.estimate import PhaseEstimate
+from schemas.estimate import RoleEstimate
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
+from schemas.roles import ROLES
 from stages.report import read_times
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
@@ -107,13 +108,10 @@ def test_score_table_has_every_ability_and_excludes_known_bad() -> None:
     assert table["overall"]["evidence_recall"] == pytest.approx(0.5)
 
 
-ROLES = ("extraction", "resolution", "agent", "judge")
-
-
 def _inputs() -> dict[str, object]:
     scores = score_table(_rows(), PARAMS)
     usage = {role: {"calls": 3, "prompt_tokens": 100, "completion_tokens": 20} for role in ROLES}
-    estimate = {p: PhaseEstimate(4, 90, 10) for p in ROLES}
+    estimate = {role: RoleEstimate(4, 90, 10) for role in ROLES}
     cost = cost_table(usage, estimate)
     run = {
         "mode": "lite",

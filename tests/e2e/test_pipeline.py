@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from schemas.records import ABILITIES
+from schemas.roles import COST_KEYS
 from tests.conftest import REPO_ROOT
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.estimates import estimate_json, usage_of
@@ -41,7 +42,6 @@ STAGES = (
     "report",
 )
 METRICS = ("slice", "ingest", "answer", "judge", "judge_check", "report")
-PHASES = ("ingest_extraction", "ingest_resolution", "agent", "judge")
 
 README_KEEP = (
     r"Experiment|^mode$|^models\.(agent|judge)\.model$"
@@ -63,8 +63,8 @@ HEADLINE_KEYS = {
         "judge_calls",
         "tool_errors",
     },
-    "cost_calls": {*PHASES, "total"},
-    "cost_tokens": {*PHASES, "total"},
+    "cost_calls": {*COST_KEYS, "total"},
+    "cost_tokens": {*COST_KEYS, "total"},
     "judge_check": {"agreement", "cases"},
 }
 STAGE_METRICS = {
@@ -174,7 +174,7 @@ def assert_plots(repo: RepoCopy) -> None:
         values = content["data"]["values"]
         assert values and all(x in row and y in row for row in values), name
         if y == "phase":
-            assert [row["phase"] for row in values] == list(PHASES)
+            assert [row["phase"] for row in values] == list(COST_KEYS)
             assert content["encoding"]["x"]["scale"] == {"zero": True}, name
         else:
             layers = [layer["mark"]["type"] for layer in content["layer"]]

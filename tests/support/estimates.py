@@ -1,4 +1,4 @@
-"""The dry-run estimate of a test copy's run, per phase of the report, beside what the run took.
+"""The dry-run estimate of a test copy's run, per cost key of the report, beside what the run took.
 
 The headline (metrics/report.json) keeps the calls and tokens a run took, not the estimate (it is
 in the record's cost table); tests and benchmarks that hold the estimator to a run get it here,
@@ -14,15 +14,11 @@ import subprocess
 import sys
 from typing import Any
 
+from schemas.roles import ROLES, cost_key
 from tests.support.e2e_repo import RepoCopy
 
-PHASES = {
-    "ingest_extraction": "extraction",
-    "ingest_resolution": "resolution",
-    "agent": "agent",
-    "judge": "judge",
-    "total": "total",
-}
+ROLE_OF = {**{cost_key(role): role for role in ROLES}, "total": "total"}
+"""Cost key of the report -> the role (or `total`) of the estimate it compares with."""
 
 
 def estimate_json(repo: RepoCopy, from_: str | None = None, mode: str | None = None) -> Any:
@@ -40,18 +36,18 @@ def estimate_json(repo: RepoCopy, from_: str | None = None, mode: str | None = N
 def estimate_of(
     repo: RepoCopy, from_: str | None = None, mode: str | None = None
 ) -> dict[str, dict[str, int]]:
-    """{phase: {calls, tokens, prompt_tokens, completion_tokens}} for the copy's mode (or
-    `mode`), by the report's phase names."""
+    """{cost key: {calls, tokens, prompt_tokens, completion_tokens}} for the copy's mode (or
+    `mode`), by the report's cost keys."""
     by_role = estimate_json(repo, from_, mode)["phases"]
-    return {phase: by_role[role] for phase, role in PHASES.items()}
+    return {key: by_role[role] for key, role in ROLE_OF.items()}
 
 
 def actual_of(repo: RepoCopy) -> dict[str, dict[str, int]]:
-    """{phase: {calls, tokens}} the run took, from metrics/report.json."""
+    """{cost key: {calls, tokens}} the run took, from metrics/report.json."""
     report = repo.read_json("metrics/report.json")
     return {
-        phase: {"calls": report["cost_calls"][phase], "tokens": report["cost_tokens"][phase]}
-        for phase in PHASES
+        key: {"calls": report["cost_calls"][key], "tokens": report["cost_tokens"][key]}
+        for key in ROLE_OF
     }
 
 

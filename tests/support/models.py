@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from clients.llm.client import LlmClient
-from clients.llm.port import Role
 from schemas.params import LlmParams, ModelRef
+from schemas.roles import Role
 
 
 def scripted_client(role: Role, cache_dir: Path, *, cache: bool = False) -> LlmClient:

@@ -22,6 +22,7 @@ from clients.files import write_json, write_jsonl
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, ItemScore, Judgement
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
+from schemas.roles import COST_KEYS
 from schemas.traces import ToolCallRecord, Trace
 from stages import viewer as viewer_stage
 from stages.common import read_params
@@ -186,7 +187,7 @@ ROWS = [
 
 def report(failures: bool = True) -> dict[str, Any]:
     groups = ["information_extraction", "event_ordering", "overall"]
-    phases = ("ingest_extraction", "ingest_resolution", "agent", "judge", "total")
+    keys = (*COST_KEYS, "total")
     out: dict[str, Any] = {
         "score": {"information_extraction": 0.5, "event_ordering": 0.25, "overall": 0.375},
         "score_ci_low": dict.fromkeys(groups, 0.25),
@@ -194,8 +195,8 @@ def report(failures: bool = True) -> dict[str, Any]:
         "score_excluding_known_bad": dict.fromkeys(groups, 0.375),
         "evidence_recall": dict.fromkeys(groups, 0.75),
         "questions": {"information_extraction": 1, "event_ordering": 1, "overall": 2},
-        "cost_calls": dict.fromkeys(phases, 7),
-        "cost_tokens": dict.fromkeys(phases, 1234),
+        "cost_calls": dict.fromkeys(keys, 7),
+        "cost_tokens": dict.fromkeys(keys, 1234),
         "score_beam_code": {"overall": 0.4125},
     }
     if failures:

@@ -1,4 +1,4 @@
-"""Accounting per phase and the spend cap: refusal before the first call, live stop at the cap,
+"""Accounting per role and the spend cap: refusal before the first call, live stop at the cap,
 one ledger shared by several processes."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from clients.llm.accounting import (
-    PHASES,
     RUN_ID_ENV,
     Accounting,
     Budget,
@@ -34,11 +33,12 @@ from clients.scripted.backend import read_record
 from clients.scripted.rules import RECORD_ENV
 from schemas.errors import BudgetError
 from schemas.params import LlmParams, ModelRef
+from schemas.roles import ROLES
 from stages.budget import main
 from tests.support.params import repo_params
 
 
-def test_metrics_have_every_phase_and_sum_what_was_recorded() -> None:
+def test_metrics_have_every_role_and_sum_what_was_recorded() -> None:
     acc = Accounting()
     acc.add_attempt("agent", retry=False)
     acc.add_attempt("agent", retry=True)
@@ -47,7 +47,7 @@ def test_metrics_have_every_phase_and_sum_what_was_recorded() -> None:
     acc.add_error("agent")
     acc.add_seconds("agent", 1.23456)
     metrics = acc.to_metrics()
-    assert sorted(metrics) == sorted(PHASES)
+    assert sorted(metrics) == sorted(ROLES)
     assert metrics["agent"] == {
         "cache_hits": 0,
         "calls": 2,
@@ -58,7 +58,7 @@ def test_metrics_have_every_phase_and_sum_what_was_recorded() -> None:
         "seconds": 1.235,
     }
     assert metrics["judge"]["cache_hits"] == 1 and metrics["extraction"]["calls"] == 0
-    with pytest.raises(ValueError, match="unknown phase"):
+    with pytest.raises(ValueError, match="unknown role"):
         acc.add_cache_hit("answer")
 
 

@@ -1,0 +1,26 @@
+"""The model roles, named once: what each model call is for, the key its calls and tokens are
+counted under (clients/llm/accounting.py), estimated under (schemas/estimate.py) and configured
+under (`models.<role>`), and the key of its cost in the report, the comparison and the viewer.
+
+The build's roles are called by the ingest stage, so their cost keys carry its name
+(`ingest_extraction`); the others are their own name (`agent`, `judge`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Role = Literal["extraction", "resolution", "agent", "judge"]
+ROLES: tuple[Role, ...] = get_args(Role)
+"""Every role, in pipeline order."""
+INGEST_ROLES: tuple[Role, ...] = ("extraction", "resolution")
+"""The roles of the memory's build (the ingest stage), 0 for a system without them."""
+
+
+def cost_key(role: Role) -> str:
+    """The role's key in the report's cost tables and in metrics/ingest.json's seconds."""
+    return f"ingest_{role}" if role in INGEST_ROLES else role
+
+
+COST_KEYS: tuple[str, ...] = tuple(cost_key(role) for role in ROLES)
+"""The cost keys in pipeline order (the report adds their `total`)."""
