@@ -29,7 +29,7 @@ from schemas.records import ChatSlice, Chunk, Question
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
 from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
-from systems.graphrag.cost import ZERO, RoleEstimate, estimate_answer
+from systems.graphrag.cost import ZERO, RoleEstimate
 from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
 from systems.graphrag.extract import extraction_messages
 from systems.graphrag.ingest import IngestSettings
@@ -164,25 +164,6 @@ def estimate_ingest(
             rates,
         )
     return IngestEstimate(chunks_total, extraction, resolution, graphs)
-
-
-def estimate_phases(
-    chats: Sequence[ChatSlice],
-    questions: Sequence[Question],
-    settings: IngestSettings,
-    max_steps: int,
-    rates: EstimateParams,
-) -> dict[str, RoleEstimate]:
-    """GraphRAG's phases by model role: extraction, resolution (and linking), the agent."""
-    ingest = estimate_ingest(chats, settings, rates.ingest)
-    graph_items = {conversation: graph.items for conversation, graph in ingest.graphs.items()}
-    return {
-        "extraction": ingest.extraction,
-        "resolution": ingest.resolution,
-        "agent": estimate_answer(
-            questions, max_steps, rates.agent, AGENT_SYSTEM_PROMPT, graph_items
-        ),
-    }
 
 
 # ---------------------------------------------------------------------------------------------
