@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+from pydantic import ValidationError
 
 from clients.tokens import count_tokens
 from schemas.errors import DataError
@@ -31,6 +32,7 @@ from schemas.judging import JudgePrompts
 from schemas.layout import LAYOUT
 from schemas.params import MODES, EstimateParams, JudgeRates, Mode, merge_settings
 from schemas.records import ChatSlice, Question, Rubric
+from schemas.runs import StageRun
 from schemas.traces import Trace
 
 EVENT_ORDERING = "event_ordering"
@@ -253,6 +255,14 @@ class RunData:
     """The system's own files it asked for, by path."""
 
 
+def parse_stage_run(text: str, path: str, label: str) -> StageRun:
+    """A stage's run record read from a run (a DataError naming the file when it is invalid)."""
+    try:
+        return StageRun.model_validate_json(text)
+    except ValidationError as exc:
+        raise DataError(f"{path} of {label} is not a stage's run record: {exc}") from exc
+
+
 def read_run(source: RunSource, system_files: Callable[[str], Mapping[str, str]]) -> RunData:
     """Read a finished run. `system_files(system)`: the files that system's rates need beside
     the harness's (path -> the stage that writes it)."""
@@ -263,8 +273,12 @@ def read_run(source: RunSource, system_files: Callable[[str], Mapping[str, str]]
         if not isinstance(data, dict):
             raise DataError(f"{name} of {source.label} is not a mapping of sections")
     params = merge_settings(settings, params)
-    infos = [json.loads(text) for path in RUN_INFO if (text := source.read(path)) is not None]
-    mode = next((i.get("mode") for i in infos if i.get("mode")), params.get("mode"))
+    infos = [
+        parse_stage_run(text, path, source.label)
+        for path in RUN_INFO
+        if (text := source.read(path)) is not None
+    ]
+    mode = next((i.mode for i in infos), params.get("mode"))
     if mode not in MODES:
         raise DataError(f"{source.label}: its mode {mode!r} is none of {', '.join(MODES)}")
     system = str(params.get("system") or "graphrag")
@@ -283,16 +297,14 @@ def read_run(source: RunSource, system_files: Callable[[str], Mapping[str, str]]
         text = source.read(path)
         if text is not None:
             usage |= json.loads(text)
-    models = {
-        str(m.get("role")): str(m.get("model")) for info in infos for m in info.get("models", [])
-    }
+    models = {str(m.role): str(m.model) for info in infos for m in info.models}
     return RunData(
         label=source.label,
         params=params,
         mode=mode,
         system=system,
         models=models,
-        test_model=any(bool(i.get("test_model")) for i in infos),
+        test_model=any(bool(i.test_model) for i in infos),
         chats=chats,
         questions=[Question.model_validate(r) for r in _rows(require(source, QUESTIONS))],
         rubrics=[Rubric.model_validate(r) for r in _rows(require(source, RUBRICS))],

@@ -26,6 +26,7 @@ from schemas.params import (
 )
 from schemas.records import ABILITIES
 from schemas.roles import ROLES, cost_key
+from schemas.runs import RunSummary, StageRun, summarize_runs
 
 if TYPE_CHECKING:
     from schemas.estimate import RoleEstimate
@@ -289,7 +290,7 @@ def render_times(times: Mapping[str, float]) -> str:
 
 def render_record(
     *,
-    run: Mapping[str, Any],
+    run: RunSummary,
     pins: Mapping[str, str],
     settings: Mapping[str, Any],
     scores: Mapping[str, Mapping[str, Any]],
@@ -306,11 +307,11 @@ def render_record(
     """The Markdown record a reader needs to trust (or distrust) a run."""
     from bench.beam_code import DIFFERENCES, OUR_CHOICES
 
-    system = run.get("system", "graphrag")
-    out: list[str] = [f"# BEAM memory benchmark: {system}, {run['mode']} run", ""]
-    if run["test_model"]:
+    system = run.system
+    out: list[str] = [f"# BEAM memory benchmark: {system}, {run.mode} run", ""]
+    if run.test_model:
         out += [TEST_MODEL_WARNING, ""]
-    for name in run.get("small_models", []):
+    for name in run.small_models:
         out += [small_model_warning(name), ""]
     overall = scores["overall"]
     out += [
@@ -339,9 +340,9 @@ def render_record(
         "",
         "| role | model | endpoint |",
         "|---|---|---|",
-        *[f"| {m['role']} | `{m['model']}` | {m['api_base'] or '–'} |" for m in run["models"]],
+        *[f"| {m.role} | `{m.model}` | {m.api_base or '–'} |" for m in run.models],
         "",
-        f"Judge is the agent's model: **{'yes' if run['judge_is_agent'] else 'no'}**.",
+        f"Judge is the agent's model: **{'yes' if run.judge_is_agent else 'no'}**.",
         "",
         *[f"- {k}: {v}" for k, v in settings.items()],
         "",
@@ -410,14 +411,14 @@ def render_record(
         "",
     ]
     caveats = []
-    if run["mode"] == "lite":
+    if run.mode == "lite":
         caveats.append(
             "The lite set is a smoke test of the pipeline (2 questions), not a sample: its score "
             "says nothing about memory."
         )
-    if run["test_model"]:
+    if run.test_model:
         caveats.append("A test model made this run: it measures nothing.")
-    if run["judge_is_agent"]:
+    if run.judge_is_agent:
         caveats.append(
             "The judge is the agent's own model, which biases scores upward; set "
             "`models.judge` to another model for a fair score."
@@ -484,16 +485,6 @@ def write_plots(
     write_atomic(COST_PLOT, "\n".join(cost_lines) + "\n")
 
 
-def run_info(
-    ingest_run: Mapping[str, Any], answer_run: Mapping[str, Any], judge_run: Mapping[str, Any]
-) -> dict[str, Any]:
-    models = [*ingest_run["models"], *answer_run["models"], *judge_run["models"]]
-    return {
-        "mode": judge_run["mode"],
-        # the memory system under test (runs made before the port knew only graphrag)
-        "system": answer_run.get("system", ingest_run.get("system", "graphrag")),
-        "models": models,
-        "test_model": any(m["test_model"] for m in models),
-        "small_models": sorted({str(m["model"]) for m in models if m["model"] in LOCAL_MODELS}),
-        "judge_is_agent": any(m["role"] == "judge" and m["judge_is_agent"] for m in models),
-    }
+def run_info(ingest: StageRun, answer: StageRun, judge: StageRun) -> RunSummary:
+    """The run the three stages made, with the project's small local models named."""
+    return summarize_runs(ingest, answer, judge, frozenset(LOCAL_MODELS))

@@ -29,6 +29,7 @@ from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
 from schemas.layout import LAYOUT
 from schemas.records import Question
+from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
 from systems.port import Memory, MemorySystem, memory_file
@@ -157,15 +158,10 @@ def main() -> None:
     )
     write_jsonl(FILES.traces, ordered)
     (FILES.folder / "NOTICE").write_text(NOTICE, encoding="utf-8")
-    write_json(
-        FILES.run,
-        {
-            "mode": mode,
-            "system": system.name,
-            "models": [agent.metadata()],
-            "test_model": agent.test_model,
-        },
+    record = StageRun(
+        mode=mode, system=system.name, models=[agent.metadata()], test_model=agent.test_model
     )
+    write_json(FILES.run, record.to_json())
     write_json(FILES.summary, summarize(ordered))
     write_json(FILES.usage, {"agent": usage(ordered)})
     # The model layer's wait on the agent's calls (none for cache hits): metrics only.

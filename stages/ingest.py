@@ -29,8 +29,10 @@ from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import check_failed_share
 from schemas.layout import LAYOUT
+from schemas.params import Mode
 from schemas.records import ChatSlice
 from schemas.roles import INGEST_ROLES, Role, cost_key
+from schemas.runs import StageRun
 from stages.common import ProgressBar, read_params, run_stage, stage_seconds
 from systems.port import BuiltMemory, MemorySystem, memory_file
 from systems.registry import load_system
@@ -116,7 +118,7 @@ def build_all(
 
 def write_records(
     memories: list[BuiltMemory],
-    mode: str,
+    mode: Mode,
     system: MemorySystem,
     clients: list[LlmClient],
     counted: list[CountedModel],
@@ -130,16 +132,14 @@ def write_records(
     for memory in memories:
         for key, value in memory.notes.items():
             notes.setdefault(key, {})[f"conv{memory.conversation_id}"] = value
-    write_json(
-        FILES.run,
-        {
-            "mode": mode,
-            "system": system.name,
-            "models": models,
-            "test_model": any(m["test_model"] for m in models),
-            **notes,
-        },
+    record = StageRun(
+        mode=mode,
+        system=system.name,
+        models=models,
+        test_model=any(m.test_model for m in models),
+        **notes,
     )
+    write_json(FILES.run, record.to_json())
     write_json(FILES.graphs, summarize(memories))
     write_json(FILES.usage, {model.role: model.usage() for model in counted})
     llm = accounting.to_metrics()

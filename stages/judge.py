@@ -24,6 +24,7 @@ from schemas.judging import (
 )
 from schemas.layout import LAYOUT
 from schemas.records import ABILITIES, Question, Rubric
+from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
 
@@ -113,10 +114,8 @@ def main() -> None:
     )
     write_jsonl(files.judgements, judgements)
     write_jsonl(files.questions, rows)
-    write_json(
-        files.run,
-        {"mode": mode, "models": [judge.metadata()], "test_model": judge.test_model},
-    )
+    record = StageRun(mode=mode, models=[judge.metadata()], test_model=judge.test_model)
+    write_json(files.run, record.to_json())
     write_json(files.usage, {"judge": counted.usage()})
     summary: dict[str, Any] = dict(summarize(judgements, list(rubrics.values())))
     for group, members in [

@@ -28,6 +28,7 @@ from clients.llm.accounting import Accounting
 from clients.llm.client import build_model
 from schemas.errors import DataError, ParamsError, check_failed_share
 from schemas.layout import LAYOUT
+from schemas.runs import StageRun
 from stages.common import load_fixture, read_params, run_stage, stage_seconds
 
 FILES = LAYOUT.judge_check
@@ -126,7 +127,7 @@ def main() -> None:
     write_jsonl(FILES.cases, cases)
     write_jsonl(FILES.results, results)
     write_json(FILES.summary, summary.model_dump(mode="json"))
-    write_json(FILES.run, {"mode": mode, "models": [judge.metadata()]})
+    write_json(FILES.run, StageRun(mode=mode, models=[judge.metadata()]).to_json())
     write_json(FILES.usage, {"judge": counted.usage()})
     seconds = float(accounting.to_metrics().get("judge", {}).get("seconds", 0.0))
     # wall time only, like the other stages: the agreement is a result (the summary, and the

@@ -48,6 +48,7 @@ from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import Judgement
 from schemas.layout import LAYOUT, metrics_file
 from schemas.records import ChatSlice, Question, Rubric
+from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import read_params, run_stage
 
@@ -99,7 +100,7 @@ def make_report() -> None:
     judge = read_json(LAYOUT.judge.summary)
     rows = read_rows(LAYOUT.judge.questions)
     stages = (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)
-    runs = [read_json(files.run) for files in stages]
+    runs = [read_record(files.run, StageRun) for files in stages]
     run = run_info(*runs)
     usage = {role: used for files in stages for role, used in read_json(files.usage).items()}
     remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)

@@ -20,6 +20,7 @@ from schemas.judging import Judgement
 from schemas.layout import LAYOUT
 from schemas.params import Params
 from schemas.records import Question, Rubric
+from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import read_params, run_stage
 
@@ -40,7 +41,10 @@ def read_page_inputs(params: Params) -> PageInputs:
         report=read_json(LAYOUT.report.metrics),
         judge_summary=read_json(LAYOUT.judge.summary),
         graphs=read_json(graphs),
-        runs=[read_json(files.run) for files in (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)],
+        runs=[
+            read_record(files.run, StageRun)
+            for files in (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)
+        ],
         confidence=params.report.confidence,
         judge_check=read_record(check, JudgeCheckSummary) if check.is_file() else None,
         min_agreement=params.judge_check.min_agreement,

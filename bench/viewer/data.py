@@ -17,6 +17,7 @@ from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, Judgement
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.roles import COST_KEYS
+from schemas.runs import StageRun
 from schemas.traces import Trace
 
 EVIDENCE_CHARS = 6000
@@ -230,7 +231,7 @@ class PageInputs(Record):
     """The judge stage's summary (event ordering's F1 and tau)."""
     graphs: dict[str, Any]
     """The ingest stage's counts per conversation (`conv<id>`) and their total."""
-    runs: list[dict[str, Any]]
+    runs: list[StageRun]
     """The run records of the ingest, answer and judge stages (mode, system, models)."""
     confidence: float | None
     """The report's confidence level, for the interval's label."""
@@ -267,21 +268,21 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         _question(q, by_rubric[q.id], by_trace[q.id], by_judgement[q.id], by_row[q.id])
         for q in questions
     ]
-    models = [m for run in runs for m in run.get("models", [])]
+    models = [m for run in runs for m in run.models]
     memories = [
         (n, c) for n, c in graphs.items() if n.startswith("conv") and isinstance(c, Mapping)
     ]
     is_graph = any(k in c for _, c in memories for k in GRAPH_KEYS)
     keys = list(GRAPH_KEYS) if is_graph else sorted({k for _, c in memories for k in c})
     return {
-        "mode": runs[-1].get("mode") if runs else None,
-        "test_model": any(m.get("test_model") for m in models),
-        "judge_is_agent": any(m.get("role") == "judge" and m.get("judge_is_agent") for m in models),
-        "models": [{"role": m["role"], "model": m["model"]} for m in models],
+        "mode": runs[-1].mode if runs else None,
+        "test_model": any(m.test_model for m in models),
+        "judge_is_agent": any(m.role == "judge" and m.judge_is_agent for m in models),
+        "models": [{"role": m.role, "model": m.model} for m in models],
         "confidence": inputs.confidence,
         "headline": _headline(inputs.report, inputs.judge_summary.get("event_ordering", {})),
         "judge_check": _judge_check(inputs.judge_check, inputs.min_agreement),
-        "system": next((run["system"] for run in runs if run.get("system")), "graphrag"),
+        "system": next((run.system for run in runs if run.system), "graphrag"),
         "graphs": [
             {"conversation": name, **{k: counts.get(k) for k in keys}} for name, counts in memories
         ],

@@ -118,6 +118,7 @@ from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
 from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams, Params
 from schemas.roles import ROLES, Role
+from schemas.runs import ModelUse
 
 # --------------------------------------------------------------------------------------------
 # Retry waiting, switchable for tests (like hynek/stamina's set_testing)
@@ -229,15 +230,15 @@ class LlmClient:
         _check_endpoint_alive)."""
 
     # -- metadata and preflight -------------------------------------------------------------
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> ModelUse:
         """What run metadata and the report say about this role's model."""
-        return {
-            "role": self.role,
-            "model": self.ref.model,
-            "api_base": self.ref.api_base,
-            "test_model": self.test_model,
-            "judge_is_agent": self.judge_is_agent,
-        }
+        return ModelUse(
+            role=self.role,
+            model=self.ref.model,
+            api_base=self.ref.api_base,
+            test_model=self.test_model,
+            judge_is_agent=self.judge_is_agent,
+        )
 
     def check_endpoint(self) -> None:
         check_endpoint_ref(self.role, self.ref)

@@ -24,6 +24,7 @@ from schemas.estimate import RoleEstimate
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
 from schemas.roles import ROLES
+from schemas.runs import ModelUse, RunSummary, StageRun
 from stages.report import read_times
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
@@ -113,21 +114,17 @@ def _inputs() -> dict[str, object]:
     usage = {role: {"calls": 3, "prompt_tokens": 100, "completion_tokens": 20} for role in ROLES}
     estimate = {role: RoleEstimate(4, 90, 10) for role in ROLES}
     cost = cost_table(usage, estimate)
-    run = {
-        "mode": "lite",
-        "models": [
-            {
-                "role": r,
-                "model": "scripted/rules",
-                "api_base": None,
-                "test_model": True,
-                "judge_is_agent": r == "judge",
-            }
-            for r in ("extraction", "resolution", "agent", "judge")
+    run = RunSummary(
+        mode="lite",
+        system="graphrag",
+        models=[
+            ModelUse(role=r, model="scripted/rules", test_model=True, judge_is_agent=r == "judge")
+            for r in ROLES
         ],
-        "test_model": True,
-        "judge_is_agent": True,
-    }
+        test_model=True,
+        small_models=[],
+        judge_is_agent=True,
+    )
     ingest = {
         "conv1": {
             "chunks": 4,
@@ -375,10 +372,11 @@ def test_the_graph_table_lists_conversations_in_numeric_order() -> None:
 
 def test_a_local_model_is_flagged_as_measuring_nothing_about_memory() -> None:
     """A `local/` model of clients/local_model/pins.py's table is named in the record's warning."""
-    one = {"model": "local/smollm2-135m-instruct", "test_model": False, "judge_is_agent": False}
-    runs = [{"mode": "lite", "models": [{"role": "agent", **one}]} for _ in range(3)]
+    one = ModelUse(role="agent", model="local/smollm2-135m-instruct", test_model=False)
+    runs = [StageRun(mode="lite", models=[one]) for _ in range(3)]
     run = run_info(*runs)
-    assert run["small_models"] == ["local/smollm2-135m-instruct"] and not run["test_model"]
+    assert run.small_models == ["local/smollm2-135m-instruct"] and not run.test_model
+    assert run.system == "graphrag"  # a run from before the port: graphrag was the only system
     warning = small_model_warning("local/smollm2-135m-instruct")
     assert "a model this small measures nothing about memory" in warning
     assert "`local/smollm2-135m-instruct`, a 98 MB model" in warning

@@ -340,7 +340,10 @@ def test_a_forced_repro_from_the_call_cache_changes_no_out_and_settings_rerun_on
         repo.dvc("repro")
         outs, metrics = _outs(repo.path), _metrics_without_timing(repo.path)
         calls = len(repo.model_calls())
-        kept = {name: (repo.path / name).read_text() for name in ("params.yaml", "settings.yaml", "pins.yaml")}
+        kept = {
+            name: (repo.path / name).read_text()
+            for name in ("params.yaml", "settings.yaml", "pins.yaml")
+        }
 
         def restore() -> None:
             for name, text in kept.items():

@@ -163,7 +163,7 @@ def test_build_model_wires_cache_budget_and_judge_flag(tmp_path: Path) -> None:
     client = build_model(
         "judge", models=models_params(), llm=llm_params(tmp_path), budget=budget, mode="lite"
     )
-    assert client.judge_is_agent and client.metadata()["judge_is_agent"] is True
+    assert client.judge_is_agent and client.metadata().judge_is_agent is True
     assert client.budget is not None and client.budget.cap.calls == 40
     assert client.budget.path.parent == tmp_path / "cache"
     assert client.budget.path.name.startswith("budget-lite-")  # the run's own ledger

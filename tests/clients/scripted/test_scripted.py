@@ -181,7 +181,7 @@ def test_record_history_tokens_and_test_model_marker(
     stats = client.accounting.stats("judge")
     assert stats.calls == 3
     assert stats.prompt_tokens == sum(r.prompt_tokens for r in replies)
-    assert client.metadata()["test_model"] is True
+    assert client.metadata().test_model is True
 
 
 def test_scripted_model_does_not_import_litellm(tmp_path: Path) -> None:

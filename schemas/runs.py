@@ -1,0 +1,86 @@
+"""What made a run's results: each model-calling stage's run record, and the run they make.
+
+The ingest, answer and judge stages each write `run.json` in their folder (`LAYOUT.<stage>.run`):
+the mode, the memory system (ingest and answer), every role's model as the stage used it, and
+whether a test model was among them; ingest adds the system's per-conversation notes (graphrag:
+its empty and failed extractions). The report joins the three into a `RunSummary`, which the
+record, the page and the estimator read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict
+
+from schemas.base import Record
+from schemas.params import Mode
+from schemas.roles import Role
+
+
+class ModelUse(Record):
+    """One role's model as a stage used it (`clients.llm.client.LlmClient.metadata`)."""
+
+    role: Role
+    model: str | None
+    api_base: str | None = None
+    test_model: bool
+    judge_is_agent: bool = False
+    """The judge role only: its model fell back to the agent's (`models.judge.model` null)."""
+
+
+class StageRun(Record):
+    """`run.json` of the ingest, answer, judge or judge-check stage."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    """Beside the fields: ingest's notes from the memory system, each a mapping of conversation
+    (`conv<id>`) to a value, named by what they count (systems/port.py `BuiltMemory.notes`)."""
+
+    mode: Mode
+    system: str | None = None
+    """The memory system (ingest and answer; the judge scores whatever answered)."""
+    models: list[ModelUse]
+    test_model: bool | None = None
+    """Whether a test model made them (the judge check's record leaves it out)."""
+
+    @property
+    def notes(self) -> dict[str, Any]:
+        """The system's notes per conversation (ingest), by name."""
+        return dict(self.model_extra or {})
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's content: `system` and `test_model` only where the stage has them."""
+        data = self.model_dump(mode="json")
+        for name in ("system", "test_model"):
+            if data[name] is None:
+                del data[name]
+        return data
+
+
+class RunSummary(Record):
+    """The run the three stages made together, as the record and the page show it."""
+
+    mode: Mode
+    system: str
+    models: list[ModelUse]
+    """Every role's model, in stage order (ingest's, the agent's, the judge's)."""
+    test_model: bool
+    small_models: list[str]
+    """The project's own small local models among them (they measure nothing about memory)."""
+    judge_is_agent: bool
+
+
+def summarize_runs(
+    ingest: StageRun, answer: StageRun, judge: StageRun, small_models: frozenset[str]
+) -> RunSummary:
+    """One summary of the three stage runs; `small_models`: the names of the local models."""
+    models = [*ingest.models, *answer.models, *judge.models]
+    return RunSummary(
+        mode=judge.mode,
+        # the memory system under test (runs made before the port knew only graphrag)
+        system=answer.system or ingest.system or "graphrag",
+        models=models,
+        test_model=any(m.test_model for m in models),
+        small_models=sorted({m.model for m in models if m.model and m.model in small_models}),
+        judge_is_agent=any(m.role == "judge" and m.judge_is_agent for m in models),
+    )
