@@ -27,6 +27,7 @@ from schemas.params import (
 from schemas.records import ABILITIES
 from schemas.roles import ROLES, cost_key
 from schemas.runs import RunSummary, StageRun, summarize_runs
+from schemas.traces import AnswerSummary
 
 if TYPE_CHECKING:
     from schemas.estimate import RoleEstimate
@@ -144,7 +145,7 @@ FAILURE_LABELS = {
 
 
 def failure_counts(
-    ingest: Mapping[str, Any], answer: Mapping[str, Any], judge: Mapping[str, Any]
+    ingest: Mapping[str, Any], answer: AnswerSummary, judge: Mapping[str, Any]
 ) -> dict[str, int]:
     """What failed in the run, stage by stage: model calls that failed after their retries (a
     run has them only where `max_failed_share` tolerated them) and tool errors the agent saw.
@@ -155,9 +156,9 @@ def failure_counts(
         "resolution_calls": int(
             total.get("failed_resolution_calls", 0) + total.get("failed_link_calls", 0)
         ),
-        "questions_in_error": int(answer.get("errors", 0)),
+        "questions_in_error": answer.errors or 0,
         "judge_calls": int(judge["overall"].get("failed_calls", 0)),
-        "tool_errors": int(answer.get("tool_errors", 0)),
+        "tool_errors": answer.tool_errors or 0,
     }
 
 
@@ -180,7 +181,7 @@ def _numbers(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_metrics(
     scores: Mapping[str, Mapping[str, Any]],
-    answer: Mapping[str, Any],
+    answer: AnswerSummary,
     cost: Mapping[str, Mapping[str, int]],
     flags: Mapping[str, int],
     failures: Mapping[str, int],
@@ -210,8 +211,8 @@ def build_metrics(
         },
         "agent": _numbers(
             {
-                "context_tokens_median": answer.get("context_tokens_median"),
-                "context_tokens_p95": answer.get("context_tokens_p95"),
+                "context_tokens_median": answer.context_tokens_median,
+                "context_tokens_p95": answer.context_tokens_p95,
             }
         ),
         "failures": dict(failures),

@@ -58,3 +58,28 @@ class Trace(Record):
     dropped_tokens: int = Field(default=0, ge=0)
     """Chat tokens left out of the prompt to fit the answer model's context window
     (full_context: the oldest sessions, then the oldest messages of the oldest one kept)."""
+
+
+class AnswerSummary(Record):
+    """The answer stage's summary (`LAYOUT.answer.summary`): counts, steps and the answer model's
+    context size per question (the largest prompt of its calls), and the chat tokens left out to
+    fit the context (full_context). A run without questions has only `questions`."""
+
+    questions: int = Field(ge=0)
+    errors: int | None = None
+    """Questions whose agent call failed after its retries."""
+    empty_answers: int | None = None
+    tool_calls: int | None = None
+    tool_errors: int | None = None
+    """Tool calls that came back to the model as an error."""
+    steps_mean: float | None = None
+    context_tokens_median: int | float | None = None
+    context_tokens_p95: int | None = None
+    """95th percentile by nearest rank (one of the values)."""
+    context_tokens_max: int | None = None
+    questions_cut_to_fit: int | None = None
+    dropped_tokens: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's content: the counts there are."""
+        return self.model_dump(mode="json", exclude_none=True)

@@ -13,14 +13,12 @@ the agent's model, `llm.concurrency` at a time, and closes it. Writes
 
 from __future__ import annotations
 
-import math
-import statistics
 import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
+from bench.answers import agent_usage, summarize_answers
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
@@ -42,43 +40,6 @@ Hugging Face dataset Mohammadta/BEAM), licensed CC BY-SA 4.0
 (https://creativecommons.org/licenses/by-sa/4.0/). They are adapted material under the same
 licence: share them only under CC BY-SA 4.0, with this attribution.
 """
-
-
-def nearest_rank(values: list[int], share: float) -> int:
-    """The smallest value with at least `share` of the values at or below it (one of them)."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
-
-
-def summarize(traces: list[Trace]) -> dict[str, Any]:
-    """The answer summary (`LAYOUT.answer.summary`): counts, steps and the answer model's context
-    size per question (the largest prompt of its calls: median, 95th percentile by nearest rank,
-    max), and the chat tokens left out to fit the context (full_context)."""
-    if not traces:
-        return {"questions": 0}
-    contexts = [t.max_context_tokens for t in traces]
-    return {
-        "questions": len(traces),
-        "errors": sum(1 for t in traces if t.error),
-        "empty_answers": sum(1 for t in traces if not t.answer),
-        "tool_calls": sum(len(t.tool_calls) for t in traces),
-        "tool_errors": sum(1 for t in traces for c in t.tool_calls if c.error),
-        "steps_mean": statistics.fmean(t.steps for t in traces),
-        "context_tokens_median": statistics.median(contexts),
-        "context_tokens_p95": nearest_rank(contexts, 0.95),
-        "context_tokens_max": max(contexts),
-        "questions_cut_to_fit": sum(1 for t in traces if t.dropped_tokens),
-        "dropped_tokens": sum(t.dropped_tokens for t in traces),
-    }
-
-
-def usage(traces: list[Trace]) -> dict[str, int]:
-    """The agent's calls and tokens, from the traces (the same when served from the cache)."""
-    return {
-        "calls": sum(t.calls for t in traces),
-        "prompt_tokens": sum(t.prompt_tokens for t in traces),
-        "completion_tokens": sum(t.completion_tokens for t in traces),
-    }
 
 
 def answer_all(
@@ -162,8 +123,8 @@ def main() -> None:
         mode=mode, system=system.name, models=[agent.metadata()], test_model=agent.test_model
     )
     write_json(FILES.run, record.to_json())
-    write_json(FILES.summary, summarize(ordered))
-    write_json(FILES.usage, {"agent": usage(ordered)})
+    write_json(FILES.summary, summarize_answers(ordered).to_json())
+    write_json(FILES.usage, {"agent": agent_usage(ordered)})
     # The model layer's wait on the agent's calls (none for cache hits): metrics only.
     write_json(
         FILES.metrics,

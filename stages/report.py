@@ -49,7 +49,7 @@ from schemas.judging import Judgement
 from schemas.layout import LAYOUT, metrics_file
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.runs import StageRun
-from schemas.traces import Trace
+from schemas.traces import AnswerSummary, Trace
 from stages.common import read_params, run_stage
 
 
@@ -96,7 +96,7 @@ def make_report() -> None:
     mode, params = run_params.mode, run_params.report
     fetch, verify, judge_params = run_params.fetch, run_params.verify_hash, run_params.judge
     ingest = read_json(LAYOUT.ingest.graphs)
-    answer = read_json(LAYOUT.answer.summary)
+    answer = read_record(LAYOUT.answer.summary, AnswerSummary)
     judge = read_json(LAYOUT.judge.summary)
     rows = read_rows(LAYOUT.judge.questions)
     stages = (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)

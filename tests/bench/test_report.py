@@ -25,6 +25,7 @@ from schemas.params import ReportParams
 from schemas.records import ABILITIES
 from schemas.roles import ROLES
 from schemas.runs import ModelUse, RunSummary, StageRun
+from schemas.traces import AnswerSummary
 from stages.report import read_times
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
@@ -161,7 +162,7 @@ def test_failures_are_counted_from_every_stage_and_lead_the_record() -> None:
     ingest = {
         "total": {"failed_extractions": 2, "failed_resolution_calls": 1, "failed_link_calls": 3}
     }
-    answer = {"errors": 1, "tool_errors": 4}
+    answer = AnswerSummary(questions=3, errors=1, tool_errors=4)
     judge = {"overall": {"failed_calls": 5}}
     failures = failure_counts(ingest, answer, judge)
     assert failures == {
@@ -192,7 +193,9 @@ def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:
 
 def _metrics(rows: list[dict[str, object]]) -> dict[str, dict[str, float]]:
     i = _inputs()
-    answer = {"context_tokens_median": 900.0, "context_tokens_p95": 1400, "steps_mean": 1.5}
+    answer = AnswerSummary(
+        questions=2, context_tokens_median=900.0, context_tokens_p95=1400, steps_mean=1.5
+    )
     return build_metrics(
         score_table(rows, PARAMS),
         answer,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.answers import nearest_rank, summarize_answers
 from bench.usage import CountedModel
 from clients.llm.cache import LlmCache
 from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Message
 from schemas.params import LlmParams, ModelRef
-from stages.answer import nearest_rank
 
 
 def _cached_judge(cache_dir: Path) -> LlmClient:
@@ -51,3 +51,7 @@ def test_nearest_rank_is_one_of_the_values() -> None:
     assert nearest_rank([3, 1], 0.95) == 3
     assert nearest_rank(list(range(1, 101)), 0.95) == 95
     assert nearest_rank(list(range(1, 21)), 0.5) == 10
+
+
+def test_the_answer_summary_of_no_question_has_only_the_count() -> None:
+    assert summarize_answers([]).to_json() == {"questions": 0}
