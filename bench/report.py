@@ -26,7 +26,7 @@ from schemas.params import (
 )
 from schemas.records import ABILITIES
 from schemas.roles import ROLES, cost_key
-from schemas.runs import RunSummary, StageRun, summarize_runs
+from schemas.runs import MemorySizes, RunSummary, StageRun, summarize_runs
 from schemas.traces import AnswerSummary
 
 if TYPE_CHECKING:
@@ -145,12 +145,12 @@ FAILURE_LABELS = {
 
 
 def failure_counts(
-    ingest: Mapping[str, Any], answer: AnswerSummary, judge: Mapping[str, Any]
+    ingest: MemorySizes, answer: AnswerSummary, judge: Mapping[str, Any]
 ) -> dict[str, int]:
     """What failed in the run, stage by stage: model calls that failed after their retries (a
     run has them only where `max_failed_share` tolerated them) and tool errors the agent saw.
     From data/ingest/graphs.json, data/answer/summary.json and data/judge/summary.json."""
-    total = ingest["total"]
+    total = ingest.total
     return {
         "extraction_calls": int(total.get("failed_extractions", 0)),
         "resolution_calls": int(

@@ -1,14 +1,17 @@
-"""What made a run's results: each model-calling stage's run record, and the run they make.
+"""What made a run's results: each model-calling stage's run record, the run they make, and the
+size of the memories the ingest built.
 
 The ingest, answer and judge stages each write `run.json` in their folder (`LAYOUT.<stage>.run`):
 the mode, the memory system (ingest and answer), every role's model as the stage used it, and
 whether a test model was among them; ingest adds the system's per-conversation notes (graphrag:
 its empty and failed extractions). The report joins the three into a `RunSummary`, which the
-record, the page and the estimator read.
+record, the page and the estimator read. The ingest also writes `MemorySizes`
+(`LAYOUT.ingest.graphs`): what each conversation's memory holds, counted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ConfigDict
@@ -84,3 +87,36 @@ def summarize_runs(
         small_models=sorted({m.model for m in models if m.model and m.model in small_models}),
         judge_is_agent=any(m.role == "judge" and m.judge_is_agent for m in models),
     )
+
+
+Counts = dict[str, int | float]
+
+
+class MemorySizes(Record):
+    """What each conversation's memory holds (graphrag: chunks, entities, statements, ...; a
+    baseline: what it keeps; no_memory: nothing), and the total of each count. The file holds
+    `total` beside one `conv<id>` entry per conversation."""
+
+    total: Counts
+    conversations: dict[str, Counts]
+    """By `conv<id>`, in the order the ingest built them."""
+
+    @classmethod
+    def of(cls, counts: Iterable[tuple[str, Mapping[str, int | float]]]) -> MemorySizes:
+        """The sizes of the memories built, given as (conversation id, counts)."""
+        conversations = {f"conv{cid}": dict(c) for cid, c in counts}
+        total: Counts = {}
+        for each in conversations.values():
+            for key, value in each.items():
+                total[key] = total.get(key, 0) + value
+        return cls(total=total, conversations=conversations)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MemorySizes:
+        """The file's content read back."""
+        rest = {k: v for k, v in data.items() if k != "total"}
+        return cls(total=data.get("total", {}), conversations=rest)
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's content: `total` and one entry per conversation."""
+        return {"total": self.total, **self.conversations}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +32,12 @@ from schemas.layout import LAYOUT
 from schemas.params import Mode
 from schemas.records import ChatSlice
 from schemas.roles import INGEST_ROLES, Role, cost_key
-from schemas.runs import StageRun
+from schemas.runs import MemorySizes, StageRun
 from stages.common import ProgressBar, read_params, run_stage, stage_seconds
 from systems.port import BuiltMemory, MemorySystem, memory_file
 from systems.registry import load_system
 
 FILES = LAYOUT.ingest
-
-
-def summarize(memories: Sequence[BuiltMemory]) -> dict[str, Any]:
-    """The memories' sizes (`LAYOUT.ingest.graphs`): the counts per conversation and their total."""
-    per_conv = {f"conv{m.conversation_id}": dict(m.counts) for m in memories}
-    total: dict[str, float] = {}
-    for counts in per_conv.values():
-        for key, value in counts.items():
-            total[key] = total.get(key, 0) + value
-    return {"total": total, **per_conv}
 
 
 def main() -> None:
@@ -140,7 +130,8 @@ def write_records(
         **notes,
     )
     write_json(FILES.run, record.to_json())
-    write_json(FILES.graphs, summarize(memories))
+    sizes = MemorySizes.of((m.conversation_id, m.counts) for m in memories)
+    write_json(FILES.graphs, sizes.to_json())
     write_json(FILES.usage, {model.role: model.usage() for model in counted})
     llm = accounting.to_metrics()
     seconds = {cost_key(r): llm[r]["seconds"] if r in llm else 0.0 for r in INGEST_ROLES}

@@ -48,7 +48,7 @@ from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import Judgement
 from schemas.layout import LAYOUT, metrics_file
 from schemas.records import ChatSlice, Question, Rubric
-from schemas.runs import StageRun
+from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
 from stages.common import read_params, run_stage
 
@@ -95,7 +95,7 @@ def make_report() -> None:
     run_params = read_params()
     mode, params = run_params.mode, run_params.report
     fetch, verify, judge_params = run_params.fetch, run_params.verify_hash, run_params.judge
-    ingest = read_json(LAYOUT.ingest.graphs)
+    ingest = MemorySizes.from_json(read_json(LAYOUT.ingest.graphs))
     answer = read_record(LAYOUT.answer.summary, AnswerSummary)
     judge = read_json(LAYOUT.judge.summary)
     rows = read_rows(LAYOUT.judge.questions)
@@ -150,7 +150,7 @@ def make_report() -> None:
         scores=scores,
         rows=rows,
         judge=judge,
-        ingest={k: v for k, v in ingest.items() if k != "total"},
+        ingest=ingest.conversations,
         cost=cost,
         flags=flags,
         failures=failures,

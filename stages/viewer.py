@@ -20,7 +20,7 @@ from schemas.judging import Judgement
 from schemas.layout import LAYOUT
 from schemas.params import Params
 from schemas.records import Question, Rubric
-from schemas.runs import StageRun
+from schemas.runs import MemorySizes, StageRun
 from schemas.traces import Trace
 from stages.common import read_params, run_stage
 
@@ -40,7 +40,7 @@ def read_page_inputs(params: Params) -> PageInputs:
         rows=read_rows(LAYOUT.judge.questions),
         report=read_json(LAYOUT.report.metrics),
         judge_summary=read_json(LAYOUT.judge.summary),
-        graphs=read_json(graphs),
+        graphs=MemorySizes.from_json(read_json(graphs)),
         runs=[
             read_record(files.run, StageRun)
             for files in (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)

@@ -17,7 +17,7 @@ from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, Judgement
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.roles import COST_KEYS
-from schemas.runs import StageRun
+from schemas.runs import MemorySizes, StageRun
 from schemas.traces import Trace
 
 EVIDENCE_CHARS = 6000
@@ -229,7 +229,7 @@ class PageInputs(Record):
     """The report's headline metrics (scores, intervals, cost, failures)."""
     judge_summary: dict[str, Any]
     """The judge stage's summary (event ordering's F1 and tau)."""
-    graphs: dict[str, Any]
+    graphs: MemorySizes
     """The ingest stage's counts per conversation (`conv<id>`) and their total."""
     runs: list[StageRun]
     """The run records of the ingest, answer and judge stages (mode, system, models)."""
@@ -269,9 +269,7 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         for q in questions
     ]
     models = [m for run in runs for m in run.models]
-    memories = [
-        (n, c) for n, c in graphs.items() if n.startswith("conv") and isinstance(c, Mapping)
-    ]
+    memories = list(graphs.conversations.items())
     is_graph = any(k in c for _, c in memories for k in GRAPH_KEYS)
     keys = list(GRAPH_KEYS) if is_graph else sorted({k for _, c in memories for k in c})
     return {

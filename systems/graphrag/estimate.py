@@ -17,7 +17,6 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from clients.tokens import count_tokens
 from schemas.errors import DataError
@@ -26,6 +25,7 @@ from schemas.layout import LAYOUT
 from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
 from schemas.params import AgentRates, EstimateParams, IngestRates
 from schemas.records import ChatSlice, Chunk, Question
+from schemas.runs import MemorySizes
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
 from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
@@ -206,9 +206,9 @@ def fit_rate(expected: Callable[[float], float], target: float) -> float:
     return high
 
 
-def _graph_counts(graphs: Mapping[str, Any], conversation: str) -> Mapping[str, float]:
-    counts = graphs.get(f"conv{conversation}")
-    if not isinstance(counts, Mapping):
+def _graph_counts(graphs: MemorySizes, conversation: str) -> Mapping[str, float]:
+    counts = graphs.conversations.get(f"conv{conversation}")
+    if counts is None:
         raise DataError(
             f"{GRAPHS_FILE} of the run has no counts for conv{conversation}, whose slice the run "
             "holds: its ingest and slice are out of step (re-run `dvc repro ingest` there)"
@@ -218,7 +218,7 @@ def _graph_counts(graphs: Mapping[str, Any], conversation: str) -> Mapping[str, 
 
 def ingest_rates_from_run(
     chats: Sequence[ChatSlice],
-    graphs: Mapping[str, Any],
+    graphs: MemorySizes,
     usage: Mapping[str, Mapping[str, int]],
     settings: IngestSettings,
     fallback: IngestRates,
@@ -246,7 +246,7 @@ def ingest_rates_from_run(
     chunks = sum(chunks_of.values())
     if chunks == 0:
         raise DataError("the run's slice holds no chunk: there is nothing to take rates from")
-    total = graphs.get("total") or {}
+    total = graphs.total
     values: dict[str, float] = {}
 
     extraction = usage.get("extraction") or {}
@@ -341,7 +341,7 @@ def _shares(counts: Mapping[str, float]) -> str:
 
 def _pair_sizes(
     chats: Sequence[ChatSlice],
-    graphs: Mapping[str, Any],
+    graphs: MemorySizes,
     usage: Mapping[str, Mapping[str, int]],
     settings: IngestSettings,
     fallback: IngestRates,
@@ -495,7 +495,7 @@ def agent_rates_from_run(
     return AgentRates.model_validate(fallback.model_dump() | values), origins
 
 
-def graph_items_of(graphs: Mapping[str, Any], conversations: Sequence[str]) -> dict[str, float]:
+def graph_items_of(graphs: MemorySizes, conversations: Sequence[str]) -> dict[str, float]:
     """Chunks, entities and statements of each conversation's graph: what the agent searched."""
     return {
         c: float(sum(_graph_counts(graphs, c)[k] for k in ("chunks", "entities", "statements")))
@@ -515,7 +515,7 @@ def rates_from_run(
     """GraphRAG's ingest and agent rates from a run's files (`RUN_FILES` in `files`, by path),
     the judge's left as `fallback` has them (the harness measures those). Origins are keyed
     `ingest.<rate>` and `agent.<rate>`."""
-    graphs = json.loads(files[GRAPHS_FILE])
+    graphs = MemorySizes.from_json(json.loads(files[GRAPHS_FILE]))
     ingest, ingest_origins = ingest_rates_from_run(chats, graphs, usage, settings, fallback.ingest)
     items = graph_items_of(graphs, sorted({q.conversation_id for q in questions}, key=_number))
     agent, agent_origins = agent_rates_from_run(traces, questions, items, fallback.agent)

@@ -31,6 +31,7 @@ from schemas.estimate import RoleEstimate
 from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
 from schemas.params import AgentRates, EstimateParams, IngestRates, JudgeRates
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
+from schemas.runs import MemorySizes
 from schemas.traces import ToolCallRecord, Trace
 from systems.chunking import chunk_conversation
 from systems.graphrag.agent import SYSTEM_PROMPT
@@ -538,7 +539,9 @@ def test_ingest_rates_are_the_graph_counts_per_chunk_and_pairs_fitted_before_the
         },
         "resolution": {"calls": 4, "prompt_tokens": 9_000, "completion_tokens": 550},
     }
-    rates, origins = ingest_rates_from_run(chats, graphs, usage, SETTINGS, RATES.ingest)
+    rates, origins = ingest_rates_from_run(
+        chats, MemorySizes.from_json(graphs), usage, SETTINGS, RATES.ingest
+    )
     assert rates.entities_per_chunk == pytest.approx(3)  # before the merges
     assert rates.statements_per_chunk == pytest.approx(5)
     assert rates.updatable_share == pytest.approx(4 / 5)  # Event is not updatable
@@ -565,7 +568,7 @@ def test_ingest_rates_refuse_a_run_whose_chunks_this_code_would_cut_differently(
     graphs = _graphs(chats, entities=1, statements=1)
     graphs["conv1"]["chunks"] += 1
     with pytest.raises(DataError, match="other code or params"):
-        ingest_rates_from_run(chats, graphs, {}, SETTINGS, RATES.ingest)
+        ingest_rates_from_run(chats, MemorySizes.from_json(graphs), {}, SETTINGS, RATES.ingest)
 
 
 def _run_data(

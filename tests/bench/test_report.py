@@ -24,7 +24,7 @@ from schemas.estimate import RoleEstimate
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
 from schemas.roles import ROLES
-from schemas.runs import ModelUse, RunSummary, StageRun
+from schemas.runs import MemorySizes, ModelUse, RunSummary, StageRun
 from schemas.traces import AnswerSummary
 from stages.report import read_times
 
@@ -159,9 +159,8 @@ def _inputs() -> dict[str, object]:
 
 
 def test_failures_are_counted_from_every_stage_and_lead_the_record() -> None:
-    ingest = {
-        "total": {"failed_extractions": 2, "failed_resolution_calls": 1, "failed_link_calls": 3}
-    }
+    total = {"failed_extractions": 2, "failed_resolution_calls": 1, "failed_link_calls": 3}
+    ingest = MemorySizes(total=total, conversations={"conv1": total})
     answer = AnswerSummary(questions=3, errors=1, tool_errors=4)
     judge = {"overall": {"failed_calls": 5}}
     failures = failure_counts(ingest, answer, judge)

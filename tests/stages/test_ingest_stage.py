@@ -26,8 +26,8 @@ from clients.llm.client import LlmClient
 from schemas.errors import DataError
 from schemas.memory import ENTITY_LABELS, GraphBatch
 from schemas.records import ChatMessage, ChatSlice, Session
+from schemas.runs import MemorySizes
 from stages.common import read_params
-from stages.ingest import summarize
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 from systems.graphrag.system import ingest_settings
 from systems.port import BuiltMemory
@@ -111,9 +111,12 @@ def test_settings_take_the_pair_cap_of_the_mode() -> None:
     assert ingest_settings(params, "full").chunk_tokens == params.chunk_tokens
 
 
-def test_summarize_totals_every_conversation() -> None:
+def test_the_memory_sizes_total_every_conversation() -> None:
     graphs = [ConversationGraph(c, [], GraphBatch()) for c in ("1", "4")]
-    metrics = summarize([BuiltMemory(g.conversation_id, g.counts()) for g in graphs])
+    built = [BuiltMemory(g.conversation_id, g.counts()) for g in graphs]
+    sizes = MemorySizes.of((m.conversation_id, m.counts) for m in built)
+    metrics = sizes.to_json()
+    assert MemorySizes.from_json(metrics) == sizes
     assert set(metrics) == {"total", "conv1", "conv4"}
     assert "seconds" not in metrics["total"]  # data/ingest/graphs.json is a DVC out: no wall time
     assert set(metrics["conv1"]) == set(metrics["total"])
