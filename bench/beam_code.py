@@ -174,7 +174,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
 def beam_code_summary(
     judgements: Sequence[Judgement], answers: Mapping[str, str]
 ) -> dict[str, dict[str, float | int | None]]:
-    """The groups of `stages.judge.summarize` with beam_code's means: each of the ten abilities
+    """The groups of `bench.judge.summarize` with beam_code's means: each of the ten abilities
     (null score where it has no question) and `overall` (mean over all questions, and
     `macro_score_beam_code`, the mean of the ability means). Every question counts, known-bad
     rubrics included. `answers` maps question id to the judged answer; only event_ordering

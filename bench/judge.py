@@ -264,9 +264,34 @@ def _group(js: Sequence[Judgement]) -> dict[str, float | int | None]:
     return group
 
 
-def summarize(
-    judgements: Sequence[Judgement], rubrics: Sequence[Rubric]
-) -> dict[str, dict[str, float | int | None]]:
+JudgeSummary = dict[str, dict[str, float | int | None]]
+"""The judge's summary (`LAYOUT.judge.summary`): per group (each ability, `overall`) its numbers."""
+
+
+def judge_summary(
+    scores: JudgeSummary,
+    rows: Sequence[JudgedQuestion],
+    failed_calls: int,
+    beam_code: JudgeSummary,
+) -> JudgeSummary:
+    """The judge's summary: `scores` (`summarize`) with, per group, the mean evidence recall and
+    the questions in error from the question rows, the failed judge calls (overall) and the
+    benchmark code's scores (`bench.beam_code.beam_code_summary`)."""
+    summary = {group: dict(values) for group, values in scores.items()}
+    for group, members in [
+        ("overall", rows),
+        *[(a, [r for r in rows if r.ability == a]) for a in ABILITIES],
+    ]:
+        recalls = [r.evidence_recall for r in members if r.evidence_recall is not None]
+        summary[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
+        summary[group]["error_questions"] = sum("error" in r.flags for r in members)
+    summary["overall"]["failed_calls"] = failed_calls
+    for group, values in beam_code.items():
+        summary[group].update(values)
+    return summary
+
+
+def summarize(judgements: Sequence[Judgement], rubrics: Sequence[Rubric]) -> JudgeSummary:
     """The judge's summary (`LAYOUT.judge.summary`): one group per ability (all ten always present,
     null scores where an ability has no question) and `overall`. Ability score = mean over its
     questions; overall score = mean over all questions, `macro_score` = mean of the ability

@@ -7,11 +7,10 @@ the stage reads and writes, and how) and writes the outs.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from bench.estimate import estimate_judge
 from bench.event_order import EVENT_ORDERING
-from bench.judge import JudgeCalls, judge_question, judged_question, summarize
+from bench.judge import JudgeCalls, judge_question, judge_summary, judged_question, summarize
 from bench.scorer_prompts import Message, item_messages, load_prompts
 from bench.usage import CountedModel
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
@@ -23,7 +22,7 @@ from schemas.judging import (
     Judgement,
 )
 from schemas.layout import LAYOUT
-from schemas.records import ABILITIES, Question, Rubric
+from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
@@ -117,18 +116,13 @@ def main() -> None:
     record = StageRun(mode=mode, models=[judge.metadata()], test_model=judge.test_model)
     write_json(files.run, record.to_json())
     write_json(files.usage, {"judge": counted.usage()})
-    summary: dict[str, Any] = dict(summarize(judgements, list(rubrics.values())))
-    for group, members in [
-        ("overall", rows),
-        *[(a, [r for r in rows if r.ability == a]) for a in ABILITIES],
-    ]:
-        recalls = [r.evidence_recall for r in members if r.evidence_recall is not None]
-        summary[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
-        summary[group]["error_questions"] = sum("error" in r.flags for r in members)
-    summary["overall"]["failed_calls"] = len(failures)
     answers = {q.id: judged_answer(traces[q.id]) for q in questions}
-    for group, values in beam_code_summary(judgements, answers).items():
-        summary[group].update(values)
+    summary = judge_summary(
+        summarize(judgements, list(rubrics.values())),
+        rows,
+        len(failures),
+        beam_code_summary(judgements, answers),
+    )
     write_json(files.summary, summary)
     # The model layer's wait on the judge's calls (none for cache hits): metrics only.
     write_json(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from bench.judge import judged_question, summarize
+from bench.judge import judge_summary, judged_question, summarize
 from clients.files import stable_json
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, Flag, ItemScore, JudgedQuestion, Judgement
@@ -140,3 +140,21 @@ def test_a_questions_row_carries_its_judgement_and_an_error_flag_where_its_answe
     assert fine.flags == ["parse_error"] and fine.evidence_recall is None
     with pytest.raises(ValidationError, match="flags"):
         JudgedQuestion.model_validate(row.model_dump() | {"flags": ["error", "bogus"]})
+
+
+def test_the_summary_adds_recall_errors_failed_calls_and_the_benchmark_codes_scores() -> None:
+    first, rubric_one = _pair("information_extraction", 1, 1.0)
+    second, rubric_two = _pair("abstention", 1, 0.0)
+    rows = [
+        judged_question(first, [1, 2], [1], answer_failed=False, score_beam_code=1.0),
+        judged_question(second, [], [], answer_failed=True, score_beam_code=0.0),
+    ]
+    scores = summarize([first, second], [rubric_one, rubric_two])
+    beam_code = {"overall": {"score_beam_code": 0.5}, "abstention": {"score_beam_code": 0.0}}
+    summary = judge_summary(scores, rows, 3, beam_code)
+    assert summary["overall"]["evidence_recall"] == 0.5  # the one question with evidence
+    assert summary["abstention"]["evidence_recall"] is None
+    assert summary["overall"]["error_questions"] == 1 == summary["abstention"]["error_questions"]
+    assert summary["overall"]["failed_calls"] == 3 and "failed_calls" not in summary["abstention"]
+    assert summary["overall"]["score_beam_code"] == 0.5
+    assert "evidence_recall" not in scores["overall"]  # its input is left as it was
