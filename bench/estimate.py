@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from clients.tokens import count_tokens
 from schemas.errors import DataError
 from schemas.estimate import RateOrigin, RoleEstimate, RunRates
-from schemas.judging import JudgePrompts
+from schemas.judging import JudgedQuestion, JudgePrompts
 from schemas.layout import LAYOUT
 from schemas.params import MODES, EstimateParams, JudgeRates, Mode, merge_settings
 from schemas.records import ChatSlice, Question, Rubric
@@ -247,12 +247,19 @@ class RunData:
     questions: Sequence[Question]
     rubrics: Sequence[Rubric]
     traces: Sequence[Trace]
-    judged: Sequence[Mapping[str, Any]]
+    judged: Sequence[JudgedQuestion]
     """The judge's rows (`LAYOUT.judge.questions`): one per question, with its `judge_calls`."""
     usage: Mapping[str, Mapping[str, int]]
     """Role -> {calls, prompt_tokens, completion_tokens}, from every metrics/usage/ file."""
     files: Mapping[str, str]
     """The system's own files it asked for, by path."""
+
+
+def _judged(text: str, label: str) -> list[JudgedQuestion]:
+    try:
+        return [JudgedQuestion.model_validate(row) for row in _rows(text)]
+    except ValidationError as exc:
+        raise DataError(f"{JUDGED} of {label} is not the judge's question rows: {exc}") from exc
 
 
 def parse_stage_run(text: str, path: str, label: str) -> StageRun:
@@ -309,7 +316,7 @@ def read_run(source: RunSource, system_files: Callable[[str], Mapping[str, str]]
         questions=[Question.model_validate(r) for r in _rows(require(source, QUESTIONS))],
         rubrics=[Rubric.model_validate(r) for r in _rows(require(source, RUBRICS))],
         traces=[Trace.model_validate(r) for r in _rows(require(source, TRACES))],
-        judged=_rows(require(source, JUDGED)),
+        judged=_judged(require(source, JUDGED), source.label),
         usage=usage,
         files={path: require(source, path) for path in system_files(system)},
     )
@@ -351,11 +358,11 @@ def judge_rates_from_run(
             basis=f"{used['completion_tokens']:,} completion tokens over {calls:,} calls",
         )
     rubrics = {r.question_id: r for r in run.rubrics}
-    judged = [r for r in run.judged if r["question_id"] in rubrics]
-    events = [r for r in judged if r["ability"] == EVENT_ORDERING]
-    items = sum(len(rubrics[r["question_id"]].rubric) for r in events)
+    judged = [r for r in run.judged if r.question_id in rubrics]
+    events = [r for r in judged if r.ability == EVENT_ORDERING]
+    items = sum(len(rubrics[r.question_id].rubric) for r in events)
     if items:
-        event_calls = sum(int(r["judge_calls"]) for r in events)
+        event_calls = sum(r.judge_calls for r in events)
         values["event_calls_per_item"] = event_calls / items
         origins["event_calls_per_item"] = RateOrigin(
             source="run", basis=f"{event_calls:,} equivalence calls over {items:,} events"
@@ -366,7 +373,7 @@ def judge_rates_from_run(
         )
     measured = fallback.model_copy(update=values | {"prompt_ratio": 1.0})
     counted = estimate_judge(
-        [rubrics[r["question_id"]] for r in judged],
+        [rubrics[r.question_id] for r in judged],
         {q.id: q.question for q in run.questions},
         measured,
         prompts,

@@ -20,6 +20,7 @@ from clients.files import (
     write_atomic,
 )
 from clients.local_model import LOCAL_MODELS
+from schemas.judging import JudgedQuestion
 from schemas.layout import LAYOUT
 from schemas.params import (
     ReportParams,
@@ -79,27 +80,23 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def score_table(
-    rows: Sequence[Mapping[str, Any]], params: ReportParams
-) -> dict[str, dict[str, Any]]:
+def score_table(rows: Sequence[JudgedQuestion], params: ReportParams) -> dict[str, dict[str, Any]]:
     """Per ability (all ten) and overall: n, score, CI, score excluding known-bad, recall."""
     table: dict[str, dict[str, Any]] = {}
     for index, group in enumerate([*ABILITIES, "overall"]):
-        members = [r for r in rows if group == "overall" or r["ability"] == group]
-        scores = [float(r["score"]) for r in members]
+        members = [r for r in rows if group == "overall" or r.ability == group]
+        scores = [r.score for r in members]
         kept = [
-            float(r["score_excluding_known_bad"])
-            for r in members
-            if r["score_excluding_known_bad"] is not None
+            r.score_excluding_known_bad for r in members if r.score_excluding_known_bad is not None
         ]
-        recalls = [float(r["evidence_recall"]) for r in members if r["evidence_recall"] is not None]
+        recalls = [r.evidence_recall for r in members if r.evidence_recall is not None]
         low, high = bootstrap_interval(
             scores,
             samples=params.bootstrap_samples,
             confidence=params.confidence,
             seed=(params.seed, index),
         )
-        beam = [float(r["score_beam_code"]) for r in members if "score_beam_code" in r]
+        beam = [r.score_beam_code for r in members]
         table[group] = {
             "n": len(members),
             "score": _mean(scores),
@@ -295,7 +292,7 @@ def render_record(
     pins: Mapping[str, str],
     settings: Mapping[str, Any],
     scores: Mapping[str, Mapping[str, Any]],
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[JudgedQuestion],
     judge: Mapping[str, Any],
     ingest: Mapping[str, Any],
     cost: Mapping[str, Mapping[str, int]],
@@ -374,8 +371,8 @@ def render_record(
         "| question | ability | score | flags | evidence recall |",
         "|---|---|---:|---|---:|",
         *[
-            f"| {r['question_id']} | {r['ability']} | {fmt(r['score'])} | "
-            f"{', '.join(r['flags']) or '–'} | {fmt(r['evidence_recall'])} |"
+            f"| {r.question_id} | {r.ability} | {fmt(r.score)} | "
+            f"{', '.join(r.flags) or '–'} | {fmt(r.evidence_recall)} |"
             for r in rows
         ],
         "",

@@ -81,13 +81,6 @@ def read_record(path: Path, model: type[M]) -> M:
         ) from exc
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """A JSONL file of plain rows an earlier stage wrote."""
-    if not path.is_file():
-        raise _missing(path)
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
 def read_records(path: Path, model: type[M]) -> list[M]:
     """`read_jsonl` of a file an earlier stage wrote (a DataError naming it when missing)."""
     if not path.is_file():

@@ -35,7 +35,6 @@ from clients.files import (
     read_jsonl,
     read_record,
     read_records,
-    read_rows,
     remove_outputs,
     stable_json,
     write_atomic,
@@ -45,7 +44,7 @@ from clients.git import code_commit
 from schemas.errors import DataError
 from schemas.estimate import with_total
 from schemas.judge_check import JudgeCheckSummary
-from schemas.judging import Judgement
+from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT, metrics_file
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.runs import MemorySizes, StageRun
@@ -98,7 +97,7 @@ def make_report() -> None:
     ingest = MemorySizes.from_json(read_json(LAYOUT.ingest.graphs))
     answer = read_record(LAYOUT.answer.summary, AnswerSummary)
     judge = read_json(LAYOUT.judge.summary)
-    rows = read_rows(LAYOUT.judge.questions)
+    rows = read_records(LAYOUT.judge.questions, JudgedQuestion)
     stages = (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)
     runs = [read_record(files.run, StageRun) for files in stages]
     run = run_info(*runs)
@@ -125,7 +124,7 @@ def make_report() -> None:
     scores = score_table(rows, params)
     cost = cost_table(usage, estimate)
     flags = {
-        flag: sum(flag in r["flags"] for r in rows)
+        flag: sum(flag in r.flags for r in rows)
         for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
     }
     failures = failure_counts(ingest, answer, judge)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from bench.viewer.data import PageInputs
 from bench.viewer.page import render_run_page
-from clients.files import read_chats, read_json, read_record, read_records, read_rows, write_atomic
+from clients.files import read_chats, read_json, read_record, read_records, write_atomic
 from schemas.errors import DataError
 from schemas.judge_check import JudgeCheckSummary
-from schemas.judging import Judgement
+from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT
 from schemas.params import Params
 from schemas.records import Question, Rubric
@@ -37,7 +37,7 @@ def read_page_inputs(params: Params) -> PageInputs:
         chats=read_chats(LAYOUT.slice.chats),
         traces=read_records(LAYOUT.answer.traces, Trace),
         judgements=read_records(LAYOUT.judge.judgements, Judgement),
-        rows=read_rows(LAYOUT.judge.questions),
+        rows=read_records(LAYOUT.judge.questions, JudgedQuestion),
         report=read_json(LAYOUT.report.metrics),
         judge_summary=read_json(LAYOUT.judge.summary),
         graphs=MemorySizes.from_json(read_json(graphs)),

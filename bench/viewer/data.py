@@ -14,7 +14,7 @@ from bench.judge_check.summary import judge_warning
 from schemas.base import Record
 from schemas.errors import DataError
 from schemas.judge_check import KINDS, JudgeCheckSummary
-from schemas.judging import FLAGS, Judgement
+from schemas.judging import FLAGS, JudgedQuestion, Judgement
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.roles import COST_KEYS
 from schemas.runs import MemorySizes, StageRun
@@ -80,7 +80,7 @@ def _question(
     rubric: Rubric,
     trace: Trace,
     judgement: Judgement,
-    row: Mapping[str, Any],
+    row: JudgedQuestion,
 ) -> dict[str, Any]:
     event = judgement.event
     return {
@@ -91,9 +91,9 @@ def _question(
         "answer": trace.answer,
         "error": trace.error,
         "score": _num(judgement.score),
-        "flags": list(row["flags"]),
+        "flags": list(row.flags),
         "known_bad_reason": rubric.known_bad_reason,
-        "evidence_recall": _num(row.get("evidence_recall")),
+        "evidence_recall": _num(row.evidence_recall),
         "items": [
             {
                 "item": item.rubric_item,
@@ -223,7 +223,7 @@ class PageInputs(Record):
     chats: list[ChatSlice]
     traces: list[Trace]
     judgements: list[Judgement]
-    rows: list[dict[str, Any]]
+    rows: list[JudgedQuestion]
     """The judge stage's row per question (its flags and evidence recall)."""
     report: dict[str, Any]
     """The report's headline metrics (scores, intervals, cost, failures)."""
@@ -253,7 +253,7 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
     by_rubric = {r.question_id: r for r in rubrics}
     by_trace = {t.question_id: t for t in traces}
     by_judgement = {j.question_id: j for j in judgements}
-    by_row = {str(r["question_id"]): r for r in rows}
+    by_row = {r.question_id: r for r in rows}
     missing = [
         q.id
         for q in questions

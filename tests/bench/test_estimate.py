@@ -28,6 +28,7 @@ from bench.estimate import (
 from clients.tokens import count_tokens
 from schemas.errors import DataError
 from schemas.estimate import RoleEstimate
+from schemas.judging import JudgedQuestion
 from schemas.memory import ENTITY_LABELS, UPDATABLE_LABELS
 from schemas.params import AgentRates, EstimateParams, IngestRates, JudgeRates
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
@@ -571,8 +572,21 @@ def test_ingest_rates_refuse_a_run_whose_chunks_this_code_would_cut_differently(
         ingest_rates_from_run(chats, MemorySizes.from_json(graphs), {}, SETTINGS, RATES.ingest)
 
 
+def _judged(question: Question, calls: int) -> JudgedQuestion:
+    return JudgedQuestion(
+        question_id=question.id,
+        ability=question.ability,
+        score=1.0,
+        score_excluding_known_bad=1.0,
+        flags=[],
+        evidence_recall=None,
+        judge_calls=calls,
+        score_beam_code=1.0,
+    )
+
+
 def _run_data(
-    judged: list[dict[str, Any]],
+    judged: list[JudgedQuestion],
     rubrics: list[Rubric],
     questions: list[Question],
     usage: dict[str, int],
@@ -597,10 +611,7 @@ def _run_data(
 def test_judge_rates_measure_event_calls_and_the_prompt_ratio_and_round_trip() -> None:
     plain, event = question("1"), question("1", "event_ordering")
     rubrics = [rubric(plain, 3), rubric(event, 4)]
-    judged = [
-        {"question_id": plain.id, "ability": plain.ability, "judge_calls": 3},
-        {"question_id": event.id, "ability": event.ability, "judge_calls": 10},
-    ]
+    judged = [_judged(plain, 3), _judged(event, 10)]
     run = _run_data(
         judged,
         rubrics,
@@ -620,7 +631,7 @@ def test_judge_rates_measure_event_calls_and_the_prompt_ratio_and_round_trip() -
 
 def test_a_run_without_event_ordering_keeps_its_rate_from_params_and_says_why() -> None:
     plain = question("1")
-    judged = [{"question_id": plain.id, "ability": plain.ability, "judge_calls": 3}]
+    judged = [_judged(plain, 3)]
     run = _run_data(
         judged,
         [rubric(plain, 3)],
@@ -641,10 +652,7 @@ def _write_run(root: Path, without: str | None = None) -> None:
         "data/slice/questions.jsonl": q.model_dump_json() + "\n",
         "data/slice/rubrics.jsonl": rubric(q, 2).model_dump_json() + "\n",
         "data/answer/traces.jsonl": _trace(q, 1, 100, 0, 0).model_dump_json() + "\n",
-        "data/judge/questions.jsonl": json.dumps(
-            {"question_id": q.id, "ability": q.ability, "judge_calls": 2}
-        )
-        + "\n",
+        "data/judge/questions.jsonl": _judged(q, 2).model_dump_json() + "\n",
         "data/ingest/graphs.json": "{}",
     }
     for rel, text in files.items():
@@ -691,7 +699,7 @@ def test_rates_of_another_systems_run_keep_its_build_and_answer_rates_from_param
     from systems.rag import Rag
 
     plain = question("1")
-    judged = [{"question_id": plain.id, "ability": plain.ability, "judge_calls": 3}]
+    judged = [_judged(plain, 3)]
     usage = {"calls": 3, "prompt_tokens": 900, "completion_tokens": 60}
     run = dataclasses.replace(_run_data(judged, [rubric(plain, 3)], [plain], usage), system="rag")
     found = rates_from_run(run, RATES, None, NoMemory(agent_rates=RATES.agent))

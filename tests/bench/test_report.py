@@ -21,6 +21,7 @@ from bench.report import (
 )
 from clients.git import code_commit
 from schemas.estimate import RoleEstimate
+from schemas.judging import JudgedQuestion
 from schemas.params import ReportParams
 from schemas.records import ABILITIES
 from schemas.roles import ROLES
@@ -48,8 +49,8 @@ JUDGE_CHECK = {
 }
 
 
-def _rows() -> list[dict[str, object]]:
-    return [
+def _rows() -> list[JudgedQuestion]:
+    rows: list[dict[str, object]] = [
         {
             "question_id": "conv1:information_extraction:0",
             "ability": "information_extraction",
@@ -87,6 +88,7 @@ def _rows() -> list[dict[str, object]]:
             "evidence_recall": None,
         },
     ]
+    return [JudgedQuestion.model_validate({"judge_calls": 2, **row}) for row in rows]
 
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean() -> None:
@@ -190,7 +192,7 @@ def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:
     assert set(cost) == {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}  # type: ignore[arg-type]
 
 
-def _metrics(rows: list[dict[str, object]]) -> dict[str, dict[str, float]]:
+def _metrics(rows: list[JudgedQuestion]) -> dict[str, dict[str, float]]:
     i = _inputs()
     answer = AnswerSummary(
         questions=2, context_tokens_median=900.0, context_tokens_p95=1400, steps_mean=1.5
@@ -199,7 +201,7 @@ def _metrics(rows: list[dict[str, object]]) -> dict[str, dict[str, float]]:
         score_table(rows, PARAMS),
         answer,
         i["cost"],  # type: ignore[arg-type]
-        {"known_bad_rubric": sum("known_bad_rubric" in r["flags"] for r in rows)},  # type: ignore[operator, misc]
+        {"known_bad_rubric": sum("known_bad_rubric" in r.flags for r in rows)},
         i["failures"],  # type: ignore[arg-type]
         JUDGE_CHECK,
     )

@@ -172,6 +172,7 @@ ROWS = [
         "flags": ["model_error"],
         "evidence_recall": 1.0,
         "judge_calls": 2,
+        "score_beam_code": 0.5,
     },
     {
         "question_id": QUESTIONS[1].id,
@@ -181,6 +182,7 @@ ROWS = [
         "flags": [],
         "evidence_recall": 0.5,
         "judge_calls": 3,
+        "score_beam_code": 0.25,
     },
 ]
 
