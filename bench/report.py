@@ -14,6 +14,7 @@ actual figures. Writes `metrics/report.json` (the headline), `metrics/plots/abil
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clients.files import (
@@ -286,24 +287,42 @@ def render_times(times: Mapping[str, float]) -> str:
     )
 
 
-def render_record(
-    *,
-    run: RunSummary,
-    pins: Mapping[str, str],
-    settings: Mapping[str, Any],
-    scores: Mapping[str, Mapping[str, Any]],
-    rows: Sequence[JudgedQuestion],
-    judge: Mapping[str, Any],
-    ingest: Mapping[str, Any],
-    cost: Mapping[str, Mapping[str, int]],
-    flags: Mapping[str, int],
-    failures: Mapping[str, int],
-    judge_check: Mapping[str, Any],
-    judge_warning: str | None,
-    confidence: float,
-) -> str:
+@dataclass(frozen=True)
+class RecordInputs:
+    """What the record (`LAYOUT.report.record`) is made from: the report stage reads the run's
+    files into it; `render_record` reads nothing else."""
+
+    run: RunSummary
+    pins: Mapping[str, str]
+    """What the run was made on (dataset, its sha256, the scorer, the code commit)."""
+    settings: Mapping[str, Any]
+    """The system's settings as it shows them (`MemorySystem.record_settings`)."""
+    scores: Mapping[str, Mapping[str, Any]]
+    """`score_table`: per ability and overall."""
+    rows: Sequence[JudgedQuestion]
+    judge: Mapping[str, Any]
+    """The judge's summary (`bench.judge.JudgeSummary`)."""
+    memories: Mapping[str, Mapping[str, int | float]]
+    """Each conversation's memory size (`MemorySizes.conversations`)."""
+    cost: Mapping[str, Mapping[str, int]]
+    """`cost_table`: per role and total, with the estimate."""
+    flags: Mapping[str, int]
+    failures: Mapping[str, int]
+    """`failure_counts`."""
+    judge_check: Mapping[str, Any]
+    """The judge check's summary as its file holds it."""
+    judge_warning: str | None
+    confidence: float
+
+
+def render_record(inputs: RecordInputs) -> str:
     """The Markdown record a reader needs to trust (or distrust) a run."""
     from bench.beam_code import DIFFERENCES, OUR_CHOICES
+
+    run, pins, settings, scores = inputs.run, inputs.pins, inputs.settings, inputs.scores
+    rows, judge, ingest, cost = inputs.rows, inputs.judge, inputs.memories, inputs.cost
+    flags, failures, judge_check = inputs.flags, inputs.failures, inputs.judge_check
+    judge_warning, confidence = inputs.judge_warning, inputs.confidence
 
     system = run.system
     out: list[str] = [f"# BEAM memory benchmark: {system}, {run.mode} run", ""]

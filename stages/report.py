@@ -17,6 +17,7 @@ from bench.report import (
     RECORD,
     STAGE_METRICS,
     VIEWER,
+    RecordInputs,
     build_metrics,
     cost_table,
     failure_counts,
@@ -142,14 +143,14 @@ def make_report() -> None:
         "code commit": code_commit(),
     }
     knobs = {**system.record_settings(), "params of every stage": "`dvc.lock` of this commit"}
-    record = render_record(
+    inputs = RecordInputs(
         run=run,
         pins=pins,
         settings=knobs,
         scores=scores,
         rows=rows,
         judge=judge,
-        ingest=ingest.conversations,
+        memories=ingest.conversations,
         cost=cost,
         flags=flags,
         failures=failures,
@@ -157,6 +158,7 @@ def make_report() -> None:
         judge_warning=warning,
         confidence=params.confidence,
     )
+    record = render_record(inputs)
     write_atomic(RECORD, record)
     page = PageInputs(
         questions=questions,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.report import (
+    RecordInputs,
     bootstrap_interval,
     build_metrics,
     cost_table,
@@ -267,19 +268,21 @@ def test_metrics_keys_do_not_depend_on_the_mode_beyond_the_abilities_asked() -> 
 def test_record_matches_the_golden_file() -> None:
     i = _inputs()
     record = render_record(
-        run=i["run"],
-        pins={"dataset": "Example/BEAM@abc", "code commit": "0123abc"},  # type: ignore[arg-type]
-        settings={"chunk size (tokens)": 1000},
-        scores=i["scores"],
-        rows=_rows(),  # type: ignore[arg-type]
-        judge=i["judge"],
-        ingest=i["ingest"],
-        cost=i["cost"],
-        flags=i["flags"],
-        failures=i["failures"],
-        judge_check=JUDGE_CHECK,
-        judge_warning="the judge gave the known score on 60% of 10 calibration cases",
-        confidence=0.95,  # type: ignore[arg-type]
+        RecordInputs(
+            run=i["run"],
+            pins={"dataset": "Example/BEAM@abc", "code commit": "0123abc"},  # type: ignore[arg-type]
+            settings={"chunk size (tokens)": 1000},
+            scores=i["scores"],
+            rows=_rows(),  # type: ignore[arg-type]
+            judge=i["judge"],
+            memories=i["ingest"],
+            cost=i["cost"],
+            flags=i["flags"],
+            failures=i["failures"],
+            judge_check=JUDGE_CHECK,
+            judge_warning="the judge gave the known score on 60% of 10 calibration cases",
+            confidence=0.95,  # type: ignore[arg-type]
+        )
     )
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.write_text(record)
@@ -355,19 +358,21 @@ def test_the_graph_table_lists_conversations_in_numeric_order() -> None:
     i = _inputs()
     counts = i["ingest"]["conv1"]  # type: ignore[index]
     record = render_record(
-        run=i["run"],  # type: ignore[arg-type]
-        pins={"code commit": "0123abc"},
-        settings={},
-        scores=i["scores"],  # type: ignore[arg-type]
-        rows=_rows(),  # type: ignore[arg-type]
-        judge=i["judge"],  # type: ignore[arg-type]
-        ingest={"conv13": counts, "conv4": counts, "conv17": counts, "conv1": counts},
-        cost=i["cost"],  # type: ignore[arg-type]
-        flags=i["flags"],  # type: ignore[arg-type]
-        failures=i["failures"],  # type: ignore[arg-type]
-        judge_check=JUDGE_CHECK,
-        judge_warning=None,
-        confidence=0.95,
+        RecordInputs(
+            run=i["run"],  # type: ignore[arg-type]
+            pins={"code commit": "0123abc"},
+            settings={},
+            scores=i["scores"],  # type: ignore[arg-type]
+            rows=_rows(),  # type: ignore[arg-type]
+            judge=i["judge"],  # type: ignore[arg-type]
+            memories={"conv13": counts, "conv4": counts, "conv17": counts, "conv1": counts},
+            cost=i["cost"],  # type: ignore[arg-type]
+            flags=i["flags"],  # type: ignore[arg-type]
+            failures=i["failures"],  # type: ignore[arg-type]
+            judge_check=JUDGE_CHECK,
+            judge_warning=None,
+            confidence=0.95,
+        )
     )
     graph = record[record.index("## Graph") : record.index("## Cost")]
     order = [line.split(" | ")[0] for line in graph.splitlines() if line.startswith("| conv")]
