@@ -17,10 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clients.files import (
-    write_atomic,
-)
-from clients.local_model import LOCAL_MODELS
+from clients.local_model.pins import LOCAL_MODELS
 from schemas.judging import JudgedQuestion
 from schemas.layout import LAYOUT
 from schemas.params import (
@@ -482,11 +479,8 @@ def memory_table(system: str, ingest: Mapping[str, Mapping[str, Any]]) -> list[s
     ]
 
 
-def write_plots(
-    scores: Mapping[str, Mapping[str, Any]], cost: Mapping[str, Mapping[str, int]]
-) -> None:
-    """The data of dvc.yaml's three plots: score per ability (asked ones) with its interval and
-    n; calls and tokens per phase."""
+def ability_plot(scores: Mapping[str, Mapping[str, Any]]) -> str:
+    """The data of the score plot (CSV): score per ability asked, with its interval and n."""
     lines = ["ability,score,ci_low,ci_high,n"]
     for ability in ABILITIES:
         row = scores[ability]
@@ -494,12 +488,14 @@ def write_plots(
             lines.append(
                 f"{ability},{row['score']:.6f},{row['ci_low']:.6f},{row['ci_high']:.6f},{row['n']}"
             )
-    write_atomic(ABILITY_PLOT, "\n".join(lines) + "\n")
-    cost_lines = ["phase,calls,tokens"]
-    cost_lines += [
-        f"{p},{int(r['calls'])},{int(r['tokens'])}" for p, r in cost.items() if p != "total"
-    ]
-    write_atomic(COST_PLOT, "\n".join(cost_lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def cost_plot(cost: Mapping[str, Mapping[str, int]]) -> str:
+    """The data of the two cost plots (CSV): calls and tokens per phase."""
+    lines = ["phase,calls,tokens"]
+    lines += [f"{p},{int(r['calls'])},{int(r['tokens'])}" for p, r in cost.items() if p != "total"]
+    return "\n".join(lines) + "\n"
 
 
 def run_info(ingest: StageRun, answer: StageRun, judge: StageRun) -> RunSummary:

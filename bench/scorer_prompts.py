@@ -1,8 +1,9 @@
-"""The benchmark's scorer prompts: read from its pinned source files, and filled per call.
+"""The benchmark's scorer prompts: taken from its pinned source files, and filled per call.
 
 The prompts are taken from the two pinned files (src/prompts.py, src/evaluation/
 compute_metrics.py of the benchmark's repository, fetched and hash-checked) by parsing them
-with `ast`, never importing or executing them. One defect of the benchmark's own scorer is
+with `ast`, never importing or executing them (the stages read the files: stages/common.py
+`load_scorer_prompts`). One defect of the benchmark's own scorer is
 corrected here: its code never fills the judge prompt's `<question>` slot (the prompt asks
 whether the response addresses "the QUESTION" that it is never shown): we fill it, and where
 the pinned text has no slot we add a `QUESTION:` line above the rubric criterion.
@@ -16,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from schemas.errors import DataError, IntegrityError
+from schemas.errors import IntegrityError
 from schemas.judging import JudgePrompts
 from schemas.params import JudgeParams, PinnedFile
 
@@ -44,22 +45,17 @@ def scorer_file_path(params: JudgeParams, pinned: PinnedFile) -> Path:
     return Path(params.scorer_dir) / pinned.path
 
 
-def scorer_present(params: JudgeParams) -> bool:
-    """Whether the fetch stage has put both pinned scorer files in place."""
-    return all(
-        scorer_file_path(params, pinned).is_file()
-        for pinned in (params.prompts, params.compute_metrics)
-    )
+def pinned_scorer_files(params: JudgeParams) -> tuple[PinnedFile, PinnedFile]:
+    """The two pinned scorer files: the prompts, then compute_metrics."""
+    return params.prompts, params.compute_metrics
 
 
-def load_prompts(params: JudgeParams) -> JudgePrompts:
-    """The scorer's prompts from the fetched pinned files, after checking their hashes."""
+def prompts_from_files(params: JudgeParams, contents: Sequence[bytes]) -> JudgePrompts:
+    """The scorer's prompts from the fetched pinned files' bytes (in `pinned_scorer_files`
+    order), after checking their hashes."""
     texts = []
-    for pinned in (params.prompts, params.compute_metrics):
+    for pinned, data in zip(pinned_scorer_files(params), contents, strict=True):
         path = scorer_file_path(params, pinned)
-        if not path.is_file():
-            raise DataError(f"scorer file {path} is missing: run `dvc repro fetch`")
-        data = path.read_bytes()
         actual = hashlib.sha256(data).hexdigest()
         if actual != pinned.sha256:
             raise IntegrityError(

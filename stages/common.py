@@ -14,7 +14,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import BeamError, DataError, ParamsError
-from schemas.params import Params, merge_settings, shared_keys
+from schemas.judging import JudgePrompts
+from schemas.params import JudgeParams, Params, merge_settings, shared_keys
 
 STARTED = time.monotonic()
 """When this stage process started (stages import this module first): its wall time is measured
@@ -105,6 +106,31 @@ def read_params(path: Path = PARAMS_FILE) -> Params:
 
 # The slice core (pyarrow, the tokenizer) is imported where it is used: every stage imports this
 # module first, and most never read the slice's inputs.
+
+
+def _scorer_paths(params: JudgeParams) -> list[Path]:
+    from bench.scorer_prompts import pinned_scorer_files, scorer_file_path
+
+    return [scorer_file_path(params, pinned) for pinned in pinned_scorer_files(params)]
+
+
+def load_scorer_prompts(params: JudgeParams) -> JudgePrompts:
+    """The scorer's prompts from the fetched pinned files (bench/scorer_prompts.py checks their
+    hashes and parses them); a DataError when one is missing."""
+    from bench.scorer_prompts import prompts_from_files
+
+    paths = _scorer_paths(params)
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"scorer file {path} is missing: run `dvc repro fetch`")
+    return prompts_from_files(params, [path.read_bytes() for path in paths])
+
+
+def scorer_prompts_if_fetched(params: JudgeParams) -> JudgePrompts | None:
+    """`load_scorer_prompts`, or None before the fetch stage has put the files in place (the
+    estimate and the report then count the prompts without them)."""
+    fetched = all(path.is_file() for path in _scorer_paths(params))
+    return load_scorer_prompts(params) if fetched else None
 
 
 def load_fixture(path: Path) -> SliceFixture:

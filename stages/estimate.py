@@ -25,14 +25,13 @@ from bench.estimate import (
     format_rates,
     format_table,
     judge_rates_from_run,
-    open_run,
     phases_json,
     read_run,
     run_rates,
 )
 from bench.repair import REPAIR_OUT
-from bench.scorer_prompts import load_prompts, scorer_present
 from bench.slice import Built, build_mode, restrict
+from clients.runs import open_run
 from schemas.estimate import FinishedRun, RateOrigin, RoleEstimate, RunRates, with_total
 from schemas.judging import JudgePrompts
 from schemas.params import (
@@ -44,7 +43,13 @@ from schemas.params import (
     SliceParams,
 )
 from schemas.records import ChatSlice, Question, Rubric
-from stages.common import load_fixture, read_params, read_repaired_rows, run_stage
+from stages.common import (
+    load_fixture,
+    read_params,
+    read_repaired_rows,
+    run_stage,
+    scorer_prompts_if_fetched,
+)
 from systems.port import MemorySystem, estimate_system
 from systems.registry import load_system, system_name
 
@@ -69,7 +74,7 @@ def estimate_roles(
 
 def judge_prompts(judge: JudgeParams) -> JudgePrompts | None:
     """The pinned scorer prompts when fetched (their sizes are then counted, not assumed)."""
-    return load_prompts(judge) if scorer_present(judge) else None
+    return scorer_prompts_if_fetched(judge)
 
 
 def build_slices(slice_params: SliceParams, mode: Mode) -> Built:

@@ -11,7 +11,7 @@ import sys
 from bench.estimate import estimate_judge
 from bench.event_order import EVENT_ORDERING
 from bench.judge import JudgeCalls, judge_question, judge_summary, judged_question, summarize
-from bench.scorer_prompts import Message, item_messages, load_prompts
+from bench.scorer_prompts import Message, item_messages
 from bench.usage import CountedModel
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
@@ -25,7 +25,7 @@ from schemas.layout import LAYOUT
 from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
-from stages.common import progress, read_params, run_stage, stage_seconds
+from stages.common import load_scorer_prompts, progress, read_params, run_stage, stage_seconds
 
 
 def judged_answer(trace: Trace) -> str:
@@ -46,7 +46,7 @@ def main() -> None:
         raise DataError(
             f"no answer or rubric for {', '.join(missing[:5])}: run `dvc repro answer` first"
         )
-    prompts = load_prompts(params)
+    prompts = load_scorer_prompts(params)
     files = LAYOUT.judge
     remove_outputs(files.folder, files.metrics, files.usage)
 

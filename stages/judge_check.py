@@ -21,7 +21,6 @@ from bench.judge_check.recipe import (
 )
 from bench.judge_check.run import estimate_tokens, run_check
 from bench.judge_check.summary import judge_warning, summarize_check
-from bench.scorer_prompts import load_prompts
 from bench.usage import CountedModel
 from clients.files import remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
@@ -29,7 +28,7 @@ from clients.llm.client import build_model
 from schemas.errors import DataError, ParamsError, check_failed_share
 from schemas.layout import LAYOUT
 from schemas.runs import StageRun
-from stages.common import load_fixture, read_params, run_stage, stage_seconds
+from stages.common import load_fixture, load_scorer_prompts, read_params, run_stage, stage_seconds
 
 FILES = LAYOUT.judge_check
 
@@ -89,7 +88,7 @@ def main() -> None:
     recipe = draw_cases(read_recipe(recipe_path), getattr(params.judge_check.cases, mode))
     rubrics, questions = read_items(read_release(), source, recipe_question_ids(recipe))
     cases = build_cases(recipe, rubrics, questions)
-    prompts = load_prompts(params.judge)
+    prompts = load_scorer_prompts(params.judge)
     remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
 
     accounting = Accounting()

@@ -18,7 +18,9 @@ from bench.report import (
     STAGE_METRICS,
     VIEWER,
     RecordInputs,
+    ability_plot,
     build_metrics,
+    cost_plot,
     cost_table,
     failure_counts,
     failure_line,
@@ -28,7 +30,6 @@ from bench.report import (
     run_info,
     score_table,
     stage_time,
-    write_plots,
 )
 from clients.files import (
     read_chats,
@@ -50,7 +51,7 @@ from schemas.layout import LAYOUT, metrics_file
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
-from stages.common import read_params, run_stage
+from stages.common import read_params, run_stage, scorer_prompts_if_fetched
 
 
 def main() -> None:
@@ -86,7 +87,6 @@ def read_times() -> dict[str, float]:
 def make_report() -> None:
     from bench.estimate import estimate_judge
     from bench.judge_check.summary import judge_warning
-    from bench.scorer_prompts import load_prompts, scorer_present
     from bench.viewer.data import PageInputs
     from bench.viewer.page import render_run_page
     from systems.port import estimate_system
@@ -109,7 +109,7 @@ def make_report() -> None:
     rubrics = read_records(LAYOUT.slice.rubrics, Rubric)
     rates = run_params.estimate
     questions = read_jsonl(LAYOUT.slice.questions, Question)
-    prompts = load_prompts(judge_params) if scorer_present(judge_params) else None
+    prompts = scorer_prompts_if_fetched(judge_params)
     system = load_system(run_params, mode=mode, rates=rates)
     estimate = with_total(
         {
@@ -135,7 +135,8 @@ def make_report() -> None:
     # as the file holds it, keys sorted: the record lists the kinds in that order
     check = json.loads(stable_json(summary.model_dump(mode="json")))
     write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
-    write_plots(scores, cost)
+    write_atomic(ABILITY_PLOT, ability_plot(scores))
+    write_atomic(COST_PLOT, cost_plot(cost))
     pins = {
         "dataset": f"{fetch.repo_id}@{fetch.revision}:{fetch.filename}",
         "dataset sha256": f"{verify.sha256} ({verify.size_bytes:,} bytes)",

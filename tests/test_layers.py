@@ -65,6 +65,12 @@ PLANTS = [
         {"systems-independent"},
     ),
     (
+        "bench/estimate.py",
+        "\n\ndef _planted() -> object:\n    from clients import files\n\n    return files\n",
+        "bench.estimate -> clients.files",
+        {"cores-touch-no-files"},
+    ),
+    (
         "bench/scoring.py",
         "from clients.scripted import rules\n",
         "bench.scoring -> clients.scripted.rules",
@@ -100,6 +106,7 @@ def test_the_contracts_are_the_layers_of_the_tree() -> None:
         "layers",
         "doors",
         "harness-no-graph",
+        "cores-touch-no-files",
         "litellm-door",
         "neo4j-door",
         "stages-independent",

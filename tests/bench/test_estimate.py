@@ -20,11 +20,11 @@ import pytest
 
 from bench.estimate import (
     RunData,
-    RunFolder,
     estimate_judge,
     judge_rates_from_run,
     read_run,
 )
+from clients.runs import RunFolder
 from clients.tokens import count_tokens
 from schemas.errors import DataError
 from schemas.estimate import RoleEstimate

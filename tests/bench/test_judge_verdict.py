@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from bench.judge import JudgeCalls, item_request, judge_question
-from bench.scorer_prompts import Message, extract_judge_prompts, item_messages, load_prompts
+from bench.scorer_prompts import Message, extract_judge_prompts, item_messages
 from bench.scoring import NO_REPLY, JudgeVerdict, score_item, usable_reply
 from clients.llm.port import ChatRequest, Completion
 from schemas.judging import ITEM_VALUES, JudgePrompts
 from schemas.records import Question, Rubric
-from stages.common import read_params
+from stages.common import load_scorer_prompts, read_params
 from tests.conftest import REPO_ROOT as ROOT
 from tests.support import scorer_standin as standin
 
@@ -209,7 +209,7 @@ def test_the_enum_is_the_scale_of_the_benchmarks_pinned_prompt(shared_beam: Path
     pinned_dir = shared_beam / "scorer" / params.scorer_repo / params.scorer_commit
     if not (pinned_dir / params.prompts.path).is_file():
         pytest.skip(f"the pinned scorer files are not under {pinned_dir}")
-    prompts = load_prompts(params.model_copy(update={"scorer_dir": str(pinned_dir)}))
+    prompts = load_scorer_prompts(params.model_copy(update={"scorer_dir": str(pinned_dir)}))
     line = next(ln for ln in prompts.item_prompt.splitlines() if '"score":' in ln)
     scale = sorted(float(v) for v in re.findall(r"\d+\.\d+", line))
     assert scale == sorted(JudgeVerdict.model_json_schema()["properties"]["score"]["enum"])
