@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clients.local_model.pins import LOCAL_MODELS
+from schemas.headline import Headline
 from schemas.judging import JudgedQuestion
 from schemas.layout import LAYOUT
 from schemas.params import (
@@ -181,7 +182,7 @@ def build_metrics(
     flags: Mapping[str, int],
     failures: Mapping[str, int],
     judge_check: Mapping[str, Any],
-) -> dict[str, Any]:
+) -> Headline:
     """The headline (`LAYOUT.report.metrics`): numbers only, two levels, no null.
 
     `questions` counts every ability, 0 where the mode asks none; `score` and its interval exist
@@ -192,32 +193,32 @@ def build_metrics(
     event F1 and tau, flags) is in the record and data/judge/summary.json."""
     asked = [g for g in (*ABILITIES, "overall") if scores[g]["n"]]
     overall = scores["overall"]
-    return {
-        "score": {g: scores[g]["score"] for g in asked},
+    return Headline(
+        score={g: scores[g]["score"] for g in asked},
         # an interval needs two questions to resample (with one it would be the score twice)
-        "score_ci_low": {g: scores[g]["ci_low"] for g in asked if scores[g]["n"] >= 2},
-        "score_ci_high": {g: scores[g]["ci_high"] for g in asked if scores[g]["n"] >= 2},
-        "score_excluding_known_bad": _numbers({"overall": overall["score_excluding_known_bad"]}),
-        "score_beam_code": _numbers({"overall": overall.get("score_beam_code")}),
-        "evidence_recall": _numbers({"overall": overall["evidence_recall"]}),
-        "questions": {
+        score_ci_low={g: scores[g]["ci_low"] for g in asked if scores[g]["n"] >= 2},
+        score_ci_high={g: scores[g]["ci_high"] for g in asked if scores[g]["n"] >= 2},
+        score_excluding_known_bad=_numbers({"overall": overall["score_excluding_known_bad"]}),
+        score_beam_code=_numbers({"overall": overall.get("score_beam_code")}),
+        evidence_recall=_numbers({"overall": overall["evidence_recall"]}),
+        questions={
             **{g: scores[g]["n"] for g in (*ABILITIES, "overall")},
             "known_bad_rubric": flags.get("known_bad_rubric", 0),
         },
-        "agent": _numbers(
+        agent=_numbers(
             {
                 "context_tokens_median": answer.context_tokens_median,
                 "context_tokens_p95": answer.context_tokens_p95,
             }
         ),
-        "failures": dict(failures),
-        "judge_check": {
+        failures=dict(failures),
+        judge_check={
             "agreement": judge_check["agreement"]["overall"],
             "cases": judge_check["cases"]["overall"],
         },
-        "cost_calls": {p: row["calls"] for p, row in cost.items()},
-        "cost_tokens": {p: row["tokens"] for p, row in cost.items()},
-    }
+        cost_calls={p: row["calls"] for p, row in cost.items()},
+        cost_tokens={p: row["tokens"] for p, row in cost.items()},
+    )
 
 
 def fmt(value: Any, digits: int = 3) -> str:

@@ -45,6 +45,7 @@ from clients.files import (
 from clients.git import code_commit
 from schemas.errors import DataError
 from schemas.estimate import with_total
+from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT, metrics_file
@@ -134,7 +135,8 @@ def make_report() -> None:
     warning = judge_warning(summary, min_agreement)
     # as the file holds it, keys sorted: the record lists the kinds in that order
     check = json.loads(stable_json(summary.model_dump(mode="json")))
-    write_json(METRICS, build_metrics(scores, answer, cost, flags, failures, check))
+    headline = build_metrics(scores, answer, cost, flags, failures, check)
+    write_json(METRICS, headline.model_dump(mode="json"))
     write_atomic(ABILITY_PLOT, ability_plot(scores))
     write_atomic(COST_PLOT, cost_plot(cost))
     pins = {
@@ -168,7 +170,7 @@ def make_report() -> None:
         traces=read_records(LAYOUT.answer.traces, Trace),
         judgements=read_records(LAYOUT.judge.judgements, Judgement),
         rows=rows,
-        report=read_json(METRICS),  # as written: its floats rounded
+        report=Headline.model_validate(read_json(METRICS)),  # as written: its floats rounded
         judge_summary=judge,
         graphs=ingest,
         runs=runs,

@@ -15,6 +15,7 @@ from bench.viewer.data import PageInputs
 from bench.viewer.page import render_run_page
 from clients.files import read_chats, read_json, read_record, read_records, write_atomic
 from schemas.errors import DataError
+from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT
@@ -38,7 +39,7 @@ def read_page_inputs(params: Params) -> PageInputs:
         traces=read_records(LAYOUT.answer.traces, Trace),
         judgements=read_records(LAYOUT.judge.judgements, Judgement),
         rows=read_records(LAYOUT.judge.questions, JudgedQuestion),
-        report=read_json(LAYOUT.report.metrics),
+        report=Headline.model_validate(read_json(LAYOUT.report.metrics)),
         judge_summary=read_json(LAYOUT.judge.summary),
         graphs=MemorySizes.from_json(read_json(graphs)),
         runs=[

@@ -13,6 +13,7 @@ from typing import Any
 from bench.judge_check.summary import judge_warning
 from schemas.base import Record
 from schemas.errors import DataError
+from schemas.headline import Headline
 from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, JudgedQuestion, Judgement
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
@@ -155,12 +156,12 @@ def _messages(
     return out
 
 
-def _headline(report: Mapping[str, Any], events: Mapping[str, Any]) -> dict[str, Any]:
+def _headline(report: Headline, events: Mapping[str, Any]) -> dict[str, Any]:
     """From the report's headline metrics; a group it lacks shows as absent ("–"), never as a
     crash."""
 
     def value(group: str, key: str) -> Any:
-        return _num(report.get(group, {}).get(key))
+        return _num(report.group(group).get(key))
 
     def scores(name: str) -> dict[str, Any]:
         return {
@@ -188,7 +189,7 @@ def _headline(report: Mapping[str, Any], events: Mapping[str, Any]) -> dict[str,
         "abilities": [scores(a) for a in ABILITIES],
         "events": {k: _num(events.get(k)) for k in ("event_f1", "event_tau_norm")},
         "cost": cost,
-        "failures": report.get("failures"),
+        "failures": report.failures or None,
         "beam_code": value("score_beam_code", "overall"),
     }
 
@@ -225,7 +226,7 @@ class PageInputs(Record):
     judgements: list[Judgement]
     rows: list[JudgedQuestion]
     """The judge stage's row per question (its flags and evidence recall)."""
-    report: dict[str, Any]
+    report: Headline
     """The report's headline metrics (scores, intervals, cost, failures)."""
     judge_summary: dict[str, Any]
     """The judge stage's summary (event ordering's F1 and tau)."""

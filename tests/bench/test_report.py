@@ -205,7 +205,7 @@ def _metrics(rows: list[JudgedQuestion]) -> dict[str, dict[str, float]]:
         {"known_bad_rubric": sum("known_bad_rubric" in r.flags for r in rows)},
         i["failures"],  # type: ignore[arg-type]
         JUDGE_CHECK,
-    )
+    ).model_dump()
 
 
 HEADLINE = {

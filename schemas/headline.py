@@ -1,0 +1,48 @@
+"""The headline of a run (`LAYOUT.report.metrics`, metrics/report.json): what `dvc metrics show`,
+`dvc exp show`, the run's page and `make compare` read.
+
+Numbers only, two levels, no null (DVC drops nulls from its tables): a group holds a number for
+each ability (or role, or count) that has one, and nothing for the rest. The README's "Metrics"
+section says what each group means.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from schemas.base import Record
+
+Numbers = dict[str, int | float]
+"""By name, as written (an int stays an int, so that a file read back and written again is the
+same bytes)."""
+Counts = dict[str, int]
+
+
+class Headline(Record):
+    """The report's metrics. Every group is written in every mode; a group read from an older or
+    partial file that lacks one is empty (the page shows it as absent)."""
+
+    score: Numbers = Field(default_factory=dict)
+    """Per ability asked, and `overall`: the mean item score."""
+    score_ci_low: Numbers = Field(default_factory=dict)
+    """The bootstrap interval, where a group has two questions or more."""
+    score_ci_high: Numbers = Field(default_factory=dict)
+    score_excluding_known_bad: Numbers = Field(default_factory=dict)
+    score_beam_code: Numbers = Field(default_factory=dict)
+    """What the benchmark's published code computes from the same verdicts."""
+    evidence_recall: Numbers = Field(default_factory=dict)
+    questions: Counts = Field(default_factory=dict)
+    """Per ability (0 where the mode asks none), `overall` and `known_bad_rubric`."""
+    agent: Numbers = Field(default_factory=dict)
+    """The answer model's context: `context_tokens_median`, `context_tokens_p95`."""
+    failures: Counts = Field(default_factory=dict)
+    judge_check: Numbers = Field(default_factory=dict)
+    """`agreement` on the known cases, and how many `cases`."""
+    cost_calls: Counts = Field(default_factory=dict)
+    """Per role's cost key and `total`."""
+    cost_tokens: Counts = Field(default_factory=dict)
+
+    def group(self, name: str) -> Numbers:
+        """A group by its name in the file (none of that name: empty)."""
+        value = getattr(self, name, None) if name in type(self).model_fields else None
+        return dict(value) if value else {}
