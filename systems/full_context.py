@@ -40,7 +40,8 @@ from systems.one_shot import (
 from systems.port import (
     BuiltMemory,
     Progress,
-    SystemName,
+    SystemContext,
+    SystemEntry,
     memory_file,
 )
 
@@ -204,7 +205,7 @@ class FullContext(OneShotRates):
     model_window: Callable[[], int | None] | None = None
     """The answer model's own window, asked only when a prompt is made (the build needs none);
     None there too: answering stops with a ParamsError (set `full_context.context_tokens`)."""
-    name: SystemName = "full_context"
+    name: str = "full_context"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "transcript"
 
@@ -295,3 +296,18 @@ class FullContext(OneShotRates):
         return RoleEstimate(
             calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
         )
+
+
+def build_system(context: SystemContext) -> FullContext:
+    """The whole chat up to the answer model's window: params `full_context`."""
+    params = context.params.full_context
+    return FullContext(
+        context_tokens=params.context_tokens,
+        reply_tokens=params.reply_tokens,
+        agent_rates=context.rates.agent,
+        model_window=context.answer_window,
+    )
+
+
+ENTRY = SystemEntry(name="full_context", build=build_system)
+"""The entry point `full_context` (pyproject.toml)."""

@@ -20,7 +20,7 @@ from schemas.records import ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
 from systems.one_shot import OneShotRates, answer_once, answer_request, system_prompt
-from systems.port import BuiltMemory, Progress, SystemName
+from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry
 
 PROMPT_VERSION = "no-memory-v1"
 INSTRUCTIONS = system_prompt("You cannot see the chat: you have no memory of it at all.")
@@ -41,7 +41,7 @@ class NoMemory(OneShotRates):
     """The question alone: what the answer model says without any memory."""
 
     agent_rates: AgentRates
-    name: SystemName = "no_memory"
+    name: str = "no_memory"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "empty memory"
 
@@ -81,3 +81,12 @@ class NoMemory(OneShotRates):
         return RoleEstimate(
             calls, tokens, round(calls * self.agent_rates.completion_tokens_per_call)
         )
+
+
+def build_system(context: SystemContext) -> NoMemory:
+    """The question alone: no params of its own."""
+    return NoMemory(agent_rates=context.rates.agent)
+
+
+ENTRY = SystemEntry(name="no_memory", build=build_system)
+"""The entry point `no_memory` (pyproject.toml)."""

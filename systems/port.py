@@ -16,7 +16,10 @@ A system is measured in two steps, each a DVC stage (stages/ingest.py, stages/an
 Every system answers with the same model (the `agent` role) and is scored by the same judge; the
 build may use other roles (`build_roles`). Before any call the stages check the system's own
 estimate (`estimate_build`, `estimate_answer`) against the spend cap (`Budget.check_estimate`).
-`systems/registry.py` builds a system by name from params.yaml (`system: graphrag`).
+Systems are found by name through Python entry points (group `beam_memory.systems`, `ENTRY`
+of each module): `systems/registry.py` builds the one params `system` names, and a system of
+your own, installed beside the project, is measured without changing it (README, "Bring your own
+memory system").
 """
 
 from __future__ import annotations
@@ -25,18 +28,17 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 
 from clients.llm.port import ChatModel
 from schemas.estimate import ZERO, FinishedRun, Origins, RateOrigin, RoleEstimate
-from schemas.params import AgentRates, EstimateParams
+from schemas.params import AgentRates, EstimateParams, Mode, Params
 from schemas.records import ChatSlice, Question
 from schemas.roles import INGEST_ROLES, Role
 from schemas.traces import Trace
 
-SystemName = Literal["graphrag", "full_context", "rag", "no_memory"]
-"""The systems under test (params `system`)."""
-SYSTEM_NAMES: tuple[SystemName, ...] = get_args(SystemName)
+ENTRY_POINTS = "beam_memory.systems"
+"""The entry-point group every memory system registers its `SystemEntry` under."""
 ANSWER_ROLE: Role = "agent"
 """The model role every system answers with (so systems differ only in their memory)."""
 
@@ -45,7 +47,7 @@ Progress = Callable[[int, int], None]
 
 __all__ = [
     "ANSWER_ROLE",
-    "SYSTEM_NAMES",
+    "ENTRY_POINTS",
     "ZERO",
     "BuiltMemory",
     "FinishedRun",
@@ -53,8 +55,9 @@ __all__ = [
     "MemorySystem",
     "Progress",
     "RoleEstimate",
+    "SystemContext",
+    "SystemEntry",
     "SystemEstimate",
-    "SystemName",
     "answer_rates_from_traces",
     "estimate_system",
     "memory_file",
@@ -120,11 +123,35 @@ class Memory(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SystemContext:
+    """What a system is configured from when the registry builds it."""
+
+    params: Params
+    """The run's params (a system reads its own sections: graphrag `ingest`, `answer`, `graph`;
+    rag `rag`; full_context `full_context`)."""
+    mode: Mode
+    rates: EstimateParams
+    """The estimator's rates (params `estimate`, or rates taken from a run)."""
+    answer_window: Callable[[], int | None]
+    """The answer model's context window in tokens (None: unknown), asked on first call."""
+
+
+@dataclass(frozen=True)
+class SystemEntry:
+    """A memory system as it registers itself: its module's `ENTRY`, named in an entry point of
+    the group `beam_memory.systems` (pyproject.toml)."""
+
+    name: str
+    """What params `system` says to pick it (the entry point's name too)."""
+    build: Callable[[SystemContext], MemorySystem]
+
+
 class MemorySystem(Protocol):
     """A memory system under test (systems/__init__.py: `load_system` builds one by name)."""
 
     @property
-    def name(self) -> SystemName: ...
+    def name(self) -> str: ...
 
     @property
     def build_roles(self) -> tuple[Role, ...]:

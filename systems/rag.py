@@ -34,7 +34,8 @@ from systems.one_shot import OneShotRates, answer_once, answer_request, system_p
 from systems.port import (
     BuiltMemory,
     Progress,
-    SystemName,
+    SystemContext,
+    SystemEntry,
     memory_file,
 )
 
@@ -127,7 +128,7 @@ class Rag(OneShotRates):
     chunk_tokens: int
     top_k: int
     agent_rates: AgentRates
-    name: SystemName = "rag"
+    name: str = "rag"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "chunks"
 
@@ -187,3 +188,17 @@ class Rag(OneShotRates):
         return RoleEstimate(
             calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
         )
+
+
+def build_system(context: SystemContext) -> Rag:
+    """BM25 over the chat's chunks: params `rag` and `ingest.chunk_tokens`."""
+    params = context.params
+    return Rag(
+        chunk_tokens=params.ingest.chunk_tokens,
+        top_k=params.rag.top_k,
+        agent_rates=context.rates.agent,
+    )
+
+
+ENTRY = SystemEntry(name="rag", build=build_system)
+"""The entry point `rag` (pyproject.toml)."""

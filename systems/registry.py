@@ -1,7 +1,10 @@
-"""The systems under test by name: params `system` picks one, its params sections configure it.
+"""The systems under test by name: params `system` picks one, found through its entry point.
 
     system = load_system(params)                      # the run's system, mode and its sections
     system = load_system(params, answer_model=agent)  # full_context: the agent's context window
+
+Every system registers a `SystemEntry` (systems/port.py) as an entry point of the group
+`beam_memory.systems`; this project's own are in pyproject.toml:
 
 | name         | memory file (data/ingest/conv<N>.jsonl) | params                              |
 |--------------|-----------------------------------------|-------------------------------------|
@@ -10,32 +13,68 @@
 | rag          | the chunks                              | rag, ingest.chunk_tokens            |
 | no_memory    | empty                                   | -                                   |
 
-Each reads `estimate` (the answer model's rates) for its estimate. The systems are imported when
-picked, so a baseline never imports the Neo4j driver.
+A package of your own that registers an entry point in the same group is found the same way once
+installed beside the project. Each reads `estimate` (the answer model's rates) for its estimate.
+Only the picked system's module is imported, so a baseline never imports the Neo4j driver.
 """
 
 from __future__ import annotations
 
-from typing import cast
+from importlib.metadata import EntryPoint, entry_points
 
 from clients.llm.client import LlmClient, open_model
 from schemas.errors import ParamsError
 from schemas.params import EstimateParams, Mode, Params
-from systems.port import ANSWER_ROLE, SYSTEM_NAMES, MemorySystem, SystemName
+from systems.port import ANSWER_ROLE, ENTRY_POINTS, MemorySystem, SystemContext, SystemEntry
 
 
-def system_name(params: Params) -> SystemName:
-    """The run's `system`, checked against the systems there are."""
-    if params.system not in SYSTEM_NAMES:
+def _entry_points() -> dict[str, list[EntryPoint]]:
+    found: dict[str, list[EntryPoint]] = {}
+    for point in entry_points(group=ENTRY_POINTS):
+        found.setdefault(point.name, []).append(point)
+    return found
+
+
+def installed_systems() -> list[str]:
+    """The names of the memory systems installed (this project's and any registered beside it)."""
+    return sorted(_entry_points())
+
+
+def system_name(params: Params) -> str:
+    """The run's `system`, checked against the systems installed."""
+    if params.system not in _entry_points():
         raise ParamsError(
-            f"params.yaml: system must be one of {', '.join(SYSTEM_NAMES)}, found {params.system!r}"
+            f"params.yaml: system must be one of {', '.join(installed_systems())}, found "
+            f"{params.system!r} (a system of your own registers an entry point in the group "
+            f"{ENTRY_POINTS!r}: README, 'Bring your own memory system')"
         )
-    return cast(SystemName, params.system)
+    return params.system
+
+
+def system_entry(name: str) -> SystemEntry:
+    """The entry of the system `name`: its module imported, nothing else."""
+    points = _entry_points().get(name, [])
+    if not points:
+        raise ParamsError(
+            f"no memory system {name!r} is installed; installed: {', '.join(installed_systems())}"
+        )
+    if len(points) > 1:
+        raise ParamsError(
+            f"two memory systems are installed as {name!r} ({', '.join(p.value for p in points)}): "
+            "uninstall one"
+        )
+    entry = points[0].load()
+    if not isinstance(entry, SystemEntry) or entry.name != name:
+        raise ParamsError(
+            f"the entry point {name!r} ({points[0].value}) is not a SystemEntry named {name!r} "
+            "(systems/port.py)"
+        )
+    return entry
 
 
 def load_system(
     params: Params,
-    name: SystemName | None = None,
+    name: str | None = None,
     *,
     answer_model: LlmClient | None = None,
     mode: Mode | None = None,
@@ -46,45 +85,19 @@ def load_system(
     null (default: the agent's model as params name it, asked without a call). `mode` and `rates`
     replace params' `mode` and `estimate` (the estimate of another mode, or with rates taken from
     a run: stages/estimate.py)."""
-    name = name or system_name(params)
-    rates = rates or params.estimate
-    if name == "graphrag":
-        from systems.graphrag.system import GraphRag, ingest_settings
+    entry = system_entry(name or system_name(params))
+    model = answer_model
 
-        return GraphRag(
-            settings=ingest_settings(params.ingest, mode or params.mode),
-            graph=params.graph,
-            max_steps=params.answer.max_steps,
-            result_limit=params.answer.result_limit,
-            text_tool_calls=params.answer.text_tool_calls,
-            ingest_rates=rates.ingest,
-            agent_rates=rates.agent,
-        )
-    if name == "rag":
-        from systems.rag import Rag
+    def answer_window() -> int | None:
+        nonlocal model
+        if model is None:  # the estimate: the agent's model as params name it (no call)
+            model = open_model(ANSWER_ROLE, params)
+        return model.context_window()
 
-        return Rag(
-            chunk_tokens=params.ingest.chunk_tokens,
-            top_k=params.rag.top_k,
-            agent_rates=rates.agent,
-        )
-    if name == "full_context":
-        from systems.full_context import FullContext
-
-        model = answer_model
-
-        def model_window() -> int | None:
-            nonlocal model
-            if model is None:  # the estimate: the agent's model as params name it (no call)
-                model = open_model(ANSWER_ROLE, params)
-            return model.context_window()
-
-        return FullContext(
-            context_tokens=params.full_context.context_tokens,
-            reply_tokens=params.full_context.reply_tokens,
-            agent_rates=rates.agent,
-            model_window=model_window,
-        )
-    from systems.no_memory import NoMemory
-
-    return NoMemory(agent_rates=rates.agent)
+    context = SystemContext(
+        params=params,
+        mode=mode or params.mode,
+        rates=rates or params.estimate,
+        answer_window=answer_window,
+    )
+    return entry.build(context)

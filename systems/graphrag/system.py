@@ -34,7 +34,7 @@ from systems.graphrag.agent import SYSTEM_PROMPT, GraphTools, answer_question
 from systems.graphrag.cost import estimate_answer
 from systems.graphrag.estimate import RUN_FILES, estimate_ingest, rates_from_run
 from systems.graphrag.ingest import IngestSettings, build_graph
-from systems.port import BuiltMemory, Progress, SystemName, memory_file
+from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
 
 SEARCHABLE = frozenset({"Chunk", *ENTITY_LABELS, *STATEMENT_LABELS})
 
@@ -91,7 +91,7 @@ class GraphRag:
     agent_rates: AgentRates
     text_tool_calls: bool = True
     """Run tool calls the model writes as text (params `answer.text_tool_calls`)."""
-    name: SystemName = "graphrag"
+    name: str = "graphrag"
     build_roles: tuple[Role, ...] = ("extraction", "resolution")
     memory_noun: str = "graph"
 
@@ -188,3 +188,21 @@ class GraphRag:
             graphs = estimate_ingest(chats, self.settings, self.ingest_rates).graphs
             items = {c: g.items for c, g in graphs.items()}
         return estimate_answer(questions, self.max_steps, self.agent_rates, SYSTEM_PROMPT, items)
+
+
+def build_system(context: SystemContext) -> GraphRag:
+    """GraphRAG as params `ingest`, `answer` and `graph` configure it."""
+    params = context.params
+    return GraphRag(
+        settings=ingest_settings(params.ingest, context.mode),
+        graph=params.graph,
+        max_steps=params.answer.max_steps,
+        result_limit=params.answer.result_limit,
+        text_tool_calls=params.answer.text_tool_calls,
+        ingest_rates=context.rates.ingest,
+        agent_rates=context.rates.agent,
+    )
+
+
+ENTRY = SystemEntry(name="graphrag", build=build_system)
+"""The entry point `graphrag` (pyproject.toml)."""

@@ -27,9 +27,9 @@ from stages.common import read_params
 from systems.chunking import chunk_conversation
 from systems.full_context import FullContext, chat_parts, fit_chat, prompt_overhead
 from systems.no_memory import NoMemory
-from systems.port import SYSTEM_NAMES, estimate_system, memory_file
+from systems.port import estimate_system, memory_file
 from systems.rag import ChunkIndex, Rag
-from systems.registry import load_system, system_name
+from systems.registry import installed_systems, load_system, system_name
 from tests.conftest import REPO_ROOT
 from tests.support.crafted_chat import DANA, crafted_chat, question
 from tests.support.models import scripted_client
@@ -62,19 +62,22 @@ def _params(tmp_path: Path, **changes: object) -> Path:
 
 def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> None:
     assert system_name(read_params(REPO_ROOT / "params.yaml")) == "graphrag"  # the default
-    for name in SYSTEM_NAMES:
+    for name in installed_systems():
         path = _params(tmp_path, system=name)
         system = load_system(read_params(path))
         assert system.name == name == system_name(read_params(path))
         assert system.build_roles == (("extraction", "resolution") if name == "graphrag" else ())
-    with pytest.raises(ParamsError, match="system must be one of graphrag, full_context"):
+    assert installed_systems() == ["full_context", "graphrag", "no_memory", "rag"]
+    with pytest.raises(
+        ParamsError, match="system must be one of full_context, graphrag, no_memory"
+    ):
         system_name(read_params(_params(tmp_path, system="mem0")))
 
 
 def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) -> None:
     shown = {
         name: dict(load_system(read_params(_params(tmp_path, system=name))).record_settings())
-        for name in SYSTEM_NAMES
+        for name in installed_systems()
     }
     params = repo_params()
     assert shown["graphrag"] == {
