@@ -76,38 +76,28 @@ def _install(target: Path) -> None:
     )
 
 
+def _run(work: Path, path: list[Path]) -> subprocess.CompletedProcess[str]:
+    """SCRIPT in `work`, with only `path` on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    command = [sys.executable, "-c", SCRIPT]
+    return subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
     packages = tmp_path / "site"
     _install(packages)
     work = tmp_path / "work"
     work.mkdir()
     write_params(work, system="echo")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = os.pathsep.join([str(packages), str(REPO_ROOT)])
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run(work, [packages, REPO_ROOT])
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout.strip().splitlines()[-1])
     assert shown["installed"] == ["echo", "full_context", "graphrag", "no_memory", "rag"]
     assert shown["name"] == "echo" and shown["counts"] == {"characters": 25}
     assert shown["answer"] == "I moved to Lisbon in May."
     # without the package on the path, the same params name a system that is not installed
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    missing = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    missing = _run(work, [REPO_ROOT])
     assert missing.returncode != 0
-    assert "system must be one of full_context, graphrag, no_memory, rag, found 'echo'" in (
-        missing.stderr
-    )
+    expected = "system must be one of full_context, graphrag, no_memory, rag, found 'echo'"
+    assert expected in missing.stderr
