@@ -2,7 +2,7 @@
 
 The judge stage scores answers its own way (see `stages.judge` and `OUR_CHOICES`). To compare
 with the benchmark's tables, this module recomputes each question's score with the arithmetic of
-the benchmark's `compute_metrics.py` (pinned in params.yaml, section judge), from the same
+the benchmark's `compute_metrics.py` (pinned in pins.yaml, section judge), from the same
 `Judgement` records: no model call is made. What differs from our score is in `DIFFERENCES`.
 
 - Rubric-scored abilities (all but event_ordering): each item's verdict is truncated with `int()`

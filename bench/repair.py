@@ -144,12 +144,12 @@ def check_filler(content: str, sound_chars: int, where: str) -> None:
     if len(content) <= sound_chars:
         raise IntegrityError(
             f"{where} has {len(content):,} characters, not more than the {sound_chars:,} "
-            "sound ones: there is nothing to cut; check params repair.sound_chars"
+            "sound ones: there is nothing to cut; check pins.yaml repair.sound_chars"
         )
     if content[sound_chars - 1] in FILLER_CHARS:
         raise IntegrityError(
             f"{where}: character {sound_chars - 1} ({content[sound_chars - 1]!r}) is filler, so "
-            "the sound text does not end where params repair.sound_chars says; check it"
+            "the sound text does not end where params repair.sound_chars says (pins.yaml); check it"
         )
     for offset, char in enumerate(content[sound_chars:]):
         if char not in FILLER_CHARS:
@@ -158,7 +158,7 @@ def check_filler(content: str, sound_chars: int, where: str) -> None:
                 f"{where}: character {index:,} is {char!r}, not filler (spaces, '|', '\\', "
                 f"newlines); the text after the first {sound_chars:,} characters is not pure "
                 "filler, so cutting would lose content. A person must look at the message and "
-                "set params repair.sound_chars"
+                "set repair.sound_chars in pins.yaml"
             )
 
 

@@ -154,7 +154,7 @@ def _string_value(
                 raise IntegrityError(
                     f"{source}:{node.lineno}: {what} is an f-string with a field this port does "
                     f"not know (allowed: plain names {allowed}); the pinned file is not the "
-                    "expected shape: check the commit in params.yaml (section judge)."
+                    "expected shape: check the commit in pins.yaml (section judge)."
                 )
         return "".join(parts)
     if (
@@ -174,7 +174,7 @@ def _string_value(
     raise IntegrityError(
         f"{source}:{getattr(node, 'lineno', '?')}: {what} is a {type(node).__name__} expression, "
         "expected a string literal (or a concatenation / f-string of them); the pinned file is "
-        "not the expected shape: check the commit in params.yaml (section judge)."
+        "not the expected shape: check the commit in pins.yaml (section judge)."
     )
 
 
@@ -183,7 +183,7 @@ def _require(text: str, needed: Sequence[str], *, source: str, what: str) -> Non
     if missing:
         raise IntegrityError(
             f"{source}: {what} lacks the placeholder(s) {', '.join(missing)}; expected the "
-            "benchmark's scorer text. Check the pinned commit in params.yaml (section judge)."
+            "benchmark's scorer text. Check the pinned commit in pins.yaml (section judge)."
         )
 
 
@@ -194,7 +194,7 @@ def extract_item_prompt(prompts_py_text: str, *, source: str = "src/prompts.py")
     if ITEM_PROMPT_NAME not in scope:
         raise IntegrityError(
             f"{source}: no module-level assignment to {ITEM_PROMPT_NAME}; expected the "
-            "benchmark's prompts file. Check the pinned commit in params.yaml (section judge)."
+            "benchmark's prompts file. Check the pinned commit in pins.yaml (section judge)."
         )
     text = _string_value(
         scope[ITEM_PROMPT_NAME], source=source, what=ITEM_PROMPT_NAME, scopes=[scope]
@@ -212,7 +212,7 @@ def _function(module: ast.Module, name: str, source: str) -> ast.FunctionDef | a
     if not found:
         raise IntegrityError(
             f"{source}: no module-level function {name}(); expected the benchmark's "
-            "compute_metrics file. Check the pinned commit in params.yaml (section judge)."
+            "compute_metrics file. Check the pinned commit in pins.yaml (section judge)."
         )
     return found[-1]
 
@@ -242,7 +242,7 @@ def _messages_list(
     if not candidates:
         raise IntegrityError(
             f"{function.name}() holds no list of message dicts (with a 'role' key); expected the "
-            "benchmark's llm_equivalence. Check the pinned commit in params.yaml (section judge)."
+            "benchmark's llm_equivalence. Check the pinned commit in pins.yaml (section judge)."
         )
     candidates.sort(key=lambda c: (not c[0], c[1]))
     return candidates[0][2]
@@ -293,7 +293,7 @@ def extract_equivalence_messages(
     if roles != {"system": 1, "user": 1}:
         raise IntegrityError(
             f"{source}: {EQUIVALENCE_FUNCTION}() sends messages with roles {roles}, expected one "
-            "system and one user message. Check the pinned commit in params.yaml (section judge)."
+            "system and one user message. Check the pinned commit in pins.yaml (section judge)."
         )
     user = contents["user"][0]
     _require(

@@ -332,7 +332,8 @@ def check_fixture_ids(
                 f"{unknown[:20]}{' ...' if len(unknown) > 20 else ''} that conversation {conv} "
                 f"does not have (its {len(present)} messages have ids {ranges or 'none'}). "
                 f"{not_release}: correct those ids in the fixture, or, only if the release "
-                f"itself changed (a new pin in params verify_hash), re-pin with `{REPIN_COMMAND}`"
+                "itself changed (a new pin in pins.yaml verify_hash), re-pin with "
+                f"`{REPIN_COMMAND}`"
             )
 
 

@@ -46,7 +46,7 @@ def check_digest(path: Path, size: int, sha256: str, expected: VerifyHashParams)
         raise IntegrityError(
             f"{path} does not match the pinned release ({'; '.join(problems)}). The download "
             "is corrupt, truncated or not the pinned file: delete it and the HF cache entry and "
-            "fetch again; change params verify_hash only if the pin itself is wrong"
+            "fetch again; change verify_hash in pins.yaml only if the pin itself is wrong"
         )
     return Receipt(path=path.as_posix(), size_bytes=size, sha256=sha256)
 

@@ -15,8 +15,9 @@ DEFAULT_BASE_URL = "https://raw.githubusercontent.com"
 MAX_BYTES = 32 * 1024 * 1024
 """No scorer source file comes near this; a bigger body means the URL serves something else."""
 REMEDY = (
-    "Check the network, and the base_url, repository, commit, path and sha256 in params.yaml "
-    "(section judge); if the pin is right, the host served another file: check base_url."
+    "Check the network, the base_url (settings.yaml, section judge), and the repository, commit, "
+    "path and sha256 (pins.yaml, section judge); if the pin is right, the host served another "
+    "file: check base_url."
 )
 
 

@@ -101,11 +101,11 @@ def download_pinned(
     except RepositoryNotFoundError as exc:
         raise FetchError(
             f"repository not found (or private/gated) for {where}: {_first_line(exc)}; check "
-            "params fetch.repo_id and HF_ENDPOINT"
+            "pins.yaml fetch.repo_id and HF_ENDPOINT"
         ) from exc
     except RevisionNotFoundError as exc:
         raise FetchError(
-            f"revision not found for {where}: {_first_line(exc)}; check params fetch.revision"
+            f"revision not found for {where}: {_first_line(exc)}; check pins.yaml fetch.revision"
         ) from exc
     except LocalEntryNotFoundError as exc:
         raise FetchError(
@@ -115,7 +115,7 @@ def download_pinned(
         ) from exc
     except EntryNotFoundError as exc:
         raise FetchError(
-            f"file not found for {where}: {_first_line(exc)}; check params fetch.filename"
+            f"file not found for {where}: {_first_line(exc)}; check pins.yaml fetch.filename"
         ) from exc
     except HfHubHTTPError as exc:
         raise FetchError(f"the Hub refused {where}: {_first_line(exc)}") from exc

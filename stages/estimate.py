@@ -193,7 +193,7 @@ def main() -> None:
     if found:
         print(format_rates(found), end="\n\n")
     print(format_table(estimates, cap.calls, cap.tokens, label))
-    source = f"rates from {found.run}" if found else "rates from params.yaml `estimate`"
+    source = f"rates from {found.run}" if found else "rates from settings.yaml `estimate`"
     print(f"({source})")
 
 

@@ -347,7 +347,7 @@ class Budget:
     # -- checks -----------------------------------------------------------------------------
     def _advice(self) -> str:
         return (
-            f"raise budget.{self.mode} in params.yaml, or start a new budget with "
+            f"raise budget.{self.mode} in settings.yaml, or start a new budget with "
             f"`uv run --frozen python -m stages.budget reset --mode {self.mode}`"
             f" (or a new {RUN_ID_ENV}); calls already made are cached and will not be repeated"
         )
@@ -410,7 +410,7 @@ class Budget:
                 f"next call would pass {self.over_estimate:g}x its estimate ({estimate.calls} "
                 f"calls / {estimate.tokens} tokens): the model behaves far from the estimate's "
                 "assumptions (or loops). No call was made and finished work is kept; compare "
-                "with `make estimate`, then raise budget.max_over_estimate in params.yaml if the "
+                "with `make estimate`, then raise budget.max_over_estimate in settings.yaml if the "
                 "run is right"
             )
 

@@ -321,7 +321,7 @@ def test_fixture_naming_a_missing_message_blames_the_fixture(
     assert "message id(s) [40, 41] that conversation 17 does not have" in text
     assert "its 40 messages have ids 0-39" in text
     assert "The fixture is wrong, not the release file" in text
-    assert "only if the release itself changed (a new pin in params verify_hash)" in text
+    assert "only if the release itself changed (a new pin in pins.yaml verify_hash)" in text
     assert f"re-pin with `{REPIN_COMMAND}`" in text
     assert not (tmp_path / "slice").exists()
 

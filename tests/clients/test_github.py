@@ -97,7 +97,7 @@ def test_hash_mismatch_names_everything_and_writes_nothing(
         standin.COMMIT,
         wrong,
         PROMPTS_SHA,
-        "params.yaml",
+        "pins.yaml",
     ):
         assert part in message
     assert not dest.exists()
