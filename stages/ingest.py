@@ -81,8 +81,10 @@ def main() -> None:
 def build_all(
     chats: list[ChatSlice], system: MemorySystem, models: Mapping[Role, ChatModel]
 ) -> list[BuiltMemory]:
-    """Each conversation's memory, built and written to its file."""
+    """Each conversation's memory, built and written to its file (in a folder made here: a
+    system writes only its files)."""
     memories: list[BuiltMemory] = []
+    FILES.folder.mkdir(parents=True, exist_ok=True)
     with stage_workdir("beam-ingest-") as workdir:
         for index, chat in enumerate(chats, start=1):
             started = time.monotonic()

@@ -171,9 +171,10 @@ class MemorySystem(Protocol):
         workdir: Path,
         progress: Progress | None = None,
     ) -> BuiltMemory:
-        """Build one conversation's memory and write it to `out` (deterministic bytes for the
-        same chat, params and model replies). `models` holds the `build_roles`; `workdir` is
-        scratch space removed after the stage (a Neo4j server's home)."""
+        """Build one conversation's memory and write it to `out`, whose folder exists
+        (deterministic bytes for the same chat, params and model replies). `models` holds the
+        `build_roles`; `workdir` is scratch space removed after the stage (a Neo4j server's
+        home)."""
         ...
 
     def open_memory(

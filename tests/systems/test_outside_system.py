@@ -54,7 +54,8 @@ print(json.dumps({"installed": installed_systems(), "name": system.name,
 """
 
 
-def _install(target: Path) -> None:
+def install_echo(target: Path) -> None:
+    """tests/support/echo_system installed into `target` (`uv pip install --target`)."""
     uv = shutil.which("uv")
     if uv is None:
         pytest.skip("uv is not on PATH (the README's set-up installs it)")
@@ -86,7 +87,7 @@ def _run(work: Path, path: list[Path]) -> subprocess.CompletedProcess[str]:
 
 def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
     packages = tmp_path / "site"
-    _install(packages)
+    install_echo(packages)
     work = tmp_path / "work"
     work.mkdir()
     write_params(work, system="echo")
