@@ -62,7 +62,7 @@ def test_item_prompt_errors_say_what_is_wrong(text: str, expected: str) -> None:
     with pytest.raises(IntegrityError, match=r"src/prompts\.py") as caught:
         extract_item_prompt(text)
     assert expected in str(caught.value)
-    assert "params.yaml" in str(caught.value) or "fetch it again" in str(caught.value)
+    assert "pins.yaml" in str(caught.value) or "fetch it again" in str(caught.value)
 
 
 def test_equivalence_messages_may_be_inline_dicts() -> None:

@@ -76,6 +76,8 @@ SNAPSHOT = (
     "reports",
     "dvc.lock",
     "params.yaml",
+    "settings.yaml",  # a test's setting (a Neo4j timeout) would leave the report stale after it
+    "pins.yaml",
 )
 TIMING_KEYS = frozenset({"seconds", "seconds_total", "seconds_mean"})
 STAGE_TASKS = {"ingest": ("extract", "resolve", "link"), "answer": ("agent",), "judge": ("judge",)}
