@@ -37,7 +37,6 @@ from schemas.judging import JudgePrompts
 from schemas.params import (
     MODES,
     EstimateParams,
-    JudgeParams,
     Mode,
     Params,
     SliceParams,
@@ -72,11 +71,6 @@ def estimate_roles(
     return with_total(estimates)
 
 
-def judge_prompts(judge: JudgeParams) -> JudgePrompts | None:
-    """The pinned scorer prompts when fetched (their sizes are then counted, not assumed)."""
-    return scorer_prompts_if_fetched(judge)
-
-
 def build_slices(slice_params: SliceParams, mode: Mode) -> Built:
     """The mode's slices (the kept conversations only), from the repaired dataset."""
     fixture = load_fixture(Path(slice_params.fixture))
@@ -97,7 +91,7 @@ def estimate_mode(
     built = build_slices(params.slice, mode)
     system = load_system(params, mode=mode, rates=rates)
     chats = [s.chat for s in built.slices]
-    prompts = judge_prompts(params.judge)
+    prompts = scorer_prompts_if_fetched(params.judge)
     return estimate_roles(system, chats, built.questions, built.rubrics, rates, prompts)
 
 
@@ -154,7 +148,7 @@ def main() -> None:
     mode: Mode = args.mode or params.mode
     system = system_name(params)
     fallback = params.estimate
-    prompts = judge_prompts(params.judge)
+    prompts = scorer_prompts_if_fetched(params.judge)
     found: RunRates | None = None
     if args.from_:
         planned = load_system(params, system, mode=mode, rates=fallback)
