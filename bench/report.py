@@ -185,8 +185,9 @@ def build_metrics(
 ) -> Headline:
     """The headline (`LAYOUT.report.metrics`): numbers only, two levels, no null.
 
-    `questions` counts every ability, 0 where the mode asks none; `score` and its interval exist
-    for an ability only where it has questions (a missing number, not a null or a made-up 0).
+    `questions`, `score` and its interval exist for an ability only where it has questions (a
+    missing number, not a null or a made-up 0: `dvc exp show` has no column for an ability no run
+    asked).
     Every other key is written in every mode. Wall time is not here: each stage's metrics file
     holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
     cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
@@ -202,20 +203,12 @@ def build_metrics(
         score_beam_code=_numbers({"overall": overall.get("score_beam_code")}),
         evidence_recall=_numbers({"overall": overall["evidence_recall"]}),
         questions={
-            **{g: scores[g]["n"] for g in (*ABILITIES, "overall")},
+            **{g: scores[g]["n"] for g in asked},
             "known_bad_rubric": flags.get("known_bad_rubric", 0),
         },
-        agent=_numbers(
-            {
-                "context_tokens_median": answer.context_tokens_median,
-                "context_tokens_p95": answer.context_tokens_p95,
-            }
-        ),
+        agent=_numbers({"context_tokens_p95": answer.context_tokens_p95}),
         failures=dict(failures),
-        judge_check={
-            "agreement": judge_check["agreement"]["overall"],
-            "cases": judge_check["cases"]["overall"],
-        },
+        judge_check={"agreement": judge_check["agreement"]["overall"]},
         cost_calls={p: row["calls"] for p, row in cost.items()},
         cost_tokens={p: row["tokens"] for p, row in cost.items()},
     )

@@ -12,7 +12,7 @@ Produces, under `data/slice/`:
   `known_bad_rubric` with its reason).
 - `sizes.json`: sessions, messages, cl100k tokens and questions per slice, their total, and the
   questions per ability.
-and `metrics/slice.json` (`chat.*`, the totals: conversations, sessions, messages, tokens).
+and `metrics/slice.json` (`chat.tokens`, the chat's size in cl100k tokens).
 
 The fixture (params `slice.fixture`) pins, per mode, the question ids, the message ids of each
 slice and the sha256 of each slice file (one per conversation); any difference stops the stage.
@@ -417,10 +417,10 @@ def sizes(built: Built) -> dict[str, dict[str, int]]:
 
 
 def summarize(built: Built) -> dict[str, dict[str, int]]:
-    """The slice's metrics: how much chat the memory system is given (the same keys in every mode;
-    questions are counted in metrics/report.json, per conversation in data/slice/sizes.json)."""
-    total = sizes(built)["total"]
-    return {"chat": {k: total[k] for k in ("conversations", "sessions", "messages", "tokens")}}
+    """The slice's metrics: how much chat the memory system is given, in tokens (conversations,
+    sessions and messages are counted in data/slice/sizes.json, questions in
+    metrics/report.json)."""
+    return {"chat": {"tokens": sizes(built)["total"]["tokens"]}}
 
 
 def repin_fixture(fixture: SliceFixture, built: Mapping[Mode, Built]) -> SliceFixture:

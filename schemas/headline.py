@@ -32,12 +32,12 @@ class Headline(Record):
     """What the benchmark's published code computes from the same verdicts."""
     evidence_recall: Numbers = Field(default_factory=dict)
     questions: Counts = Field(default_factory=dict)
-    """Per ability (0 where the mode asks none), `overall` and `known_bad_rubric`."""
+    """Per ability asked, `overall` and `known_bad_rubric`."""
     agent: Numbers = Field(default_factory=dict)
-    """The answer model's context: `context_tokens_median`, `context_tokens_p95`."""
+    """The answer model's context: `context_tokens_p95` (the median: data/answer/summary.json)."""
     failures: Counts = Field(default_factory=dict)
     judge_check: Numbers = Field(default_factory=dict)
-    """`agreement` on the known cases, and how many `cases`."""
+    """`agreement` on the known cases (how many: the record, data/judge_check)."""
     cost_calls: Counts = Field(default_factory=dict)
     """Per role's cost key and `total`."""
     cost_tokens: Counts = Field(default_factory=dict)

@@ -49,7 +49,8 @@ def check_twice(copy: RepoCopy, hub_mirror: HubMirror) -> None:
         == (fixture["modes"]["lite"]["slices"]["17"]["sha256"])
     )
     assert (repo / "data" / "slice" / "questions.jsonl").read_text().count("\n") == 2
-    assert json.loads((repo / "metrics" / "slice.json").read_text())["chat"]["messages"] == 3
+    sizes = json.loads((repo / "data" / "slice" / "sizes.json").read_text())
+    assert sizes["total"]["messages"] == 3
     record = json.loads((repo / "data" / "repair" / "record.json").read_text())
     assert record["chars_cut"] == 347_384
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
