@@ -3,7 +3,7 @@
 Reads the results the other stages wrote (data/judge/questions.jsonl and summary.json,
 data/answer/summary.json, data/ingest/graphs.json, the run.json of ingest, answer and judge with
 the models), the calls and tokens each phase took (metrics/usage/<stage>.json) and the pins in
-params.yaml, never the stages' metrics files: those hold wall time, which would make the report
+pins.yaml, never the stages' wall-time files (metrics/wall_time/), which would make the report
 stale after a re-run that changed no result. Computes seeded bootstrap confidence intervals
 (resampling questions) per ability and overall, and the dry-run estimate per phase beside the
 actual figures. Writes `metrics/report.json` (the headline), `metrics/plots/abilities.csv`,
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 RECORD = LAYOUT.report.record
 VIEWER = LAYOUT.report.page
-STAGE_METRICS = ("ingest", "answer", "judge", "judge_check")
-"""Stages whose metrics file holds `seconds.stage_<stage>`, the wall time of their last run (a
-key of its own in each file: DVC shows every metrics file's numbers side by side)."""
+WALL_TIME_STAGES = ("ingest", "answer", "judge", "judge_check")
+"""Stages whose wall-time file (`LAYOUT.<stage>.wall_time`) holds `seconds.stage_<stage>`, the wall
+time of their last run."""
 METRICS = LAYOUT.report.metrics
 ABILITY_PLOT = LAYOUT.report.abilities_plot
 COST_PLOT = LAYOUT.report.cost_plot
@@ -188,7 +188,7 @@ def build_metrics(
     `questions`, `score` and its interval exist for an ability only where it has questions (a
     missing number, not a null or a made-up 0: `dvc exp show` has no column for an ability no run
     asked).
-    Every other key is written in every mode. Wall time is not here: each stage's metrics file
+    Every other key is written in every mode. Wall time is not here: each stage's wall-time file
     holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
     cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
     event F1 and tau, flags) is in the record and data/judge/summary.json."""
@@ -253,14 +253,14 @@ def _interval(row: Mapping[str, Any]) -> str:
 
 
 def stage_time(stage: str, metrics: Mapping[str, Any]) -> float | None:
-    """The wall time of a stage's last run, from its metrics (`seconds.stage_<stage>`)."""
+    """The wall time of a stage's last run, from its wall-time file (`seconds.stage_<stage>`)."""
     seconds = metrics.get("seconds")
     value = seconds.get(f"stage_{stage}") if isinstance(seconds, dict) else None
     return float(value) if isinstance(value, int | float) else None
 
 
 def render_times(times: Mapping[str, float]) -> str:
-    """What `--print` adds below the record: wall time lives in the metrics, never in the
+    """What `--print` adds below the record: wall time lives in metrics/wall_time/, never in the
     record, so that the record of unchanged results stays byte-identical."""
     if not times:
         return ""
@@ -268,7 +268,7 @@ def render_times(times: Mapping[str, float]) -> str:
     return "\n".join(
         [
             "",
-            "## Wall time of the last run (from `metrics/<stage>.json`)",
+            "## Wall time of the last run (from `metrics/wall_time/<stage>.json`)",
             "",
             "| stage | seconds |",
             "|---|---:|",

@@ -23,9 +23,10 @@ def usage_file(stage: str) -> Path:
     return METRICS / "usage" / f"{stage}.json"
 
 
-def metrics_file(stage: str) -> Path:
-    """A stage's metrics: what `dvc metrics show` lists (wall time included; no stage reads it)."""
-    return METRICS / f"{stage}.json"
+def wall_time_file(stage: str) -> Path:
+    """The seconds of a stage's last run and of its phases: a plain out, not a DVC metric (wall
+    time on a shared machine compares no runs), read only by `python -m stages.report --print`."""
+    return METRICS / "wall_time" / f"{stage}.json"
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class SliceFiles:
 
 @dataclass(frozen=True)
 class SystemStageFiles:
-    """A stage that calls models: its folder of results, its run record, usage and metrics."""
+    """A stage that calls models: its folder of results, its run record, usage and wall time."""
 
     name: str
 
@@ -93,8 +94,8 @@ class SystemStageFiles:
         return usage_file(self.name)
 
     @property
-    def metrics(self) -> Path:
-        return metrics_file(self.name)
+    def wall_time(self) -> Path:
+        return wall_time_file(self.name)
 
 
 @dataclass(frozen=True)
@@ -203,23 +204,19 @@ def _stage_files() -> dict[str, StageIO]:
         ),
         "ingest": StageIO(
             deps=(L.slice.folder,),
-            outs=(L.ingest.folder, L.ingest.usage),
-            metrics=(L.ingest.metrics,),
+            outs=(L.ingest.folder, L.ingest.usage, L.ingest.wall_time),
         ),
         "answer": StageIO(
             deps=(L.slice.folder, L.ingest.folder),
-            outs=(L.answer.folder, L.answer.usage),
-            metrics=(L.answer.metrics,),
+            outs=(L.answer.folder, L.answer.usage, L.answer.wall_time),
         ),
         "judge": StageIO(
             deps=(L.fetch.scorer, L.slice.folder, L.answer.folder),
-            outs=(L.judge.folder, L.judge.usage),
-            metrics=(L.judge.metrics,),
+            outs=(L.judge.folder, L.judge.usage, L.judge.wall_time),
         ),
         "judge-check": StageIO(
             deps=(L.fetch.scorer, L.repair.dataset),
-            outs=(L.judge_check.folder, L.judge_check.usage),
-            metrics=(L.judge_check.metrics,),
+            outs=(L.judge_check.folder, L.judge_check.usage, L.judge_check.wall_time),
         ),
         "report": StageIO(
             deps=(

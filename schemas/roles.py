@@ -18,7 +18,7 @@ INGEST_ROLES: tuple[Role, ...] = ("extraction", "resolution")
 
 
 def cost_key(role: Role) -> str:
-    """The role's key in the report's cost tables and in metrics/ingest.json's seconds."""
+    """The role's key in the report's cost tables and in the ingest stage's wall-time seconds."""
     return f"ingest_{role}" if role in INGEST_ROLES else role
 
 

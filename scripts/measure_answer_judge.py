@@ -118,7 +118,7 @@ def figures(work: Path, seconds: dict[str, float]) -> dict[str, Any]:
     answer = {
         **json.loads((work / "data" / "answer" / "summary.json").read_text()),
         **json.loads((work / "metrics" / "usage" / "answer.json").read_text())["agent"],
-        **json.loads((work / "metrics" / "answer.json").read_text())["seconds"],
+        **json.loads((work / "metrics" / "wall_time" / "answer.json").read_text())["seconds"],
     }
     judge = json.loads((work / "data" / "judge" / "summary.json").read_text())
     contexts = [t.max_context_tokens for t in traces]

@@ -11,8 +11,8 @@ For each model (default: both Qwen2.5-Coder models):
 - lite (unless --skip-lite): `dvc repro` of the lite set in a temporary copy wired to the
   loopback Hub mirror and scorer stand-in (as the e2e tests do), every role on the model with
   the smoke test's settings (tests/e2e/test_local_model_pipeline.py), and per stage: wall
-  seconds (metrics/<stage>.json), model calls and tokens (metrics/usage/), and for the answer
-  stage the tool calls per question (all, and those that ran), agent turns and the largest
+  seconds (metrics/wall_time/<stage>.json), model calls and tokens (metrics/usage/), and for the
+  answer stage the tool calls per question (all, and those that ran), agent turns and the largest
   prompt; for ingest the entities, statements and dropped items.
 
 Needs the built runtime (`make local-model`), ../shared/beam and `make neo4j` for the lite run.
@@ -165,7 +165,7 @@ def measure_lite(model: str) -> dict[str, Any]:
 def stage_numbers(repo: RepoCopy) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for stage in STAGES:
-        metrics = repo.path / "metrics" / f"{stage}.json"
+        metrics = repo.path / "metrics" / "wall_time" / f"{stage}.json"
         if not metrics.is_file():
             continue
         row: dict[str, Any] = {"seconds": json.loads(metrics.read_text()).get("seconds")}
@@ -189,7 +189,7 @@ def stage_numbers(repo: RepoCopy) -> dict[str, Any]:
             }
             for t in rows
         ]
-    check = repo.path / "metrics" / "judge_check.json"
+    check = repo.path / "metrics" / "wall_time" / "judge_check.json"
     if check.is_file():
         out.setdefault("judge_check", {})["metrics"] = json.loads(check.read_text())
     return out

@@ -75,9 +75,9 @@ def main() -> None:
             answer = repo.read_json("data/answer/summary.json")
             judge = repo.read_json("data/judge/summary.json")["overall"]
             waited = {
-                **repo.read_json("metrics/ingest.json")["seconds"],
-                **repo.read_json("metrics/answer.json")["seconds"],
-                **repo.read_json("metrics/judge.json")["seconds"],
+                **repo.read_json("metrics/wall_time/ingest.json")["seconds"],
+                **repo.read_json("metrics/wall_time/answer.json")["seconds"],
+                **repo.read_json("metrics/wall_time/judge.json")["seconds"],
             }
             print(
                 f"full ingest: {waited['ingest_extraction'] + waited['ingest_resolution']:.1f} s "

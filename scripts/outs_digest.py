@@ -5,8 +5,8 @@ and on the commit after, then compare the two JSON files (`--compare A B`). In a
 the repo wired to the loopback Hub mirror, the scorer stand-in and the scripted test model
 (tests/support/e2e_repo.py), it runs `dvc repro` (lite), `dvc repro --force` (every stage again
 from the call cache) and `dvc repro` with mode full, and hashes every file under data/ (but the
-downloads), reports/ and metrics/plots/, plus metrics/report.json and metrics/usage/. Stage
-metrics files hold wall time and are left out, and the record's `code commit` row is blanked
+downloads), reports/ and metrics/plots/, plus metrics/report.json and metrics/usage/. The
+wall-time files (metrics/wall_time/) are left out, and the record's `code commit` row is blanked
 before hashing (each copy is its own git repository, so its commit differs by construction).
 Nothing here measures a memory system.
 Needs ../shared/beam and `make neo4j`.

@@ -8,7 +8,8 @@ the agent's model, `llm.concurrency` at a time, and closes it. Writes
 (traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the system and the model),
 `data/answer/summary.json` (counts, steps, the context size and the tokens left out),
 `metrics/usage/answer.json` (the model calls and tokens the answers took) and
-`metrics/answer.json` (the phase's seconds: wall time never goes into a DVC out).
+`metrics/wall_time/answer.json` (the stage's and the phase's seconds: wall time never goes into a
+result).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def main() -> None:
             f"no {system.memory_noun} for conversation(s) {', '.join(missing)} in {MEMORIES} "
             f"(system {system.name}): run `dvc repro ingest`"
         )
-    remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
+    remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
 
     agent.check_endpoint()
     estimate = system.estimate_answer([], questions, MEMORIES)  # from the built memories
@@ -127,7 +128,7 @@ def main() -> None:
     write_json(FILES.usage, {"agent": agent_usage(ordered)})
     # The model layer's wait on the agent's calls (none for cache hits): metrics only.
     write_json(
-        FILES.metrics,
+        FILES.wall_time,
         {
             "seconds": {
                 "agent": accounting.to_metrics()["agent"]["seconds"],

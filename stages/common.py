@@ -19,7 +19,7 @@ from schemas.params import JudgeParams, Params, merge_settings, shared_keys
 
 STARTED = time.monotonic()
 """When this stage process started (stages import this module first): its wall time is measured
-from here, and written to metrics only (`seconds.stage`), never to an out."""
+from here, and written to its wall-time file only (`seconds.stage_<stage>`), never to a result."""
 
 if TYPE_CHECKING:
     from bench.slice import SliceFixture

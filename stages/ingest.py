@@ -6,8 +6,8 @@ writes the graph into its own Neo4j server and exports it; rag writes the chunks
 the sessions, no_memory an empty file. Also writes `data/ingest/run.json` (the system, the models
 its build used, and whether a test model made this run), `data/ingest/graphs.json` (the counts of
 each conversation's memory, and their total), `metrics/usage/ingest.json` (the model calls and
-tokens the memories took, bench/usage.py) and `metrics/ingest.json` (the seconds of each build role:
-wall time never goes into a DVC out).
+tokens the memories took, bench/usage.py) and `metrics/wall_time/ingest.json` (the seconds of the
+stage and of each build role: wall time never goes into a result).
 
 Interrupted and run again: every finished model call comes from the call cache, and the memory
 is rebuilt from scratch (graphrag: in a fresh server, MERGE on stable ids: no duplicate nodes).
@@ -45,7 +45,7 @@ def main() -> None:
     mode, params = run.mode, run.ingest
     system = load_system(run)
     # first: a missing slice must not leave the last run's memory
-    remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
+    remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
     chats = read_chats(LAYOUT.slice.chats)
 
     accounting = Accounting()
@@ -73,7 +73,7 @@ def main() -> None:
         )
     except BaseException:
         # no half-made set of memories (finished calls are cached)
-        remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
+        remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
         raise
     write_records(memories, mode, system, clients, list(counted.values()), accounting)
 
@@ -137,7 +137,7 @@ def write_records(
     write_json(FILES.usage, {model.role: model.usage() for model in counted})
     llm = accounting.to_metrics()
     seconds = {cost_key(r): llm[r]["seconds"] if r in llm else 0.0 for r in INGEST_ROLES}
-    write_json(FILES.metrics, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})
+    write_json(FILES.wall_time, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def main() -> None:
         )
     prompts = load_scorer_prompts(params)
     files = LAYOUT.judge
-    remove_outputs(files.folder, files.metrics, files.usage)
+    remove_outputs(files.folder, files.wall_time, files.usage)
 
     accounting = Accounting()
     judge = open_model("judge", run, accounting=accounting)
@@ -124,9 +124,9 @@ def main() -> None:
         beam_code_summary(judgements, answers),
     )
     write_json(files.summary, summary)
-    # The model layer's wait on the judge's calls (none for cache hits): metrics only.
+    # The model layer's wait on the judge's calls (none for cache hits): wall time only.
     write_json(
-        files.metrics,
+        files.wall_time,
         {
             "seconds": {
                 "judge": accounting.to_metrics()["judge"]["seconds"],

@@ -89,7 +89,7 @@ def main() -> None:
     rubrics, questions = read_items(read_release(), source, recipe_question_ids(recipe))
     cases = build_cases(recipe, rubrics, questions)
     prompts = load_scorer_prompts(params.judge)
-    remove_outputs(FILES.folder, FILES.metrics, FILES.usage)
+    remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
 
     accounting = Accounting()
     judge = build_model(
@@ -130,9 +130,9 @@ def main() -> None:
     write_json(FILES.usage, {"judge": counted.usage()})
     seconds = float(accounting.to_metrics().get("judge", {}).get("seconds", 0.0))
     # wall time only, like the other stages: the agreement is a result (the summary, and the
-    # headline in the report's metrics), and few metric columns keep `dvc exp show` readable
+    # headline in the report's metrics); wall time is no metric (noise on a shared machine)
     write_json(
-        FILES.metrics, {"seconds": {"judge_check": seconds, "stage_judge_check": stage_seconds()}}
+        FILES.wall_time, {"seconds": {"judge_check": seconds, "stage_judge_check": stage_seconds()}}
     )
     print(
         f"judge-check: {len(cases)} cases, agreement {summary.agreement.overall:.0%}, "

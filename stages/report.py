@@ -15,8 +15,8 @@ from bench.report import (
     COST_PLOT,
     METRICS,
     RECORD,
-    STAGE_METRICS,
     VIEWER,
+    WALL_TIME_STAGES,
     RecordInputs,
     ability_plot,
     build_metrics,
@@ -48,7 +48,7 @@ from schemas.estimate import with_total
 from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
-from schemas.layout import LAYOUT, metrics_file
+from schemas.layout import LAYOUT, wall_time_file
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
@@ -72,11 +72,11 @@ def main() -> None:
 
 
 def read_times() -> dict[str, float]:
-    """The wall time of each stage's last run that has one, from its metrics file."""
+    """The wall time of each stage's last run that has one, from its wall-time file."""
     times: dict[str, float] = {}
-    for stage in STAGE_METRICS:
+    for stage in WALL_TIME_STAGES:
         try:
-            metrics = json.loads(metrics_file(stage).read_text(encoding="utf-8"))
+            metrics = json.loads(wall_time_file(stage).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         value = stage_time(stage, metrics) if isinstance(metrics, dict) else None

@@ -117,10 +117,6 @@ OPERATIONAL = (
 )
 METRICS_FILES = {
     "slice": "metrics/slice.json",
-    "ingest": "metrics/ingest.json",
-    "answer": "metrics/answer.json",
-    "judge": "metrics/judge.json",
-    "judge-check": "metrics/judge_check.json",
     "report": "metrics/report.json",
 }
 
@@ -277,7 +273,7 @@ def test_each_data_dep_is_an_upstream_out_and_records_are_uncached() -> None:
                     assert options == {"cache": False}, path
 
 
-def test_metrics_files_are_the_headline_and_the_stages_timings() -> None:
+def test_metrics_files_are_the_headline_and_the_chat_size() -> None:
     declared = {
         name: [next(iter(item)) for item in stage.get("metrics", [])]  # type: ignore[attr-defined]
         for name, stage in dvc_stages().items()

@@ -113,7 +113,7 @@ class ConversationGraph:
         return len(self.failed_chunks) + self.resolution.failed_calls + self.linking.failed_calls
 
     def counts(self) -> dict[str, Any]:
-        """Numbers for metrics/ingest.json (every label and type always present)."""
+        """Numbers for data/ingest/graphs.json (every label and type always present)."""
         labels = Counter(n.label for n in self.batch.nodes)
         types = Counter(r.type for r in self.batch.relationships)
         return {

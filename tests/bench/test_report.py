@@ -307,13 +307,15 @@ def _numbers_close(actual: str, expected: str, tolerance: float = 1e-3) -> bool:
     return all(abs(float(a) - float(b)) <= tolerance for a, b in pairs)
 
 
-def test_the_printed_record_adds_each_stages_wall_time_from_its_metrics(
+def test_the_printed_record_adds_each_stages_wall_time_from_its_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "metrics").mkdir()
-    (tmp_path / "metrics" / "ingest.json").write_text('{"seconds": {"stage_ingest": 12.5}}')
-    (tmp_path / "metrics" / "judge.json").write_text(
+    (tmp_path / "metrics" / "wall_time").mkdir(parents=True)
+    (tmp_path / "metrics" / "wall_time" / "ingest.json").write_text(
+        '{"seconds": {"stage_ingest": 12.5}}'
+    )
+    (tmp_path / "metrics" / "wall_time" / "judge.json").write_text(
         '{"seconds": {"judge": 1.0, "stage_judge": 3.25}}'
     )
     times = read_times()

@@ -261,10 +261,10 @@ def outs_and_metrics(root: Path) -> dict[str, object]:
 
 
 def stage_seconds(repo: RepoCopy) -> dict[str, float]:
-    """Wall seconds of each model stage (metrics/<stage>.json's `seconds.stage_<stage>`)."""
+    """Wall seconds of each model stage (`seconds.stage_<stage>` of metrics/wall_time/)."""
     out = {}
     for stage in ("ingest", "answer", "judge", "judge_check"):
-        path = repo.path / "metrics" / f"{stage}.json"
+        path = repo.path / "metrics" / "wall_time" / f"{stage}.json"
         if path.is_file():
             out[stage] = json.loads(path.read_text())["seconds"][f"stage_{stage}"]
     return out

@@ -64,9 +64,9 @@ MODEL = "openai/test-model"
 MAX_ATTEMPTS = 4
 TIMEOUT_SECONDS = 3
 STAGE_OUTS = {
-    "ingest": ("data/ingest", "metrics/ingest.json"),
-    "answer": ("data/answer", "metrics/answer.json"),
-    "judge": ("data/judge", "metrics/judge.json"),
+    "ingest": ("data/ingest", "metrics/wall_time/ingest.json"),
+    "answer": ("data/answer", "metrics/wall_time/answer.json"),
+    "judge": ("data/judge", "metrics/wall_time/judge.json"),
 }
 SNAPSHOT = (
     "data/ingest",

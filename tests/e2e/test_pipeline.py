@@ -41,7 +41,8 @@ STAGES = (
     "judge-check",
     "report",
 )
-METRICS = ("slice", "ingest", "answer", "judge", "judge_check", "report")
+METRICS = ("slice", "report")
+WALL_TIME = ("ingest", "answer", "judge", "judge_check")
 
 README_KEEP = (
     r"Experiment|^mode$|^models\.(agent|judge)\.model$"
@@ -67,12 +68,14 @@ HEADLINE_KEYS = {
     "cost_tokens": {*COST_KEYS, "total"},
     "judge_check": {"agreement"},
 }
-STAGE_METRICS = {
-    "slice": {"chat": {"tokens"}},
-    "ingest": {"seconds": {"ingest_extraction", "ingest_resolution", "stage_ingest"}},
-    "answer": {"seconds": {"agent", "stage_answer"}},
-    "judge": {"seconds": {"judge", "stage_judge"}},
-    "judge_check": {"seconds": {"judge_check", "stage_judge_check"}},
+STAGE_FILES = {
+    "metrics/slice.json": {"chat": {"tokens"}},
+    "metrics/wall_time/ingest.json": {
+        "seconds": {"ingest_extraction", "ingest_resolution", "stage_ingest"}
+    },
+    "metrics/wall_time/answer.json": {"seconds": {"agent", "stage_answer"}},
+    "metrics/wall_time/judge.json": {"seconds": {"judge", "stage_judge"}},
+    "metrics/wall_time/judge_check.json": {"seconds": {"judge_check", "stage_judge_check"}},
 }
 
 
@@ -124,9 +127,9 @@ def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
         assert set(report[group]) == {*with_interval, "overall"}, group
     assert set(report["questions"]) == {*asked, "overall", "known_bad_rubric"}
     assert set(report) == {*HEADLINE_KEYS, "questions", "score", "score_ci_low", "score_ci_high"}
-    for name, groups in STAGE_METRICS.items():
-        values = repo.read_json(f"metrics/{name}.json")
-        assert {k: set(v) for k, v in values.items()} == groups, name
+    for path, groups in STAGE_FILES.items():
+        values = repo.read_json(path)
+        assert {k: set(v) for k, v in values.items()} == groups, path
     files = [repo.read_json(f"metrics/{name}.json") for name in METRICS]
     numbers = [v for f in files for group in f.values() for v in group.values()]
     assert all(isinstance(v, int | float) for v in numbers)  # no null, no text: DVC keeps all
@@ -229,6 +232,8 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
             assert f"Running stage '{stage}'" in first, first
         for name in METRICS:
             assert (repo.path / "metrics" / f"{name}.json").is_file(), name
+        for name in WALL_TIME:
+            assert (repo.path / "metrics" / "wall_time" / f"{name}.json").is_file(), name
         report = repo.read_json("metrics/report.json")
         assert report["questions"]["overall"] == 2
         assert "abstention" not in report["questions"]  # no such question in lite: no column

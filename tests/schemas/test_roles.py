@@ -1,5 +1,5 @@
 """The model roles, named once: params configure the same roles, and the cost keys the report,
-the comparison, the viewer and metrics/ingest.json write stay as they were."""
+the comparison, the viewer and metrics/wall_time/ingest.json write stay as they were."""
 
 from __future__ import annotations
 

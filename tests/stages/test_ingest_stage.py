@@ -48,7 +48,10 @@ def test_missing_slice_exits_2_with_a_clear_message_and_no_stale_outputs(tmp_pat
     for role in ("extraction", "resolution", "agent"):
         params["models"][role] = {"model": "scripted/rules", "api_base": None}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    stale = [tmp_path / "data" / "ingest" / "conv17.jsonl", tmp_path / "metrics" / "ingest.json"]
+    stale = [
+        tmp_path / "data" / "ingest" / "conv17.jsonl",
+        tmp_path / "metrics" / "wall_time" / "ingest.json",
+    ]
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}\n")

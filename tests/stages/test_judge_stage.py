@@ -239,8 +239,8 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
     usage = json.loads((workdir / "metrics" / "usage" / "judge.json").read_text())
     assert usage["judge"]["calls"] == overall["judge_calls"]
     assert usage["judge"]["prompt_tokens"] > 0
-    # the stage's metrics file holds its wall time only
-    timing = json.loads((workdir / "metrics" / "judge.json").read_text())
+    # the stage's wall-time file holds its seconds only
+    timing = json.loads((workdir / "metrics" / "wall_time" / "judge.json").read_text())
     assert list(timing) == ["seconds"] and list(timing["seconds"]) == ["judge", "stage_judge"]
 
     # the scripted judge saw the question, the rubric item and the answer in each item prompt
@@ -267,7 +267,7 @@ def test_a_second_run_makes_no_model_call_and_identical_outputs(workdir: Path) -
     # served from the call cache: every out the same bytes, the calls and tokens counted alike
     assert {n: (workdir / "data" / "judge" / n).read_bytes() for n in names} == first
     assert (workdir / "metrics" / "usage" / "judge.json").read_bytes() == usage
-    metrics = json.loads((workdir / "metrics" / "judge.json").read_text())
+    metrics = json.loads((workdir / "metrics" / "wall_time" / "judge.json").read_text())
     assert metrics["seconds"]["judge"] == 0.0  # no call waited on the model
     assert metrics["seconds"]["stage_judge"] > 0  # the stage's own wall time
 
@@ -281,7 +281,7 @@ def test_a_tampered_scorer_file_stops_the_stage_with_exit_2(workdir: Path) -> No
     assert "differs from the pin" in done.stderr and "dvc repro fetch" in done.stderr
     assert PROMPTS_PATH in done.stderr
     assert not (workdir / "data" / "judge").exists()
-    assert not (workdir / "metrics" / "judge.json").exists()
+    assert not (workdir / "metrics" / "wall_time" / "judge.json").exists()
 
 
 @pytest.mark.slow

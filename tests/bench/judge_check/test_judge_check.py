@@ -457,7 +457,7 @@ def test_the_stage_draws_the_recipe_then_checks_the_judge(
     # params.yaml's mode is lite: its draw of the recipe, two cases of each kind
     assert len(cases) == len(results) == 10
     assert Counter(json.loads(c)["kind"] for c in cases) == dict.fromkeys(KINDS, 2)
-    metrics = json.loads((folder / "metrics" / "judge_check.json").read_text())
+    metrics = json.loads((folder / "metrics" / "wall_time" / "judge_check.json").read_text())
     assert sorted(metrics["seconds"]) == ["judge_check", "stage_judge_check"]  # wall time only
     summary = read_record(folder / "data" / "judge_check" / "summary.json", JudgeCheckSummary)
     assert summary.agreement.overall < 0.8 and summary.failed_calls == 0

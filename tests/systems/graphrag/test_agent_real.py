@@ -632,7 +632,7 @@ def test_answer_stage_writes_traces_notice_and_metrics(
     assert usage["agent"]["calls"] == sum(t.calls for t in traces) == 4
     assert agent["context_tokens_max"] == max(t.max_context_tokens for t in traces)
     assert agent["context_tokens_p95"] == agent["context_tokens_max"]  # nearest rank of two
-    metrics = json.loads((work / "metrics" / "answer.json").read_text())
+    metrics = json.loads((work / "metrics" / "wall_time" / "answer.json").read_text())
     assert list(metrics) == ["seconds"] and metrics["seconds"]["agent"] > 0  # wall time: here only
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     assert [c["task"] for c in calls] == ["agent"] * 4

@@ -457,7 +457,7 @@ def test_stage_process_writes_graph_and_reruns_from_the_cache(
 
     outs = {p.name: p.read_bytes() for p in (work / "data" / "ingest").iterdir()}
     assert sorted(outs) == ["conv17.jsonl", "graphs.json", "run.json"]
-    timing = json.loads((work / "metrics" / "ingest.json").read_text())
+    timing = json.loads((work / "metrics" / "wall_time" / "ingest.json").read_text())
     assert set(timing["seconds"]) == {"ingest_extraction", "ingest_resolution", "stage_ingest"}
 
     second = run_ingest(work, record)
@@ -467,7 +467,7 @@ def test_stage_process_writes_graph_and_reruns_from_the_cache(
     # served from the call cache: the same outs, byte for byte, and the same usage
     assert {p.name: p.read_bytes() for p in (work / "data" / "ingest").iterdir()} == outs
     assert json.loads((work / "metrics" / "usage" / "ingest.json").read_text()) == usage
-    again = json.loads((work / "metrics" / "ingest.json").read_text())
+    again = json.loads((work / "metrics" / "wall_time" / "ingest.json").read_text())
     assert {k: v for k, v in again["seconds"].items() if k != "stage_ingest"} == {
         "ingest_extraction": 0.0,
         "ingest_resolution": 0.0,
