@@ -56,7 +56,7 @@ run: setup
 
 # The lite pipeline with the deterministic test model in place of every model, as a temporary
 # DVC experiment (params.yaml stays as it is): checks that everything runs here; measures nothing.
-DEMO_MODELS := $(foreach role,extraction resolution agent,-S 'models.$(role).model=scripted/rules' -S 'models.$(role).api_base=null') -S 'models.judge.model=null' -S 'models.judge.api_base=null'
+DEMO_MODELS := $(foreach role,extraction resolution agent,-S 'models.$(role).model=scripted/rules' -S 'settings.yaml:models.$(role).api_base=null') -S 'models.judge.model=null'
 demo: setup
 	$(PY) dvc exp run --temp $(DEMO_MODELS)
 	$(PY) dvc exp show --drop '.*' --keep 'Experiment|models\.agent\.model|score\.overall'

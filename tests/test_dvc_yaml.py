@@ -16,7 +16,7 @@ from tests.conftest import REPO_ROOT
 # depends on the whole file):
 # - llm.timeout_seconds, llm.max_attempts, llm.concurrency, llm.stop_after_failures: when a call
 #   is tried again or given up; a reply that comes after retries is the same reply, and a call
-#   that finally fails stops the stage (or is counted under `max_failed_share`, which is a param);
+#   that finally fails stops the stage (or is counted under `max_failed_share`);
 # - llm.cache, llm.cache_dir: where finished calls are kept; a cached reply is the reply;
 # - budget.*: spend caps; a stage stops before passing them, it never writes other results;
 # - estimate.* for ingest, answer and judge: they use it only for the budget check before their
@@ -25,7 +25,14 @@ from tests.conftest import REPO_ROOT
 #   stop_grace_seconds, query_timeout_seconds, write_batch_size: which Neo4j process holds the
 #   graph and how it is fed; the exported graph and the agent's reads are the same;
 # - fetch.timeout_seconds, judge.base_url, judge.timeout_seconds, judge.max_attempts: how the
-#   pinned files are downloaded; their revision and sha256 pins decide the bytes.
+#   pinned files are downloaded; their revision and sha256 pins decide the bytes;
+# - <stage>.max_failed_share: how many failed calls a stage accepts before it stops; the ones it
+#   accepted stand beside the score (failures.* in every comparison), so a change re-runs only
+#   the report, whose record shows the shares (a stage that stopped has no lock: it runs again);
+# - judge_check.min_agreement: where the record's warning starts, read by the report only;
+# - models.<role>.api_base, max_tokens: where a model is reached (the model name says which
+#   model) and how long a reply may be (a cut reply is flagged, a cut JSON reply fails);
+# - report.*: the bootstrap of the record's intervals, read by the report only.
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
     # with their sha256) is in pins.yaml, a dep; where the scorer files are written is a param
@@ -38,17 +45,16 @@ EXPECTED_PARAMS = {
     "ingest": [
         "mode",  # max_llm_pairs is per mode
         "system",  # which memory is built (systems/registry.py)
-        # chunking and resolution shape the graph (rag's chunks too); max_failed_share accepts a
-        # partial one
+        # chunking and resolution shape the graph (rag's chunks too)
         "ingest",
-        "models.extraction",  # model and endpoint are in every request's cache key
+        "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
         "llm.seed",  # sent with every request and part of its cache key
     ],
     "answer": [
         "mode",  # written in run.json
         "system",  # which memory answers, and how
-        "answer",  # step limit and result size; max_failed_share accepts failed questions
+        "answer",  # step limit, result size, calls written as text
         "rag",  # top_k: the chunks in rag's prompt
         "full_context",  # the context window and the reply's room decide what the prompt holds
         "models.agent",
@@ -62,7 +68,6 @@ EXPECTED_PARAMS = {
         # where the scorer's prompts are (the pins they are checked against: pins.yaml)
         "judge.scorer_dir",
         "judge.max_equivalence_calls",  # past it, event lines count as unmatched
-        "judge.max_failed_share",  # whether failed judge calls are accepted (scored 0)
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
         "llm.seed",
@@ -70,7 +75,6 @@ EXPECTED_PARAMS = {
     "judge-check": [
         "mode",  # written in run.json
         "judge_check.cases",  # how many of the recipe's cases the mode checks (the recipe: pins)
-        "judge_check.max_failed_share",  # whether failed calls are accepted
         "judge.scorer_dir",  # the scorer's prompt it asks the judge with (its pins: pins.yaml)
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
@@ -78,7 +82,6 @@ EXPECTED_PARAMS = {
     ],
     "report": [
         "mode",
-        "report",  # bootstrap samples, seed and confidence of the intervals
         # what the record shows and the estimate beside the actual calls and tokens uses
         "ingest.chunk_tokens",
         "ingest.max_llm_pairs",
@@ -88,7 +91,6 @@ EXPECTED_PARAMS = {
         "answer.max_steps",
         # the scorer's prompts the judge's estimate counts (the pins the record prints: pins.yaml)
         "judge.scorer_dir",
-        "judge_check.min_agreement",  # below it the record warns about the judge
     ],
 }
 PINNED = {"fetch", "verify-hash", "repair", "slice", "judge", "judge-check", "report"}
@@ -114,6 +116,24 @@ OPERATIONAL = (
     "judge.base_url",
     "judge.timeout_seconds",
     "judge.max_attempts",
+    # the failures a stage may tolerate: they stand beside the score (failures.*)
+    "ingest.max_failed_share",
+    "answer.max_failed_share",
+    "judge.max_failed_share",
+    "judge_check.max_failed_share",
+    # a warning of the record below this agreement, not a result
+    "judge_check.min_agreement",
+    # where a model is reached and how long a reply may be (a cut reply is flagged or failed)
+    "models.extraction.api_base",
+    "models.extraction.max_tokens",
+    "models.resolution.api_base",
+    "models.resolution.max_tokens",
+    "models.agent.api_base",
+    "models.agent.max_tokens",
+    "models.judge.api_base",
+    "models.judge.max_tokens",
+    # the record's bootstrap: the intervals beside the score, read by the report only
+    "report",
 )
 METRICS_FILES = {
     "slice": "metrics/slice.json",
@@ -207,8 +227,10 @@ def _leaves(value: object, prefix: str = "") -> set[str]:
 
 def test_how_a_run_is_carried_out_is_in_settings_yaml_and_no_stage_param() -> None:
     """settings.yaml holds exactly the operational keys and the estimator's rates, params.yaml
-    none of them; no stage lists one as a param, not even through its section (`llm`,
-    `graph`); the report depends on the whole file (its record shows the estimate)."""
+    none of them; no stage lists one as a param, nor a section all of whose keys are settings
+    (`llm`, `report`; a section such as `models.agent` tracks only what params.yaml holds of it,
+    a key a user adds there included); the report depends on the whole file (its record shows
+    the estimate)."""
     settings = _leaves(yaml.safe_load((REPO_ROOT / "settings.yaml").read_text(encoding="utf-8")))
     params = _leaves(yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8")))
     operational = {k for k in settings if any(k == s or k.startswith(f"{s}.") for s in OPERATIONAL)}
@@ -217,7 +239,8 @@ def test_how_a_run_is_carried_out_is_in_settings_yaml_and_no_stage_param() -> No
     assert settings & params == set()
     for name, stage in dvc_stages().items():
         for key in stage.get("params", []):  # type: ignore[attr-defined]
-            assert not [s for s in settings if s == key or s.startswith(f"{key}.")], (name, key)
+            assert key not in settings, (name, key)
+            assert [p for p in params if p == key or p.startswith(f"{key}.")], (name, key)
         uses_file = "settings.yaml" in stage["deps"]  # type: ignore[operator]
         assert uses_file == (name == "report"), name
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from clients.files import read_jsonl, write_jsonl
 from schemas.judging import Judgement
@@ -96,7 +95,7 @@ def test_the_page_of_a_lite_run_shows_a_question_and_its_filters_hide_the_other(
     expect(page.locator(".beam-code")).to_contain_text(beam_code)
     check = json.loads((lite_run / "data/judge_check/summary.json").read_text())
     cases, agreement = check["cases"], check["agreement"]
-    params = yaml.safe_load((lite_run / "params.yaml").read_text())
+    min_agreement = read_params(lite_run / "params.yaml").judge_check.min_agreement
 
     def pct(share: float) -> str:  # as the page's Math.round does (half up)
         return f"{math.floor(share * 100 + 0.5)}%"
@@ -108,7 +107,7 @@ def test_the_page_of_a_lite_run_shows_a_question_and_its_filters_hide_the_other(
     for kind in (k for k in ("stated", "other_fact", "altered", "empty", "buried") if cases[k]):
         name = kind.replace("_", " ")
         expect(judge_check).to_contain_text(f"{name} {pct(agreement[kind])} of {cases[kind]}")
-    if agreement["overall"] < params["judge_check"]["min_agreement"]:
+    if agreement["overall"] < min_agreement:
         expect(judge_check).to_have_class("judge-check warn")
         expect(judge_check).to_contain_text("Warning: the judge gave the known score")
     else:

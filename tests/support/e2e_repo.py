@@ -113,30 +113,34 @@ def split_params(
     merged: dict[str, Any], layers: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
     """`merged` cut back into params.yaml and the layer files (pins.yaml, settings.yaml): a key
-    goes to the layer whose present copy holds it (down to a section's own keys), else to
-    params.yaml."""
+    goes to the layer whose present copy holds it, section by section down to the leaves (a
+    layer holding `models.agent.api_base` takes that key, params.yaml `models.agent.model`),
+    else to params.yaml."""
     files: dict[str, dict[str, Any]] = {"params.yaml": {}, **{name: {} for name in layers}}
+
+    def place(path: tuple[str, ...], value: Any, held: dict[str, Any]) -> None:
+        # held: per layer, its copy at `path[:-1]` (a layer not holding that section: absent)
+        below = {f: h[path[-1]] for f, h in held.items() if path[-1] in h}
+        sections = {f: h for f, h in below.items() if isinstance(h, dict)}
+        if isinstance(value, dict) and value and sections:
+            for key, item in value.items():
+                place((*path, key), item, sections)
+            return
+        owner = next(iter(below), "params.yaml")
+        target = files[owner]
+        for name in path[:-1]:
+            target = target.setdefault(name, {})
+        target[path[-1]] = value
+
     for name, value in merged.items():
-        if not isinstance(value, dict):
-            owner = next((f for f, held in layers.items() if name in held), "params.yaml")
-            files[owner][name] = value
-            continue
-        for key, item in value.items():
-            owner = next(
-                (
-                    f
-                    for f, held in layers.items()
-                    if isinstance(held.get(name), dict) and key in held[name]
-                ),
-                "params.yaml",
-            )
-            files[owner].setdefault(name, {})[key] = item
+        place((name,), value, layers)
     return files
 
 
 def write_split(repo: Path, merged: dict[str, Any]) -> None:
     """`merged` as the copy's params.yaml, pins.yaml and settings.yaml (`split_params`), each
-    file written only when its values change (DVC hashes pins.yaml and settings.yaml as deps)."""
+    file written only when its values change (DVC hashes pins.yaml and settings.yaml as deps),
+    its sections in the order the file had (`dvc exp show` orders its columns by the file)."""
     layers = {
         name: yaml.safe_load((repo / name).read_text()) or {}
         for name in (PINS_FILE, SETTINGS_FILE)
@@ -146,8 +150,16 @@ def write_split(repo: Path, merged: dict[str, Any]) -> None:
         path = repo / name
         if not path.is_file() and not data:
             continue
-        if not path.is_file() or yaml.safe_load(path.read_text()) != data:
+        before = yaml.safe_load(path.read_text()) if path.is_file() else None
+        if before != data:
+            order = list(before or {})
+            data = dict(sorted(data.items(), key=lambda kv: _rank(order, kv[0])))
             path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _rank(order: list[str], key: str) -> int:
+    """Where `key` stood in a file's sections (a new one: after them all)."""
+    return order.index(key) if key in order else len(order)
 
 
 def params_for_tests(params: dict[str, Any], scorer_base_url: str, mode: str) -> dict[str, Any]:
@@ -208,6 +220,18 @@ class RepoCopy:
             else:
                 merged[name] = value
         write_split(self.path, merged)
+
+    def set_in_params_yaml(self, key: str, value: Any) -> None:
+        """Write a dotted key into the copy's params.yaml, as `dvc exp run -S key=value` does: a
+        key there wins over settings.yaml and is tracked by the stages that list its section."""
+        path = self.path / "params.yaml"
+        params = yaml.safe_load(path.read_text()) or {}
+        *sections, name = key.split(".")
+        node = params
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
 
     def use_checkout_jars(self) -> None:
         """The copy finds the Neo4j jars where `make neo4j` puts them (its own .cache/neo4j/lib,

@@ -399,8 +399,8 @@ def test_the_headline_has_the_benchmark_code_score_and_the_judge_check_with_its_
     run_dir: Path,
 ) -> None:
     params = yaml.safe_load((run_dir / "params.yaml").read_text(encoding="utf-8"))
-    params["report"]["confidence"] = 0.95
-    params["judge_check"]["min_agreement"] = 0.8
+    params.setdefault("report", {})["confidence"] = 0.95
+    params.setdefault("judge_check", {})["min_agreement"] = 0.8
     (run_dir / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     data = embedded(write_viewer().read_text(encoding="utf-8"))
     assert data["headline"]["beam_code"] == 0.4125
