@@ -40,9 +40,9 @@ _MAX_NESTING = 50
 # ---------------------------------------------------------------------------------------------
 
 
-def scorer_file_path(params: JudgeParams, pinned: PinnedFile) -> Path:
-    """Where a pinned scorer file lives once fetched: `<scorer_dir>/<path in the repository>`."""
-    return Path(params.scorer_dir) / pinned.path
+def scorer_file_path(folder: Path, pinned: PinnedFile) -> Path:
+    """Where a pinned scorer file lives once fetched: `<folder>/<path in the repository>`."""
+    return folder / pinned.path
 
 
 def pinned_scorer_files(params: JudgeParams) -> tuple[PinnedFile, PinnedFile]:
@@ -50,12 +50,14 @@ def pinned_scorer_files(params: JudgeParams) -> tuple[PinnedFile, PinnedFile]:
     return params.prompts, params.compute_metrics
 
 
-def prompts_from_files(params: JudgeParams, contents: Sequence[bytes]) -> JudgePrompts:
-    """The scorer's prompts from the fetched pinned files' bytes (in `pinned_scorer_files`
-    order), after checking their hashes."""
+def prompts_from_files(
+    params: JudgeParams, folder: Path, contents: Sequence[bytes]
+) -> JudgePrompts:
+    """The scorer's prompts from the bytes of the pinned files fetched into `folder` (in
+    `pinned_scorer_files` order), after checking their hashes."""
     texts = []
     for pinned, data in zip(pinned_scorer_files(params), contents, strict=True):
-        path = scorer_file_path(params, pinned)
+        path = scorer_file_path(folder, pinned)
         actual = hashlib.sha256(data).hexdigest()
         if actual != pinned.sha256:
             raise IntegrityError(

@@ -180,8 +180,6 @@ class JudgeParams(Record):
     """The file holding `unified_llm_judge_base_prompt`."""
     compute_metrics: PinnedFile
     """The file holding `llm_equivalence` (the event-equivalence messages)."""
-    scorer_dir: str
-    """Where the pinned files are written, each at its repository path below it."""
     base_url: str = Field(pattern=r"^https?://")
     """Raw-file host; tests point it at a loopback server."""
     timeout_seconds: float = Field(gt=0)
@@ -311,8 +309,8 @@ class JudgeCheckParams(Record):
     recipe: str = "fixtures/judge_check.json"
     """Which rubric items, kinds and seeds make the cases (no dataset text), with their sha256."""
     cases: PerMode
-    """Cases judged per mode, drawn from the recipe with every kind in turn (a lite run is a
-    smoke test of minutes; full and all judge the whole recipe)."""
+    """Cases judged per mode (a pin, like the mode's questions), drawn from the recipe with every
+    kind in turn (a lite run is a smoke test of minutes; full and all judge the whole recipe)."""
     min_agreement: float = Field(default=0.8, ge=0, le=1)
     """Below this overall agreement the record warns that the judge is not to be trusted."""
     max_failed_share: float = Field(default=0.0, ge=0, le=1)

@@ -61,7 +61,7 @@ def bench_params() -> dict[str, Any]:
     params = params_mapping(ROOT / "params.yaml")
     params["mode"] = "full"
     params["models"] = scripted_models()
-    params["judge"] |= standin_judge_pins() | {"scorer_dir": "data/scorer"}
+    params["judge"] |= standin_judge_pins()
     params["llm"] |= {"cache_dir": ".cache/llm"}  # inside the work folder
     return params
 

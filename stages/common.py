@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from schemas.errors import BeamError, DataError, ParamsError
 from schemas.judging import JudgePrompts
+from schemas.layout import LAYOUT
 from schemas.params import JudgeParams, Params, merge_settings, shared_keys
 
 STARTED = time.monotonic()
@@ -108,28 +109,28 @@ def read_params(path: Path = PARAMS_FILE) -> Params:
 # module first, and most never read the slice's inputs.
 
 
-def _scorer_paths(params: JudgeParams) -> list[Path]:
+def _scorer_paths(params: JudgeParams, folder: Path) -> list[Path]:
     from bench.scorer_prompts import pinned_scorer_files, scorer_file_path
 
-    return [scorer_file_path(params, pinned) for pinned in pinned_scorer_files(params)]
+    return [scorer_file_path(folder, pinned) for pinned in pinned_scorer_files(params)]
 
 
-def load_scorer_prompts(params: JudgeParams) -> JudgePrompts:
-    """The scorer's prompts from the fetched pinned files (bench/scorer_prompts.py checks their
-    hashes and parses them); a DataError when one is missing."""
+def load_scorer_prompts(params: JudgeParams, folder: Path = LAYOUT.fetch.scorer) -> JudgePrompts:
+    """The scorer's prompts from the pinned files fetched into `folder` (bench/scorer_prompts.py
+    checks their hashes and parses them); a DataError when one is missing."""
     from bench.scorer_prompts import prompts_from_files
 
-    paths = _scorer_paths(params)
+    paths = _scorer_paths(params, folder)
     for path in paths:
         if not path.is_file():
             raise DataError(f"scorer file {path} is missing: run `dvc repro fetch`")
-    return prompts_from_files(params, [path.read_bytes() for path in paths])
+    return prompts_from_files(params, folder, [path.read_bytes() for path in paths])
 
 
 def scorer_prompts_if_fetched(params: JudgeParams) -> JudgePrompts | None:
     """`load_scorer_prompts`, or None before the fetch stage has put the files in place (the
     estimate and the report then count the prompts without them)."""
-    fetched = all(path.is_file() for path in _scorer_paths(params))
+    fetched = all(path.is_file() for path in _scorer_paths(params, LAYOUT.fetch.scorer))
     return load_scorer_prompts(params) if fetched else None
 
 

@@ -15,6 +15,7 @@ from bench.scorer_prompts import scorer_file_path
 from clients import github
 from clients.files import remove_outputs, write_atomic
 from clients.hub import download_pinned, resolve_endpoint
+from schemas.layout import LAYOUT
 from schemas.params import FetchParams, JudgeParams
 from stages.common import read_params, run_stage
 
@@ -41,8 +42,10 @@ def fetch(
     return cached
 
 
-def fetch_scorer(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Path]:
-    """The pinned scorer files at `<scorer_dir>/<path>`, from the cache or downloaded."""
+def fetch_scorer(
+    params: JudgeParams, folder: Path = LAYOUT.fetch.scorer, cache_dir: Path = SCORER_CACHE
+) -> list[Path]:
+    """The pinned scorer files at `<folder>/<path>`, from the cache or downloaded."""
     written = []
     for pinned in (params.prompts, params.compute_metrics):
         cached = cache_dir / params.scorer_commit / pinned.path
@@ -56,7 +59,7 @@ def fetch_scorer(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Pa
             timeout_seconds=params.timeout_seconds,
             max_attempts=params.max_attempts,
         )
-        target = scorer_file_path(params, pinned)
+        target = scorer_file_path(folder, pinned)
         copy_atomic(cached, target)
         written.append(target)
     return written

@@ -35,8 +35,8 @@ from tests.conftest import REPO_ROOT
 # - report.*: the bootstrap of the record's intervals, read by the report only.
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
-    # with their sha256) is in pins.yaml, a dep; where the scorer files are written is a param
-    "fetch": ["judge.scorer_dir"],
+    # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
+    "fetch": [],
     "verify-hash": [],  # the size and sha256 it checks: pins.yaml
     "repair": [],  # which message, its pinned hash, where the sound text ends: pins.yaml
     # the mode's question and message ids; which conversations (the fixture and the tokenizer:
@@ -65,8 +65,6 @@ EXPECTED_PARAMS = {
     ],
     "judge": [
         "mode",  # written in run.json
-        # where the scorer's prompts are (the pins they are checked against: pins.yaml)
-        "judge.scorer_dir",
         "judge.max_equivalence_calls",  # past it, event lines count as unmatched
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
@@ -74,8 +72,6 @@ EXPECTED_PARAMS = {
     ],
     "judge-check": [
         "mode",  # written in run.json
-        "judge_check.cases",  # how many of the recipe's cases the mode checks (the recipe: pins)
-        "judge.scorer_dir",  # the scorer's prompt it asks the judge with (its pins: pins.yaml)
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
         "llm.seed",
@@ -89,8 +85,6 @@ EXPECTED_PARAMS = {
         "ingest.candidates_per_statement",
         "ingest.pairs_per_call",
         "answer.max_steps",
-        # the scorer's prompts the judge's estimate counts (the pins the record prints: pins.yaml)
-        "judge.scorer_dir",
     ],
 }
 PINNED = {"fetch", "verify-hash", "repair", "slice", "judge", "judge-check", "report"}

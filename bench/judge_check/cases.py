@@ -311,7 +311,7 @@ def make_recipe(
 
 
 def draw_cases(recipe: Recipe, count: int) -> Recipe:
-    """The recipe cut to `count` cases (params `judge_check.cases` of the mode): the kinds take
+    """The recipe cut to `count` cases (pins.yaml `judge_check.cases` of the mode): the kinds take
     turns, and each turn takes the kind's first remaining entry (recipe order) of the abilities
     drawn least so far, so every kind has a case once `count` reaches the number of kinds, the
     kinds differ by at most one case and the abilities are spread over the draw. The cases keep

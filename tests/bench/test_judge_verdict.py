@@ -209,7 +209,7 @@ def test_the_enum_is_the_scale_of_the_benchmarks_pinned_prompt(shared_beam: Path
     pinned_dir = shared_beam / "scorer" / params.scorer_repo / params.scorer_commit
     if not (pinned_dir / params.prompts.path).is_file():
         pytest.skip(f"the pinned scorer files are not under {pinned_dir}")
-    prompts = load_scorer_prompts(params.model_copy(update={"scorer_dir": str(pinned_dir)}))
+    prompts = load_scorer_prompts(params, pinned_dir)
     line = next(ln for ln in prompts.item_prompt.splitlines() if '"score":' in ln)
     scale = sorted(float(v) for v in re.findall(r"\d+\.\d+", line))
     assert scale == sorted(JudgeVerdict.model_json_schema()["properties"]["score"]["enum"])

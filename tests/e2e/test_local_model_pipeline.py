@@ -35,7 +35,7 @@ Settings of the copies, each with its reason:
 - judge max_tokens 256 and the same repeat penalty: a verdict with its reason; without the
   penalty the 0.5B repeated its reason's sentences until max_tokens on 2 of the 8 judge requests
   (a cut reply is no verdict), with it every reply ended within 26-48 tokens.
-- judge_check.cases.lite 5: one case of each kind (params' lite draw is 10; a smoke test needs
+- judge_check.cases.lite 5: one case of each kind (pins.yaml's lite draw is 10; a smoke test needs
   every kind once, not the agreement's precision).
 - llm.max_attempts 1: with temperature 0 and a seed a retried reply is the same reply.
   llm.concurrency 1: the server has one slot; queued requests would spend their timeout waiting.

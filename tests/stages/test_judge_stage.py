@@ -154,7 +154,7 @@ def workdir(tmp_path: Path) -> Path:
     work = tmp_path / "repo"
     params = repo_params()
     params["mode"] = "lite"
-    params["judge"] |= standin_judge_pins() | {"scorer_dir": "data/scorer"}
+    params["judge"] |= standin_judge_pins()
     params["models"] = scripted_models()
     params["llm"] |= {"cache_dir": str(tmp_path / "llm-cache")}
     work.mkdir()

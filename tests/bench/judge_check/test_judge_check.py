@@ -53,6 +53,7 @@ from clients.scripted import rules as scripted
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.judge_check import KINDS, JudgeCheckSummary, Kind
 from schemas.judging import JudgePrompts
+from schemas.layout import LAYOUT
 from schemas.params import BudgetParams, Cap, JudgeCheckParams, LlmParams, ModelRef
 from schemas.records import Question, Rubric
 from stages import judge_check as judge_check_stage
@@ -431,7 +432,7 @@ def _stage_folder(tmp_path: Path, mirror_parquet: Path, shared_beam: Path, model
     scorer = shared_beam / "scorer" / "mohammadtavakoli78" / "BEAM" / SCORER_COMMIT
     for pinned in ("prompts", "compute_metrics"):
         path = params["judge"][pinned]["path"]
-        target = tmp_path / params["judge"]["scorer_dir"] / path
+        target = tmp_path / LAYOUT.fetch.scorer / path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(scorer / path, target)
     return tmp_path
