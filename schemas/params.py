@@ -78,8 +78,6 @@ class GraphParams(Record):
     query_timeout_seconds: float = Field(gt=0)
     row_limit: int = Field(gt=0)
     """Most rows one read of the agent returns."""
-    vector_index: bool
-    vector_dimensions: int = Field(ge=1, le=4096)
     write_batch_size: int = Field(ge=1, le=100_000)
     docker_image: str
 

@@ -60,8 +60,6 @@ EXPECTED_PARAMS = {
         "models.agent",
         "llm.seed",
         "graph.row_limit",  # the most rows a read of the agent returns
-        "graph.vector_index",  # the agent's Cypher tool may query the vector index
-        "graph.vector_dimensions",
     ],
     "judge": [
         "mode",  # written in run.json

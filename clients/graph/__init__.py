@@ -15,7 +15,7 @@ How the stages use it
 ingest (one server per conversation)::
 
     with start_graph(params, workdir, name=f"conv{cid}") as store:
-        store.create_schema()                          # constraints + full-text (+ vector) indexes
+        store.create_schema()                          # constraints + full-text indexes
         batch, report = validate_batch(raw_nodes, raw_rels, existing=store.labels_of(ids))
         store.write(batch)                             # idempotent UNWIND + MERGE on stable ids
         store.entity_candidates("Dr. Zola")            # resolution: full-text over names

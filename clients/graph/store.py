@@ -152,7 +152,7 @@ class Neo4jGraphStore:
         self.restarts = 0
         """Times a runaway agent read made the store restart its server (and re-import)."""
         self._gate = _Gate()
-        self._vector_index: bool | None = None
+        self._vector_dimensions: int | None = None
 
     def close(self) -> None:
         self.driver.close()
@@ -208,17 +208,18 @@ class Neo4jGraphStore:
 
     # schema ---------------------------------------------------------------------------------------
 
-    def create_schema(self, vector_index: bool | None = None) -> None:
-        """Constraints and indexes, idempotently (IF NOT EXISTS); waits until they are online."""
+    def create_schema(self, vector_dimensions: int | None = None) -> None:
+        """Constraints and indexes, idempotently (IF NOT EXISTS); waits until they are online.
+        With `vector_dimensions`, also the vector index over `Chunk.embedding` (for a system
+        that writes embeddings of that size; graphrag writes none yet)."""
         statements = [
             cypher.MEMORY_ID_CONSTRAINT,
             *cypher.FULLTEXT_INDEX_STATEMENTS,
             *cypher.RANGE_INDEX_STATEMENTS,
         ]
-        use_vector = self.params.vector_index if vector_index is None else vector_index
-        self._vector_index = use_vector
-        if use_vector:
-            statements.append(cypher.vector_index_statement(self.params.vector_dimensions))
+        self._vector_dimensions = vector_dimensions
+        if vector_dimensions is not None:
+            statements.append(cypher.vector_index_statement(vector_dimensions))
         for statement in statements:
             self._run_auto(statement)
         self._run_auto(cypher.AWAIT_INDEXES, {"seconds": int(self.params.start_timeout_seconds)})
@@ -439,7 +440,7 @@ class Neo4jGraphStore:
             self.server.start()
             self.driver = open_driver(self.server.uri, self.server.auth)
             nodes, rels = _parse_export(lines, "the graph before the restart")
-            self._load(nodes, rels, self._vector_index, schema=True)
+            self._load(nodes, rels, self._vector_dimensions, schema=True)
             self.restarts += 1
 
     def _read_once(
@@ -541,13 +542,13 @@ class Neo4jGraphStore:
         self,
         nodes: Sequence[GraphNode],
         rels: Sequence[Relationship],
-        vector_index: bool | None = None,
+        vector_dimensions: int | None = None,
         source: str = "the graph before the restart",
         *,
         schema: bool = False,
     ) -> WriteReceipt:
         if schema:
-            self.create_schema(vector_index)
+            self.create_schema(vector_dimensions)
         load = int(self._run(cypher.COUNT_MEMORY_NODES)[0]["n"]) == 0
         size = self.params.write_batch_size * 5
         written_nodes = written_rels = 0

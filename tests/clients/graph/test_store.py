@@ -149,6 +149,16 @@ def test_schema_creation_is_idempotent(store: Neo4jGraphStore) -> None:
     assert "memory_id" in before["constraints"]
     for index in ("entity_names:FULLTEXT", "statement_texts:FULLTEXT", "chunk_texts:FULLTEXT"):
         assert index in before["indexes"]
+    assert not [i for i in before["indexes"] if i.endswith(":VECTOR")]  # no embeddings asked
+
+
+def test_the_vector_index_is_made_only_when_its_dimensions_are_given(
+    graph_params: GraphParams, no_jvm_left: Path
+) -> None:
+    with start_graph(graph_params, no_jvm_left, name="vector") as opened:
+        opened.create_schema(vector_dimensions=8)
+        opened.create_schema(vector_dimensions=8)
+        assert "chunk_embeddings:VECTOR" in opened.list_schema()["indexes"]
 
 
 def test_writing_the_same_batch_twice_leaves_the_same_counts(store: Neo4jGraphStore) -> None:
