@@ -18,9 +18,14 @@ REPORTS = Path("reports")
 FIXTURES = Path("fixtures")
 
 
+USAGE = METRICS / "usage"
+"""The calls and tokens each stage's results took, one file per stage; the report reads the folder
+(one dep, one column of `dvc exp show`)."""
+
+
 def usage_file(stage: str) -> Path:
     """The calls and tokens a stage's results took, per role (read by the report)."""
-    return METRICS / "usage" / f"{stage}.json"
+    return USAGE / f"{stage}.json"
 
 
 def wall_time_file(stage: str) -> Path:
@@ -226,9 +231,7 @@ def _stage_files() -> dict[str, StageIO]:
                 L.answer.folder,
                 L.judge.folder,
                 L.judge_check.folder,
-                L.ingest.usage,
-                L.answer.usage,
-                L.judge.usage,
+                USAGE,
             ),
             outs=(L.report.record, L.report.page, L.report.abilities_plot, L.report.cost_plot),
             metrics=(L.report.metrics,),

@@ -274,10 +274,13 @@ def test_each_data_dep_is_an_upstream_out_and_records_are_uncached() -> None:
     produced: set[str] = set()
     for name, stage in dvc_stages().items():
         for dep in stage["deps"]:  # type: ignore[attr-defined]
-            # metrics files hold wall time: a stage reading one would go stale on every re-run
+            # a stage reading a metrics or wall-time file would go stale on every re-run
             assert dep not in METRICS_FILES.values(), f"{name} depends on the metrics file {dep}"
+            assert not "metrics/wall_time".startswith(dep), f"{name} reads wall time: {dep}"
             if dep.startswith(("data/", "metrics/")):
-                assert dep in produced, f"{name} depends on {dep}, which no earlier stage makes"
+                # an earlier stage's out, or a folder of them (metrics/usage)
+                made = dep in produced or any(p.startswith(f"{dep}/") for p in produced)
+                assert made, f"{name} depends on {dep}, which no earlier stage makes"
         produced |= _outs(stage)
         for key in ("outs", "metrics", "plots"):
             for item in stage.get(key, []):  # type: ignore[attr-defined]

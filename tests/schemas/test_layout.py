@@ -52,13 +52,19 @@ def test_dvc_yaml_reads_and_writes_exactly_the_layout() -> None:
         assert _data_paths(stage.get("metrics", [])) == {str(p) for p in files.metrics}, name
 
 
-def test_the_fixtures_a_stage_reads_are_named_by_params_and_are_its_deps() -> None:
+def test_the_fixtures_a_stage_reads_are_pinned_and_in_its_fixtures_dep() -> None:
+    """slice and judge-check depend on the fixtures folder (one dep, one column of `dvc exp
+    show`); the files they read, named in pins.yaml, are in it and are all it holds."""
     stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     params = repo_params()
-    fixtures = {
-        e for stage in stages.values() for e in stage.get("deps", []) if e.startswith("fixtures/")
+    readers = {n for n, s in stages.items() for e in s.get("deps", []) if e.startswith("fixtures")}
+    assert readers == {"slice", "judge-check"}
+    assert {e for n in readers for e in stages[n]["deps"] if e.startswith("fixtures")} == {
+        "fixtures"
     }
-    assert fixtures == {params["slice"]["fixture"], params["judge_check"]["recipe"]}
+    pinned = {params["slice"]["fixture"], params["judge_check"]["recipe"]}
+    held = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "fixtures").iterdir()}
+    assert held == pinned
 
 
 def test_no_module_below_the_stages_spells_a_path_of_the_layout() -> None:
