@@ -50,6 +50,9 @@ README_KEEP = (
 )
 ROUND_TRIP_BAND = 0.25  # the fitted phases of assert_estimate_round_trip
 MAX_METRIC_COLUMNS = 80
+MAX_LITE_COLUMNS = 80
+"""`dvc exp show` of a lite run, every column: the test copy's, and the same table with the
+repository's own params.yaml (the default models add their context windows)."""
 HEADLINE_KEYS = {
     # metrics/report.json, the same in every mode (score, its interval and questions: the
     # abilities asked)
@@ -115,10 +118,10 @@ def assert_estimate_round_trip(repo: RepoCopy, from_: str = ".") -> dict[str, An
     return estimate
 
 
-def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
+def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> list[str]:
     """The headline's keys (a score and a count only where asked, no null), the
     stages' few keys, and no more metric columns in `dvc exp show` than MAX_METRIC_COLUMNS;
-    returns their number."""
+    returns the header of `dvc exp show --csv`."""
     report = repo.read_json("metrics/report.json")
     assert {k: set(v) for k, v in report.items() if k in HEADLINE_KEYS} == HEADLINE_KEYS
     assert set(report["score"]) == {*asked, "overall"}
@@ -151,7 +154,7 @@ def assert_metrics_layout(repo: RepoCopy, asked: set[str]) -> int:
         assert layer in header
     assert len(keys) <= MAX_METRIC_COLUMNS, sorted(keys)
     print(f"\n{len(keys)} metric columns in `dvc exp show --csv` ({len(header)} columns in all)")
-    return len(keys)
+    return header
 
 
 def _params_columns(repo: RepoCopy, name: str = "params.yaml") -> set[str]:
@@ -237,7 +240,11 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
         report = repo.read_json("metrics/report.json")
         assert report["questions"]["overall"] == 2
         assert "abstention" not in report["questions"]  # no such question in lite: no column
-        assert_metrics_layout(repo, {"information_extraction", "multi_session_reasoning"})
+        header = assert_metrics_layout(repo, {"information_extraction", "multi_session_reasoning"})
+        assert len(header) <= MAX_LITE_COLUMNS, header
+        own = _params_columns(repo, str(REPO_ROOT / "params.yaml"))
+        default_models = len(header) - len(_params_columns(repo) & set(header)) + len(own)
+        assert default_models <= MAX_LITE_COLUMNS, sorted(own)
         record = (repo.path / "reports" / "memory.md").read_text()
         assert "measure nothing" in record and "conv17:information_extraction:0" in record
         # the lite draw (two cases per kind): the overlap judge is at the threshold (8 of 10)
