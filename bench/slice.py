@@ -12,6 +12,8 @@ Produces, under `data/slice/`:
   `known_bad_rubric` with its reason).
 - `sizes.json`: sessions, messages, cl100k tokens and questions per slice, their total, and the
   questions per ability.
+- `findings.jsonl`: the data check's findings on the slices and rubrics (bench/data_check.py):
+  reported with their ids, never fixed.
 and `metrics/slice.json` (`chat.tokens`, the chat's size in cl100k tokens).
 
 The fixture (params `slice.fixture`) pins, per mode, the question ids, the message ids of each

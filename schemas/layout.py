@@ -74,6 +74,11 @@ class SliceFiles:
     def sizes(self) -> Path:
         return self.folder / "sizes.json"
 
+    @property
+    def findings(self) -> Path:
+        """The data check's findings (bench/data_check.py): what the slices hold that is no chat."""
+        return self.folder / "findings.jsonl"
+
 
 @dataclass(frozen=True)
 class SystemStageFiles:

@@ -56,6 +56,9 @@ class SliceParams(Record):
     conversations: list[str] = Field(default_factory=list)
     """Keep only these of the mode's conversations (ids as in the data: `[4]`, `["4", "17"]`),
     with their questions and rubrics; empty: every conversation of the mode."""
+    stop_on_findings: bool = False
+    """Whether a finding of the data check (bench/data_check.py) stops the stage; either way the
+    findings are written beside the slices, never fixed."""
 
     @field_validator("conversations", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.data_check import Finding, check_mode
 from bench.repair import REPAIR_OUT
 from bench.slice import (
     METRICS,
@@ -28,11 +29,14 @@ from bench.slice import (
     summarize,
 )
 from clients.files import UMASK, remove_outputs, write_atomic, write_json, write_jsonl
-from schemas.errors import ParamsError
+from schemas.errors import DataError, ParamsError
+from schemas.layout import LAYOUT
 from stages.common import load_fixture, read_params, read_repaired_rows, run_stage
 
 
-def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
+def write_outputs(
+    built: Built, out: Path, metrics_path: Path, findings: Sequence[Finding] = ()
+) -> None:
     """Write into a temp folder beside `out`, then swap it in: never a half-written slice."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -43,6 +47,7 @@ def write_outputs(built: Built, out: Path, metrics_path: Path) -> None:
         write_jsonl(tmp / "questions.jsonl", built.questions)
         write_jsonl(tmp / "rubrics.jsonl", built.rubrics)
         write_json(tmp / "sizes.json", sizes(built))
+        write_jsonl(tmp / LAYOUT.slice.findings.name, findings)
         remove_outputs(out)
         tmp.replace(out)
         write_json(metrics_path, summarize(built))
@@ -60,8 +65,12 @@ def make_slices(
     out: Path,
     metrics: Path,
     conversations: Sequence[str] = (),
-) -> Built:
-    """The mode's slices (only `conversations`, when given), checked against the fixture."""
+    *,
+    stop_on_findings: bool = False,
+) -> tuple[Built, list[Finding]]:
+    """The mode's slices (only `conversations`, when given), checked against the fixture, and
+    the data check's findings on them; with `stop_on_findings`, a finding is a DataError and
+    nothing is written."""
     remove_outputs(out, metrics)
     fixture = load_fixture(fixture_path)
     if mode not in fixture.modes:
@@ -71,8 +80,22 @@ def make_slices(
     check_fixture_ids(rows, pin, mode, fixture_path)
     built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
     check_pins(built, pin, mode)
-    write_outputs(built, out, metrics)
-    return built
+    whole = pin.selection == "whole_conversations"
+    findings = check_mode([s.chat for s in built.slices], built.rubrics, whole=whole)
+    if findings and stop_on_findings:
+        listed = "; ".join(
+            f"{f.kind} conversation {f.conversation_id} "
+            f"{'message ' + str(f.message_id) if f.message_id is not None else f.question_id}"
+            for f in findings
+        )
+        raise DataError(
+            f"the data check found {len(findings)} defect(s) in mode {mode} ({listed}): repair "
+            "each with a pinned rule (pins.yaml `repair`), or set settings.yaml "
+            "`slice.stop_on_findings: false` to run with them reported in "
+            f"{LAYOUT.slice.findings}"
+        )
+    write_outputs(built, out, metrics, findings)
+    return built, findings
 
 
 def repin(source: Path, fixture_path: Path, tokenizer: str) -> SliceFixture:
@@ -108,7 +131,7 @@ def main() -> None:
         print(f"slice: re-pinned message ids and hashes of every mode in {params.fixture}")
         return
     mode = run.mode
-    built = make_slices(
+    built, findings = make_slices(
         REPAIR_OUT,
         Path(params.fixture),
         mode,
@@ -116,6 +139,7 @@ def main() -> None:
         SLICE_OUT,
         METRICS,
         params.conversations,
+        stop_on_findings=params.stop_on_findings,
     )
     total = sizes(built)["total"]
     only = f", conversations {', '.join(params.conversations)} only" if params.conversations else ""
@@ -123,6 +147,12 @@ def main() -> None:
         f"slice ({mode}{only}): {total['questions']} questions, {total['messages']} messages in "
         f"{total['sessions']} sessions, {total['tokens']:,} tokens -> {SLICE_OUT}"
     )
+    for finding in findings:
+        where = finding.question_id or f"conversation {finding.conversation_id} message "
+        where += "" if finding.question_id else str(finding.message_id)
+        print(f"slice: data check: {finding.kind} in {where}: {finding.detail}")
+    if findings:
+        print(f"slice: {len(findings)} finding(s) reported in {LAYOUT.slice.findings}, not fixed")
 
 
 if __name__ == "__main__":

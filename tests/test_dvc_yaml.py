@@ -30,6 +30,8 @@ from tests.conftest import REPO_ROOT
 #   accepted stand beside the score (failures.* in every comparison), so a change re-runs only
 #   the report, whose record shows the shares (a stage that stopped has no lock: it runs again);
 # - judge_check.min_agreement: where the record's warning starts, read by the report only;
+# - slice.stop_on_findings: whether the data check's findings stop the slice; they are written
+#   beside the slices either way;
 # - models.<role>.api_base, max_tokens: where a model is reached (the model name says which
 #   model) and how long a reply may be (a cut reply is flagged, a cut JSON reply fails);
 # - report.*: the bootstrap of the record's intervals, read by the report only.
@@ -115,6 +117,8 @@ OPERATIONAL = (
     "judge_check.max_failed_share",
     # a warning of the record below this agreement, not a result
     "judge_check.min_agreement",
+    # whether a data-check finding stops the slice (the findings are written either way)
+    "slice.stop_on_findings",
     # where a model is reached and how long a reply may be (a cut reply is flagged or failed)
     "models.extraction.api_base",
     "models.extraction.max_tokens",

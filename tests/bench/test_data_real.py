@@ -20,10 +20,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from bench.data_check import Finding
 from bench.repair import marker
 from bench.slice import SliceFixture, from_ranges, normalize_ids
 from clients.files import read_jsonl
-from schemas.errors import IntegrityError, ParamsError
+from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.params import VerifyHashParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import read_params
@@ -95,6 +96,25 @@ def run(shared_beam: Path, mirror_parquet: Path, tmp_path_factory: pytest.TempPa
     return Run(
         root, fetched, receipt, repaired, repair_metrics, outs["lite"], outs["full"], outs["all"]
     )
+
+
+def slice_all(
+    run: Run, tmp_path: Path, conversations: list[str] | None = None, **options: bool
+) -> tuple[Path, Path]:
+    """make_slices of mode all from the repaired data into `tmp_path` (the slice and metrics)."""
+    slice_params = read_params(REPO_ROOT / "params.yaml").slice
+    out, metrics = tmp_path / "slice", tmp_path / "slice.json"
+    make_slices(
+        run.repaired,
+        REPO_ROOT / slice_params.fixture,
+        "all",
+        slice_params.tokenizer,
+        out,
+        metrics,
+        conversations or [],
+        **options,
+    )
+    return out, metrics
 
 
 def original_rows() -> dict[str, dict[str, Any]]:
@@ -363,18 +383,8 @@ def test_questions_the_agent_reads_hold_no_answer_rubric_plan_or_profile(run: Ru
 def test_one_conversation_of_all_keeps_exactly_its_questions_and_messages(
     run: Run, tmp_path: Path
 ) -> None:
-    slice_params = read_params(REPO_ROOT / "params.yaml").slice
-    out, metrics = tmp_path / "slice", tmp_path / "slice.json"
-
-    make_slices(  # checks conversation 4's own pins, as the slice stage does
-        run.repaired,
-        REPO_ROOT / slice_params.fixture,
-        "all",
-        slice_params.tokenizer,
-        out,
-        metrics,
-        ["4"],
-    )
+    # checks conversation 4's own pins, as the slice stage does
+    out, metrics = slice_all(run, tmp_path, ["4"])
 
     assert [p.name for p in (out / "chats").iterdir()] == ["conv4.json"]
     assert (out / "chats" / "conv4.json").read_bytes() == (
@@ -403,22 +413,51 @@ def test_one_conversation_of_all_keeps_exactly_its_questions_and_messages(
 def test_a_conversation_all_does_not_have_is_refused_naming_its_twenty(
     run: Run, tmp_path: Path
 ) -> None:
-    slice_params = read_params(REPO_ROOT / "params.yaml").slice
     with pytest.raises(ParamsError) as info:
-        make_slices(
-            run.repaired,
-            REPO_ROOT / slice_params.fixture,
-            "all",
-            slice_params.tokenizer,
-            tmp_path / "slice",
-            tmp_path / "slice.json",
-            ["4", "21"],
-        )
+        slice_all(run, tmp_path, ["4", "21"])
     assert (
         f"conversation id(s) ['21'] that mode all does not have; its conversations are "
         f"{ALL_CONVERSATIONS}" in str(info.value)
     )
     assert not (tmp_path / "slice").exists()
+
+
+FINDINGS_100K_ALL = [
+    ("runaway_message", "2", 169),  # one short line 708 times
+    ("runaway_message", "5", 123),  # ~2,100 characters of answer, then ~51,000 of `/` and newlines
+    ("no_source_ids", "9", "conv9:preference_following:1"),
+    ("no_source_ids", "18", "conv18:summarization:0"),
+    ("no_source_ids", "18", "conv18:summarization:1"),
+    ("no_source_ids", "20", "conv20:summarization:0"),
+    ("no_source_ids", "20", "conv20:summarization:1"),
+]
+"""The data check on mode all after the pinned repair (conversation 4, message 97 no longer runs
+away); every turn has its reply and every session is in date order."""
+
+
+def test_the_data_check_reports_the_known_defects_of_each_mode_and_fixes_none(run: Run) -> None:
+    def found(mode: str) -> list[tuple[str, str, int | str | None]]:
+        rows = read_jsonl(run.folder(mode) / "findings.jsonl", Finding)
+        return [(f.kind, f.conversation_id, f.question_id or f.message_id) for f in rows]
+
+    assert found("all") == FINDINGS_100K_ALL
+    assert found("full") == [] and found("lite") == []
+    # reported, not fixed: the runaway message reaches the slice as it is in the data
+    chat = ChatSlice.model_validate_json((run.all / "chats" / "conv5.json").read_text())
+    (message,) = [m for s in chat.sessions for m in s.messages if m.id == 123]
+    assert len(message.content) == 53_108
+
+
+def test_a_finding_stops_the_slice_when_settings_say_so_and_nothing_is_written(
+    run: Run, tmp_path: Path
+) -> None:
+    with pytest.raises(DataError) as info:
+        slice_all(run, tmp_path, stop_on_findings=True)
+    message = str(info.value)
+    assert "found 7 defect(s) in mode all" in message
+    assert "runaway_message conversation 5 message 123" in message
+    assert "slice.stop_on_findings: false" in message and "pins.yaml `repair`" in message
+    assert not (tmp_path / "slice").exists() and not (tmp_path / "slice.json").exists()
 
 
 def test_fixture_lists_the_slices_it_pins(run: Run) -> None:

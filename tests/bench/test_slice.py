@@ -390,7 +390,7 @@ def test_restriction_keeps_one_conversation_with_its_questions_and_checks_its_pi
     write_json(pinned, raw)
     out, metrics = tmp_path / "slice", tmp_path / "slice.json"
 
-    built = make_slices(data, pinned, "full", "cl100k_base", out, metrics, ["4"])
+    built, _ = make_slices(data, pinned, "full", "cl100k_base", out, metrics, ["4"])
 
     assert sorted(p.name for p in (out / "chats").iterdir()) == ["conv4.json"]
     chat = (out / "chats" / "conv4.json").read_bytes()

@@ -1,0 +1,133 @@
+"""The slice's data check: defects of the dataset that a memory system would take in as chat.
+
+Run on what a mode gives the memory systems (its chat slices, after the pinned repairs) and on its
+rubrics, it reports each finding with its ids and fixes nothing: a defect is repaired only by a
+pinned rule a person chose (pins.yaml `repair`). The slice stage writes the findings beside the
+slices (`data/slice/findings.jsonl`) and stops on one when settings.yaml says so
+(`slice.stop_on_findings`).
+
+What counts as a finding:
+- `runaway_message`: a message of at least RUNAWAY_MIN_CHARS characters that is mostly filler,
+  the generator's loop rather than an answer: its three most common characters make up
+  FILLER_CHAR_SHARE of it (`/` and newlines, `|` and spaces), or one line, repeated at least
+  REPEATED_LINE_MIN times, makes up REPEATED_LINE_SHARE of it. On the 100K and 500K chats of
+  `../shared/beam` the messages found hold 0.95 or more of filler characters or 0.72 or more of one
+  line; no other message of 4,000 characters or more passes 0.51 or 0.11 (measured before the
+  thresholds were set between them).
+- `turn_without_reply`: a user message followed by another user message, or last in the chat
+  (whole conversations only: lite keeps just the messages its questions cite).
+- `session_date_out_of_order`: a session dated before the one it follows.
+- `no_source_ids`: a question (not abstention, which asks about what the chat never said) whose
+  rubric cites no message, so evidence recall cannot be measured for it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from schemas.base import Record
+from schemas.records import ChatSlice, Rubric
+
+FindingKind = Literal[
+    "runaway_message", "turn_without_reply", "session_date_out_of_order", "no_source_ids"
+]
+
+RUNAWAY_MIN_CHARS = 4_000
+"""Shorter messages make at most one chunk of filler."""
+FILLER_CHAR_SHARE = 0.9
+REPEATED_LINE_MIN = 50
+REPEATED_LINE_SHARE = 0.5
+
+
+class Finding(Record):
+    kind: FindingKind
+    conversation_id: str
+    message_id: int | None = None
+    question_id: str | None = None
+    detail: str
+    """What was seen, in numbers (never the text: it is the dataset's)."""
+
+
+def runaway_detail(text: str) -> str | None:
+    """Why `text` looks like runaway output, or None."""
+    if len(text) < RUNAWAY_MIN_CHARS:
+        return None
+    top = Counter(text).most_common(3)
+    share = sum(count for _, count in top) / len(text)
+    if share >= FILLER_CHAR_SHARE:
+        chars = ", ".join(repr(char) for char, _ in top)
+        return f"{len(text):,} characters, {share:.0%} of them {chars}"
+    lines = Counter(line for line in text.splitlines() if line.strip())
+    if lines:
+        line, repeats = lines.most_common(1)[0]
+        line_share = repeats * len(line) / len(text)
+        if repeats >= REPEATED_LINE_MIN and line_share >= REPEATED_LINE_SHARE:
+            return (
+                f"{len(text):,} characters, one line of {len(line)} repeated {repeats} times "
+                f"({line_share:.0%} of them)"
+            )
+    return None
+
+
+def check_chat(chat: ChatSlice, *, whole: bool) -> list[Finding]:
+    """The findings of one conversation's slice (`whole`: it keeps every message)."""
+    conv = chat.conversation_id
+    found: list[Finding] = []
+    messages = [m for s in chat.sessions for m in s.messages]
+    for message in messages:
+        detail = runaway_detail(message.content)
+        if detail:
+            found.append(
+                Finding(
+                    kind="runaway_message",
+                    conversation_id=conv,
+                    message_id=message.id,
+                    detail=detail,
+                )
+            )
+    if whole:
+        for here, after in zip(messages, [*messages[1:], None], strict=True):
+            if here.role == "user" and (after is None or after.role == "user"):
+                found.append(
+                    Finding(
+                        kind="turn_without_reply",
+                        conversation_id=conv,
+                        message_id=here.id,
+                        detail="no assistant message follows",
+                    )
+                )
+    for before, session in zip(chat.sessions, chat.sessions[1:], strict=False):
+        if session.date_iso < before.date_iso:
+            found.append(
+                Finding(
+                    kind="session_date_out_of_order",
+                    conversation_id=conv,
+                    message_id=session.messages[0].id,
+                    detail=f"session {session.number} ({session.date}) follows session "
+                    f"{before.number} ({before.date})",
+                )
+            )
+    return found
+
+
+def check_rubrics(rubrics: Iterable[Rubric]) -> list[Finding]:
+    """Questions whose rubric cites no message (abstention excepted)."""
+    return [
+        Finding(
+            kind="no_source_ids",
+            conversation_id=r.question_id.split(":")[0].removeprefix("conv"),
+            question_id=r.question_id,
+            detail=f"a {r.ability} question without source_chat_ids",
+        )
+        for r in rubrics
+        if r.ability != "abstention" and not r.source_chat_ids
+    ]
+
+
+def check_mode(
+    chats: Sequence[ChatSlice], rubrics: Iterable[Rubric], *, whole: bool
+) -> list[Finding]:
+    """Every finding of a mode's slices and rubrics, conversation by conversation."""
+    return [f for chat in chats for f in check_chat(chat, whole=whole)] + check_rubrics(rubrics)
