@@ -14,7 +14,11 @@ release file holds a different message, the stage says so and names the re-pin c
 `python -m stages.repair --repin` rewrites `repair.original_sha256` in pins.yaml after a
 person has looked at the message and confirmed that the cut is still right.
 
-The stage (stages/repair.py) reads the receipt, the parquet and params.yaml and writes the outs;
+`python -m stages.repair --propose <conversation> <message> [--filler CHARS]` prints where a cut
+of another message could go (`propose_repair`), with the text around it, for a person to judge;
+it never writes a pin.
+
+The stage (stages/repair.py) reads the receipt, the parquet and pins.yaml and writes the outs;
 this module checks and cuts what it read.
 """
 
@@ -207,6 +211,82 @@ def repin_params_text(text: str, new_sha256: str) -> str:
             lines[number] = f"{match['lead']}{new_sha256}{match['tail']}{ending}"
             return "".join(lines)
     raise ParamsError("pins.yaml: no `original_sha256:` line in section `repair` to re-pin")
+
+
+class RepairProposal(Record):
+    """Where a cut could go, for a person to look at (`python -m stages.repair --propose`): never
+    a pin until that person writes it into pins.yaml."""
+
+    conversation_id: str
+    message_id: int
+    chars: int
+    original_sha256: str
+    filler: str
+    """The characters taken as filler (given, or those of the message's last FILLER_SAMPLE)."""
+    sound_chars: int
+    """The shortest sound text that leaves only filler after it (0: the whole message is)."""
+    before: str
+    """The last CONTEXT_CHARS characters the cut would keep."""
+    after: str
+    """The first CONTEXT_CHARS characters it would cut."""
+
+
+FILLER_SAMPLE = 200
+CONTEXT_CHARS = 400
+
+
+def proposed_sound_chars(content: str, filler: str) -> int:
+    """The index after the message's last character that is not filler: everything from there
+    on is filler, and the sound text does not end in filler (as `check_filler` requires)."""
+    stripped = content.rstrip(filler)
+    return len(stripped)
+
+
+def propose_repair(
+    table: pa.Table, conversation_id: str, message_id: int, filler: str | None, source: str
+) -> RepairProposal:
+    """A proposed cut of one message of the verified release, with the text around it."""
+    row = conversation_row(table, conversation_id, source)
+    where = f"{source}: conversation {conversation_id}, message {message_id}"
+    content = find_message(table.column("chat")[row].as_py() or [], message_id, where).get(
+        "content"
+    )
+    if not isinstance(content, str) or not content:
+        raise DataError(f"{where} has no text content")
+    chars = filler if filler else "".join(sorted(set(content[-FILLER_SAMPLE:])))
+    sound = proposed_sound_chars(content, chars)
+    return RepairProposal(
+        conversation_id=conversation_id,
+        message_id=message_id,
+        chars=len(content),
+        original_sha256=hashlib.sha256(content.encode("utf-8")).hexdigest(),
+        filler=chars,
+        sound_chars=sound,
+        before=content[max(0, sound - CONTEXT_CHARS) : sound],
+        after=content[sound : sound + CONTEXT_CHARS],
+    )
+
+
+def render_proposal(proposal: RepairProposal) -> str:
+    """What `--propose` prints: the text on both sides of the cut and the pin it would make."""
+    p = proposal
+    return "\n".join(
+        [
+            f"conversation {p.conversation_id}, message {p.message_id}: {p.chars:,} characters, "
+            f"sha256 {p.original_sha256}",
+            f"filler characters: {p.filler!r}; proposed sound_chars {p.sound_chars:,} (cuts "
+            f"{p.chars - p.sound_chars:,})",
+            f"--- the last {len(p.before)} characters kept ---",
+            p.before,
+            f"--- the first {len(p.after)} characters cut ---",
+            p.after,
+            "--- nothing was written: if a person agrees, the pin is ---",
+            f'conversation_id: "{p.conversation_id}"',
+            f"message_id: {p.message_id}",
+            f"original_sha256: {p.original_sha256}",
+            f"sound_chars: {p.sound_chars}",
+        ]
+    )
 
 
 def message_sha256(table: pa.Table, params: RepairParams, source: str) -> str:

@@ -18,6 +18,8 @@ from bench.repair import (
     encode_table,
     load_table,
     message_sha256,
+    propose_repair,
+    render_proposal,
     repair_table,
     repin_params_text,
 )
@@ -70,6 +72,14 @@ def verified_message_sha256(receipt_path: Path, params: RepairParams) -> str:
     return message_sha256(table, params, receipt.path)
 
 
+def filler_argument(text: str) -> str:
+    """`--filler` as typed: backslash escapes (`'/\\n'`) are the characters they name."""
+    try:
+        return text.encode("utf-8").decode("unicode_escape")
+    except UnicodeDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--filler {text!r} has a broken escape: {exc}") from exc
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m stages.repair", description=(__doc__ or "").split("\n")[0]
@@ -80,7 +90,29 @@ def main() -> None:
         help="rewrite repair.original_sha256 in pins.yaml from the verified release "
         "(only after a person has looked at the message)",
     )
+    parser.add_argument(
+        "--propose",
+        nargs=2,
+        metavar=("CONVERSATION", "MESSAGE"),
+        help="print where a cut of this message of the verified release could go, with the text "
+        "around it and the pin it would make; writes nothing",
+    )
+    parser.add_argument(
+        "--filler",
+        type=filler_argument,
+        help="with --propose: the characters that count as filler, escapes allowed ('/\\n'); "
+        "default: those of the message's last 200 characters",
+    )
     args = parser.parse_args()
+    if args.propose:
+        conversation, message = args.propose
+        if not message.isdigit():
+            parser.error(f"--propose: message id {message!r} is not a number")
+        receipt = read_receipt(RECEIPT)
+        table = load_table(read_verified(receipt), receipt.path)
+        proposal = propose_repair(table, conversation, int(message), args.filler, receipt.path)
+        print(render_proposal(proposal))
+        return
     params = read_params().repair
     if args.repin:
         sha = verified_message_sha256(RECEIPT, params)

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.data_check import Finding
-from bench.repair import marker
+from bench.repair import FILLER_CHARS, load_table, marker, propose_repair
 from bench.slice import SliceFixture, from_ranges, normalize_ids
 from clients.files import read_jsonl
 from schemas.errors import DataError, IntegrityError, ParamsError
@@ -173,6 +173,25 @@ def test_real_message_97_facts() -> None:
     )
     assert set(content[1_470:]) <= {" ", "|", "\\", "\n"}
     assert content[1_468] not in {" ", "|", "\\", "\n"}  # the sound text ends at 1,469
+
+
+def test_the_proposed_cuts_of_the_real_runaway_messages(run: Run) -> None:
+    """`python -m stages.repair --propose`: with the pinned filler characters it finds the cut a
+    person pinned for message 97; for the two runaway messages the data check still reports, it
+    shows where a cut would go (a person has not pinned them)."""
+    table = load_table(run.fetched.read_bytes(), str(run.fetched))
+    pinned = read_params(REPO_ROOT / "params.yaml").repair
+    m97 = propose_repair(table, "4", 97, "".join(sorted(FILLER_CHARS)), "release")
+    assert (m97.sound_chars, m97.original_sha256) == (pinned.sound_chars, pinned.original_sha256)
+    # its tail alone is spaces, so the default filler would keep 348,469 characters: a person
+    # looks and names the filler
+    assert propose_repair(table, "4", 97, None, "release").sound_chars == 348_469
+    m123 = propose_repair(table, "5", 123, "/\n", "release")
+    assert (m123.chars, m123.sound_chars) == (53_108, 2_114)
+    m169 = propose_repair(table, "2", 169, None, "release")
+    assert (m169.chars, m169.sound_chars) == (18_385, 2_792)
+    cut_lines = [line for line in m169.after.splitlines() if line.strip()]
+    assert len(cut_lines) > 10 and len(set(cut_lines[:-1])) == 1  # one line over and over
 
 
 def test_repair_of_the_real_message_97(run: Run) -> None:

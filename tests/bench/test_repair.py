@@ -14,10 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.repair import (
+    FILLER_CHARS,
     REPIN_COMMAND,
     cut_filler,
     load_table,
     marker,
+    propose_repair,
+    proposed_sound_chars,
     repair_table,
     repin_params_text,
 )
@@ -277,3 +280,43 @@ def test_stage_process_refuses_a_tampered_message_with_exit_2(tmp_path: Path) ->
         (tmp_path / "data" / "repair").iterdir()
     )
     assert not (tmp_path / "data" / "repair" / "record.json").exists()
+
+
+def test_the_proposed_cut_is_where_the_filler_starts_and_passes_the_filler_check() -> None:
+    filler = "".join(sorted(FILLER_CHARS))
+    assert proposed_sound_chars(beam.BROKEN, filler) == len(beam.SOUND)
+    assert proposed_sound_chars("/\n/\n", "/\n") == 0  # nothing sound: nothing kept
+    assert proposed_sound_chars("answer", "/\n") == len("answer")  # no filler: no cut
+    proposal = propose_repair(beam.table(), "4", 97, filler, "t.parquet")
+    assert (proposal.sound_chars, proposal.original_sha256) == (len(beam.SOUND), beam.BROKEN_SHA256)
+    # without one, the filler is the characters of the message's last 200
+    assert propose_repair(beam.table(), "4", 97, None, "t").filler == "".join(
+        sorted(set(beam.BROKEN[-200:]))
+    )
+    assert proposal.before == beam.SOUND[-len(proposal.before) :]
+    cut_filler(beam.BROKEN, params(sound_chars=proposal.sound_chars), "m97")  # accepted as a pin
+
+
+def test_propose_prints_the_cut_and_writes_nothing(tmp_path: Path) -> None:
+    verified(tmp_path)
+    receipt = tmp_path / "data" / "verify_hash" / "receipt.json"
+    data = json.loads(receipt.read_text())
+    data["path"] = "data/fetch/dataset.parquet"  # as the stage writes it: relative to the repo
+    receipt.write_text(json.dumps(data))
+    write_params(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.repair", "--propose", "4", "97", "--filler", " |\\\\\\n"],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert f"proposed sound_chars {len(beam.SOUND):,}" in done.stdout
+    assert f"original_sha256: {beam.BROKEN_SHA256}" in done.stdout
+    assert "nothing was written" in done.stdout
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
