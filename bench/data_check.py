@@ -49,6 +49,13 @@ class Finding(Record):
     detail: str
     """What was seen, in numbers (never the text: it is the dataset's)."""
 
+    @property
+    def where(self) -> str:
+        """`conversation 5 message 123`, or `question conv9:summarization:0`."""
+        if self.question_id is not None:
+            return f"question {self.question_id}"
+        return f"conversation {self.conversation_id} message {self.message_id}"
+
 
 def runaway_detail(text: str) -> str | None:
     """Why `text` looks like runaway output, or None."""

@@ -126,7 +126,7 @@ def main() -> None:
     write_json(FILES.run, record.to_json())
     write_json(FILES.summary, summarize_answers(ordered).to_json())
     write_json(FILES.usage, {"agent": agent_usage(ordered)})
-    # The model layer's wait on the agent's calls (none for cache hits): metrics only.
+    # The model layer's wait on the agent's calls (none for cache hits): wall time only.
     write_json(
         FILES.wall_time,
         {

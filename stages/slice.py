@@ -83,11 +83,7 @@ def make_slices(
     whole = pin.selection == "whole_conversations"
     findings = check_mode([s.chat for s in built.slices], built.rubrics, whole=whole)
     if findings and stop_on_findings:
-        listed = "; ".join(
-            f"{f.kind} conversation {f.conversation_id} "
-            f"{'message ' + str(f.message_id) if f.message_id is not None else f.question_id}"
-            for f in findings
-        )
+        listed = "; ".join(f"{f.kind} {f.where}" for f in findings)
         raise DataError(
             f"the data check found {len(findings)} defect(s) in mode {mode} ({listed}): repair "
             "each with a pinned rule (pins.yaml `repair`), or set settings.yaml "
@@ -148,9 +144,7 @@ def main() -> None:
         f"{total['sessions']} sessions, {total['tokens']:,} tokens -> {SLICE_OUT}"
     )
     for finding in findings:
-        where = finding.question_id or f"conversation {finding.conversation_id} message "
-        where += "" if finding.question_id else str(finding.message_id)
-        print(f"slice: data check: {finding.kind} in {where}: {finding.detail}")
+        print(f"slice: data check: {finding.kind} in {finding.where}: {finding.detail}")
     if findings:
         print(f"slice: {len(findings)} finding(s) reported in {LAYOUT.slice.findings}, not fixed")
 

@@ -55,6 +55,7 @@ def test_each_kind_is_reported_with_its_ids() -> None:
         ("session_date_out_of_order", 3),
     ]
     assert "session 2 (2024-03-10) follows session 1 (2024-03-15)" in found[2].detail
+    assert found[0].where == "conversation 7 message 1"
     # a slice that keeps only some messages (lite) has gaps between turns by design
     assert [f.kind for f in check_chat(chat, whole=False)] == [
         "runaway_message",
@@ -79,6 +80,7 @@ def test_a_question_that_cites_nothing_is_reported_unless_it_tests_abstention() 
             detail="a preference_following question without source_chat_ids",
         )
     ]
+    assert check_rubrics(rubrics)[0].where == "question conv9:preference_following:1"
     clean = _chat(("2024-03-15", [("user", PROSE), ("assistant", PROSE)]))
     assert check_mode([clean], rubrics[1:], whole=True) == []
 
