@@ -13,7 +13,7 @@ What counts as a finding:
   REPEATED_LINE_MIN times, makes up REPEATED_LINE_SHARE of it. On the 100K and 500K chats of
   `../shared/beam` the messages found hold 0.95 or more of filler characters or 0.72 or more of one
   line; no other message of 4,000 characters or more passes 0.51 or 0.11 (measured before the
-  thresholds were set between them).
+  thresholds were set between them; `scripts/measure_data_check.py` prints both).
 - `turn_without_reply`: a user message followed by another user message, or last in the chat
   (whole conversations only: lite keeps just the messages its questions cite).
 - `session_date_out_of_order`: a session dated before the one it follows.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from schemas.base import Record
 from schemas.records import ChatSlice, Rubric
@@ -57,25 +57,53 @@ class Finding(Record):
         return f"conversation {self.conversation_id} message {self.message_id}"
 
 
+class Filler(NamedTuple):
+    """How much of a text is filler, by the two measures of a runaway message."""
+
+    chars: tuple[str, ...]
+    """Its three most common characters."""
+    char_share: float
+    """The share of the text they make up."""
+    line_length: int
+    repeats: int
+    """How often its most repeated non-blank line occurs (0: no such line)."""
+    line_share: float
+    """The share of the text that line's repeats make up."""
+
+
+def filler(text: str) -> Filler:
+    top = Counter(text).most_common(3)
+    lines = Counter(line for line in text.splitlines() if line.strip())
+    line, repeats = lines.most_common(1)[0] if lines else ("", 0)
+    size = max(len(text), 1)
+    return Filler(
+        chars=tuple(char for char, _ in top),
+        char_share=sum(count for _, count in top) / size,
+        line_length=len(line),
+        repeats=repeats,
+        line_share=repeats * len(line) / size,
+    )
+
+
+def is_runaway(measured: Filler, chars: int) -> bool:
+    if chars < RUNAWAY_MIN_CHARS:
+        return False
+    looping = measured.repeats >= REPEATED_LINE_MIN and measured.line_share >= REPEATED_LINE_SHARE
+    return measured.char_share >= FILLER_CHAR_SHARE or looping
+
+
 def runaway_detail(text: str) -> str | None:
     """Why `text` looks like runaway output, or None."""
-    if len(text) < RUNAWAY_MIN_CHARS:
+    measured = filler(text)
+    if not is_runaway(measured, len(text)):
         return None
-    top = Counter(text).most_common(3)
-    share = sum(count for _, count in top) / len(text)
-    if share >= FILLER_CHAR_SHARE:
-        chars = ", ".join(repr(char) for char, _ in top)
-        return f"{len(text):,} characters, {share:.0%} of them {chars}"
-    lines = Counter(line for line in text.splitlines() if line.strip())
-    if lines:
-        line, repeats = lines.most_common(1)[0]
-        line_share = repeats * len(line) / len(text)
-        if repeats >= REPEATED_LINE_MIN and line_share >= REPEATED_LINE_SHARE:
-            return (
-                f"{len(text):,} characters, one line of {len(line)} repeated {repeats} times "
-                f"({line_share:.0%} of them)"
-            )
-    return None
+    if measured.char_share >= FILLER_CHAR_SHARE:
+        chars = ", ".join(repr(char) for char in measured.chars)
+        return f"{len(text):,} characters, {measured.char_share:.0%} of them {chars}"
+    return (
+        f"{len(text):,} characters, one line of {measured.line_length} repeated "
+        f"{measured.repeats} times ({measured.line_share:.0%} of them)"
+    )
 
 
 def check_chat(chat: ChatSlice, *, whole: bool) -> list[Finding]:
