@@ -94,6 +94,8 @@ def is_runaway(measured: Filler, chars: int) -> bool:
 
 def runaway_detail(text: str) -> str | None:
     """Why `text` looks like runaway output, or None."""
+    if len(text) < RUNAWAY_MIN_CHARS:  # most messages: no need to count their characters
+        return None
     measured = filler(text)
     if not is_runaway(measured, len(text)):
         return None
