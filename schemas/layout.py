@@ -2,9 +2,10 @@
 
 A stage reads its inputs and writes its outputs through `LAYOUT` (paths relative to the
 repository root, where DVC runs every stage); no core, door or system spells a `data/...` path.
-`STAGE_FILES` says, per stage of dvc.yaml, which of these files it reads and writes, and a test
-holds dvc.yaml's deps, outs and metrics equal to it. A newcomer finds a stage's inputs and
-outputs here, then its code in `stages/<name>.py`.
+Each stage module says which of these files it reads and writes (`STAGE_IO` in
+`stages/<name>.py`), and a test holds dvc.yaml's deps, outs and metrics equal to it. A new stage
+whose files no other stage reads names them in its own module: it is that module and its entry in
+dvc.yaml.
 """
 
 from __future__ import annotations
@@ -193,56 +194,11 @@ LAYOUT = Layout()
 
 @dataclass(frozen=True)
 class StageIO:
-    """What one DVC stage reads (data deps; its code deps are dvc.yaml's business) and writes."""
+    """What one DVC stage reads (data deps; its code deps are dvc.yaml's business) and writes.
+
+    Each stage module declares its own as `STAGE_IO`, beside its `main()`;
+    tests/schemas/test_layout.py holds dvc.yaml's deps, outs and metrics equal to it."""
 
     deps: tuple[Path, ...] = ()
     outs: tuple[Path, ...] = ()
     metrics: tuple[Path, ...] = ()
-
-
-def _stage_files() -> dict[str, StageIO]:
-    L = LAYOUT
-    return {
-        "fetch": StageIO(outs=(L.fetch.dataset, L.fetch.scorer)),
-        "verify-hash": StageIO(deps=(L.fetch.dataset,), outs=(L.verify_hash.receipt,)),
-        "repair": StageIO(
-            deps=(L.fetch.dataset, L.verify_hash.receipt),
-            outs=(L.repair.dataset, L.repair.record),
-        ),
-        "slice": StageIO(
-            deps=(L.repair.dataset,), outs=(L.slice.folder,), metrics=(L.slice.metrics,)
-        ),
-        "ingest": StageIO(
-            deps=(L.slice.folder,),
-            outs=(L.ingest.folder, L.ingest.usage, L.ingest.wall_time),
-        ),
-        "answer": StageIO(
-            deps=(L.slice.folder, L.ingest.folder),
-            outs=(L.answer.folder, L.answer.usage, L.answer.wall_time),
-        ),
-        "judge": StageIO(
-            deps=(L.fetch.scorer, L.slice.folder, L.answer.folder),
-            outs=(L.judge.folder, L.judge.usage, L.judge.wall_time),
-        ),
-        "judge-check": StageIO(
-            deps=(L.fetch.scorer, L.repair.dataset),
-            outs=(L.judge_check.folder, L.judge_check.usage, L.judge_check.wall_time),
-        ),
-        "report": StageIO(
-            deps=(
-                L.fetch.scorer,
-                L.slice.folder,
-                L.ingest.folder,
-                L.answer.folder,
-                L.judge.folder,
-                L.judge_check.folder,
-                USAGE,
-            ),
-            outs=(L.report.record, L.report.page, L.report.abilities_plot, L.report.cost_plot),
-            metrics=(L.report.metrics,),
-        ),
-    }
-
-
-STAGE_FILES: dict[str, StageIO] = _stage_files()
-"""Per dvc.yaml stage: the files it reads and writes (fixtures named by params are deps too)."""

@@ -26,13 +26,18 @@ from clients.llm.client import open_model
 from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, StageIO
 from schemas.records import Question
 from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
 from systems.port import Memory, MemorySystem, memory_file
 from systems.registry import load_system
+
+STAGE_IO = StageIO(
+    deps=(LAYOUT.slice.folder, LAYOUT.ingest.folder),
+    outs=(LAYOUT.answer.folder, LAYOUT.answer.usage, LAYOUT.answer.wall_time),
+)
 
 FILES = LAYOUT.answer
 MEMORIES = LAYOUT.ingest.folder

@@ -15,9 +15,11 @@ from bench.scorer_prompts import scorer_file_path
 from clients import github
 from clients.files import remove_outputs, write_atomic
 from clients.hub import download_pinned, resolve_endpoint
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, StageIO
 from schemas.params import FetchParams, JudgeParams
 from stages.common import read_params, run_stage
+
+STAGE_IO = StageIO(outs=(LAYOUT.fetch.dataset, LAYOUT.fetch.scorer))
 
 SCORER_CACHE = Path(".cache/scorer")
 

@@ -28,7 +28,7 @@ from clients.llm.client import LlmClient, open_model
 from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import check_failed_share
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, StageIO
 from schemas.params import Mode
 from schemas.records import ChatSlice
 from schemas.roles import INGEST_ROLES, Role, cost_key
@@ -36,6 +36,11 @@ from schemas.runs import MemorySizes, StageRun
 from stages.common import ProgressBar, read_params, run_stage, stage_seconds
 from systems.port import BuiltMemory, MemorySystem, memory_file
 from systems.registry import load_system
+
+STAGE_IO = StageIO(
+    deps=(LAYOUT.slice.folder,),
+    outs=(LAYOUT.ingest.folder, LAYOUT.ingest.usage, LAYOUT.ingest.wall_time),
+)
 
 FILES = LAYOUT.ingest
 

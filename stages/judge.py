@@ -21,11 +21,16 @@ from schemas.judging import (
     JudgedQuestion,
     Judgement,
 )
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, StageIO
 from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import load_scorer_prompts, progress, read_params, run_stage, stage_seconds
+
+STAGE_IO = StageIO(
+    deps=(LAYOUT.fetch.scorer, LAYOUT.slice.folder, LAYOUT.answer.folder),
+    outs=(LAYOUT.judge.folder, LAYOUT.judge.usage, LAYOUT.judge.wall_time),
+)
 
 
 def judged_answer(trace: Trace) -> str:

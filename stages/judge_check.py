@@ -26,9 +26,14 @@ from clients.files import remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import build_model
 from schemas.errors import DataError, ParamsError, check_failed_share
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, StageIO
 from schemas.runs import StageRun
 from stages.common import load_fixture, load_scorer_prompts, read_params, run_stage, stage_seconds
+
+STAGE_IO = StageIO(
+    deps=(LAYOUT.fetch.scorer, LAYOUT.repair.dataset),
+    outs=(LAYOUT.judge_check.folder, LAYOUT.judge_check.usage, LAYOUT.judge_check.wall_time),
+)
 
 FILES = LAYOUT.judge_check
 

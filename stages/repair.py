@@ -26,8 +26,14 @@ from bench.repair import (
 from bench.verify_hash import RECEIPT, Receipt, parse_receipt
 from clients.files import remove_outputs, write_atomic, write_json
 from schemas.errors import DataError, IntegrityError
+from schemas.layout import LAYOUT, StageIO
 from schemas.params import RepairParams
 from stages.common import PARAMS_FILE, PINS_FILE, read_params, run_stage
+
+STAGE_IO = StageIO(
+    deps=(LAYOUT.fetch.dataset, LAYOUT.verify_hash.receipt),
+    outs=(LAYOUT.repair.dataset, LAYOUT.repair.record),
+)
 
 
 def read_receipt(path: Path) -> Receipt:

@@ -48,11 +48,30 @@ from schemas.estimate import with_total
 from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
-from schemas.layout import LAYOUT, wall_time_file
+from schemas.layout import LAYOUT, USAGE, StageIO, wall_time_file
 from schemas.records import ChatSlice, Question, Rubric
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
 from stages.common import read_params, run_stage, scorer_prompts_if_fetched
+
+STAGE_IO = StageIO(
+    deps=(
+        LAYOUT.fetch.scorer,
+        LAYOUT.slice.folder,
+        LAYOUT.ingest.folder,
+        LAYOUT.answer.folder,
+        LAYOUT.judge.folder,
+        LAYOUT.judge_check.folder,
+        USAGE,
+    ),
+    outs=(
+        LAYOUT.report.record,
+        LAYOUT.report.page,
+        LAYOUT.report.abilities_plot,
+        LAYOUT.report.cost_plot,
+    ),
+    metrics=(LAYOUT.report.metrics,),
+)
 
 
 def main() -> None:

@@ -30,8 +30,12 @@ from bench.slice import (
 )
 from clients.files import UMASK, remove_outputs, write_atomic, write_json, write_jsonl
 from schemas.errors import DataError, ParamsError
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, StageIO
 from stages.common import load_fixture, read_params, read_repaired_rows, run_stage
+
+STAGE_IO = StageIO(
+    deps=(LAYOUT.repair.dataset,), outs=(LAYOUT.slice.folder,), metrics=(LAYOUT.slice.metrics,)
+)
 
 
 def write_outputs(

@@ -14,8 +14,11 @@ from bench.verify_hash import RECEIPT, Receipt, check_digest
 from clients.download import size_and_sha256
 from clients.files import remove_outputs, write_json
 from schemas.errors import DataError
+from schemas.layout import LAYOUT, StageIO
 from schemas.params import VerifyHashParams
 from stages.common import read_params, run_stage
+
+STAGE_IO = StageIO(deps=(LAYOUT.fetch.dataset,), outs=(LAYOUT.verify_hash.receipt,))
 
 
 def digest_file(path: Path) -> tuple[int, str]:

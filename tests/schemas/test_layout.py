@@ -1,15 +1,17 @@
-"""The repository's layout: the files stages exchange are named once (schemas/layout.py) and
-dvc.yaml agrees; no top-level folder takes the import name of a library we use."""
+"""The repository's layout: the files stages exchange are named once (schemas/layout.py), each
+stage module says which it reads and writes (`STAGE_IO`) and dvc.yaml agrees; no top-level folder
+takes the import name of a library we use."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from importlib.metadata import packages_distributions
 from typing import Any
 
 import yaml
 
-from schemas.layout import STAGE_FILES
+from schemas.layout import StageIO
 from tests.conftest import REPO_ROOT
 from tests.support.params import repo_params
 
@@ -42,10 +44,32 @@ def _data_paths(entries: list[Any]) -> set[str]:
     return {p for p in paths if p.startswith(("data/", "metrics/", "reports/"))}
 
 
-def test_dvc_yaml_reads_and_writes_exactly_the_layout() -> None:
-    stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
-    assert set(stages) == set(STAGE_FILES)
-    for name, files in STAGE_FILES.items():
+STAGE_CMD = re.compile(r"python -m (stages\.\w+)")
+
+
+def _dvc_stages() -> dict[str, Any]:
+    stages: dict[str, Any] = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))[
+        "stages"
+    ]
+    return stages
+
+
+def stage_io() -> dict[str, StageIO]:
+    """Per stage of dvc.yaml, the `STAGE_IO` its module (`python -m stages.<name>`) declares."""
+    found = {}
+    for name, stage in _dvc_stages().items():
+        module = STAGE_CMD.match(stage["cmd"])
+        assert module, f"{name}: cmd is not `python -m stages.<name>`: {stage['cmd']}"
+        assert module.group(1) == "stages." + name.replace("-", "_"), name
+        io = getattr(importlib.import_module(module.group(1)), "STAGE_IO", None)
+        assert isinstance(io, StageIO), f"{module.group(1)} declares no STAGE_IO"
+        found[name] = io
+    return found
+
+
+def test_dvc_yaml_reads_and_writes_what_each_stage_declares() -> None:
+    stages = _dvc_stages()
+    for name, files in stage_io().items():
         stage = stages[name]
         assert _data_paths(stage.get("deps", [])) == {str(p) for p in files.deps}, name
         assert _data_paths(stage.get("outs", [])) == {str(p) for p in files.outs}, name
@@ -55,7 +79,7 @@ def test_dvc_yaml_reads_and_writes_exactly_the_layout() -> None:
 def test_the_fixtures_a_stage_reads_are_pinned_and_in_its_fixtures_dep() -> None:
     """slice and judge-check depend on the fixtures folder (one dep, one column of `dvc exp
     show`); the files they read, named in pins.yaml, are in it and are all it holds."""
-    stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    stages = _dvc_stages()
     params = repo_params()
     readers = {n for n, s in stages.items() for e in s.get("deps", []) if e.startswith("fixtures")}
     assert readers == {"slice", "judge-check"}
@@ -70,7 +94,7 @@ def test_the_fixtures_a_stage_reads_are_pinned_and_in_its_fixtures_dep() -> None
 def test_no_module_below_the_stages_spells_a_path_of_the_layout() -> None:
     # A core, door or system that spelled `data/...` would be a second name for a file the
     # layout names; the stages pass paths down.
-    files = {p for io in STAGE_FILES.values() for p in (*io.deps, *io.outs, *io.metrics)}
+    files = {p for io in stage_io().values() for p in (*io.deps, *io.outs, *io.metrics)}
     stage_folders = "|".join(sorted({p.parts[1] for p in files if p.parts[0] == "data"}))
     spelled = re.compile(rf"""["'](data/({stage_folders})\b|metrics/|reports/)""")
     offenders = [
