@@ -18,11 +18,9 @@ pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-im
 
 PACKAGES = ("stages", "bench", "systems", "clients", "schemas")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 CONTRACTS: dict[str, str] = {
-    contract["id"]: contract["name"]
-    for contract in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
-        "tool"
-    ]["importlinter"]["contracts"]
+    contract["id"]: contract["name"] for contract in PYPROJECT["tool"]["importlinter"]["contracts"]
 }
 # (file, code added at its end, the import the report must name, contracts it breaks)
 PLANTS = [
@@ -114,6 +112,17 @@ def test_the_contracts_are_the_layers_of_the_tree() -> None:
         "systems-independent",
         "no-test-model",
     }
+
+
+def test_every_system_of_the_project_is_behind_the_port_and_independent() -> None:
+    # A system is its module and its entry point; the two contracts that keep it behind the port
+    # name each system's top module, so a system added without them would be unguarded.
+    entry_points = PYPROJECT["project"]["entry-points"]["beam_memory.systems"]
+    tops = {".".join(target.split(":")[0].split(".")[:2]) for target in entry_points.values()}
+    assert tops == {"systems.graphrag", "systems.rag", "systems.full_context", "systems.no_memory"}
+    contracts = {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}
+    assert tops <= set(contracts["systems-independent"]["modules"])
+    assert tops <= set(contracts["systems-behind-port"]["forbidden_modules"])
 
 
 def test_the_tree_keeps_every_contract() -> None:
