@@ -1,22 +1,23 @@
-"""repair: cut the runaway filler off the one broken message; everything else passes through.
+"""repair: cut the runaway output off the pinned messages; everything else passes through.
 
 Reads the parquet only if its bytes hash to verify-hash's receipt, then writes
-`data/repair/dataset.parquet`: the same table (all columns, rows and messages), except that the
-pinned message (params `repair`: conversation 4, message 97) keeps its first `sound_chars`
-characters followed by a short marker saying how many characters were cut. Before cutting it
-checks the message's sha256 against the pin (never cut blindly) and that everything after the
-sound text is filler (spaces, `|`, `\\`, newlines). What was done goes to
-`data/repair/record.json` (a fact of the pinned release, not a measure: no DVC metric).
+`data/repair/dataset.parquet`: the same table (all columns, rows and messages), except that each
+message pinned for the fetched tier (pins.yaml `repair.messages`, each with the reason a person
+gave) keeps its first `sound_chars` characters followed by a short marker saying how many
+characters of what were cut. Before cutting it checks the message's sha256 against the pin
+(never cut blindly) and that what it cuts is what the pin says: only the pinned filler
+characters, or one line repeated to the end. What was done goes to `data/repair/record.json`
+(a fact of the pinned release, not a measure: no DVC metric).
 
-The pin was made from the public repository's copy of the chats (`../shared/beam`), because the
-release file cannot be downloaded on the machines the project was built on. If a verified
+The pins were made from the public repository's copy of the chats (`../shared/beam`), because
+the release file cannot be downloaded on the machines the project was built on. If a verified
 release file holds a different message, the stage says so and names the re-pin command:
-`python -m stages.repair --repin` rewrites `repair.original_sha256` in pins.yaml after a
-person has looked at the message and confirmed that the cut is still right.
+`python -m stages.repair --repin` rewrites each differing `original_sha256` in pins.yaml after
+a person has looked at the messages and confirmed that the cuts are still right.
 
-`python -m stages.repair --propose <conversation> <message> [--filler CHARS]` prints where a cut
-of another message could go (`propose_repair`), with the text around it, for a person to judge;
-it never writes a pin.
+`python -m stages.repair --propose <conversation> <message> [--filler CHARS | --repeated-line]`
+prints where a cut of another message could go (`propose_repair`), with the text around it, for
+a person to judge; it never writes a pin.
 
 The stage (stages/repair.py) reads the receipt, the parquet and pins.yaml and writes the outs;
 this module checks and cuts what it read.
@@ -26,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -36,11 +39,10 @@ from bench.verify_hash import RECEIPT, Receipt, digest_bytes
 from schemas.base import Record
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.layout import LAYOUT
-from schemas.params import RepairParams
+from schemas.params import Repair, Rest, Tier
 
 REPAIR_OUT = LAYOUT.repair.dataset
 RECORD = LAYOUT.repair.record
-FILLER_CHARS = frozenset(" |\\\n")
 REQUIRED_COLUMNS = ("conversation_id", "chat")
 PIN_PROVENANCE = (
     "the pin was made from the public repository's copy of the chats (../shared/beam, BEAM "
@@ -51,15 +53,26 @@ REPIN_COMMAND = "uv run --frozen python -m stages.repair --repin"
 
 
 class RepairRecord(Record):
-    """What the cut did, as written to data/repair/record.json."""
+    """What one cut did."""
 
-    conversation_id: int
+    conversation_id: str
     message_id: int
+    rest: str
+    """What was cut: `filler` characters or a `repeated_line`."""
+    why: str
     chars_before: int
     chars_kept: int
     chars_cut: int
     chars_after: int
+
+
+class RepairsRecord(Record):
+    """What the repair stage did, as written to data/repair/record.json."""
+
+    tier: str
     messages_changed: int
+    chars_cut: int
+    repairs: list[RepairRecord]
 
 
 def check_verified(data: bytes, receipt: Receipt) -> bytes:
@@ -110,82 +123,131 @@ def find_message(chat: list[list[dict[str, Any]]], message_id: int, where: str) 
     raise DataError(f"{where}: no message with id {message_id}")
 
 
-def marker(chars_cut: int) -> str:
-    return (
-        f"\n\n[repair: {chars_cut:,} characters of runaway filler "
-        "(spaces, '|', '\\' and newlines) were cut here]"
-    )
+def filler_names(filler: str) -> str:
+    """The filler characters in words, in their pinned order (space: "spaces", newline:
+    "newlines", any other in quotes), as the marker and the errors name them."""
+    words = [CHAR_NAMES.get(char, f"'{char}'") for char in filler]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
-def cut_filler(content: str, params: RepairParams, where: str) -> tuple[str, RepairRecord]:
-    """The repaired text and what was done; refuses unless hash and filler pattern match."""
+CHAR_NAMES = {" ": "spaces", "\n": "newlines", "\t": "tabs"}
+
+
+def marker(chars_cut: int, repair: Repair, cut: str) -> str:
+    """What replaces the cut text: how much was cut, and what it was."""
+    if repair.rest == "filler":
+        what = f"runaway filler ({filler_names(repair.filler)})"
+    else:
+        what = f"one line repeated {cut.count(chr(10)):,} times"
+    return f"\n\n[repair: {chars_cut:,} characters of {what} were cut here]"
+
+
+def cut_message(content: str, repair: Repair, where: str) -> tuple[str, RepairRecord]:
+    """The repaired text and what was done; refuses unless the hash and `rest` match."""
     found = hashlib.sha256(content.encode("utf-8")).hexdigest()
-    if found != params.original_sha256:
+    if found != repair.original_sha256:
         raise IntegrityError(
             f"{where} is not the message the repair was pinned on: expected sha256 "
-            f"{params.original_sha256}, found {found} ({len(content):,} characters). "
+            f"{repair.original_sha256}, found {found} ({len(content):,} characters). "
             f"Refusing to cut blindly: {PIN_PROVENANCE}. After a person has looked at the "
             f"message and confirmed the cut, re-pin with `{REPIN_COMMAND}`"
         )
-    check_filler(content, params.sound_chars, where)
-    kept = content[: params.sound_chars]
-    chars_cut = len(content) - params.sound_chars
-    repaired = kept + marker(chars_cut)
+    check_rest(content, repair, where)
+    kept, cut = content[: repair.sound_chars], content[repair.sound_chars :]
+    repaired = kept + marker(len(cut), repair, cut)
     record = RepairRecord(
-        conversation_id=int(params.conversation_id),
-        message_id=params.message_id,
+        conversation_id=repair.conversation_id,
+        message_id=repair.message_id,
+        rest=repair.rest,
+        why=repair.why,
         chars_before=len(content),
         chars_kept=len(kept),
-        chars_cut=chars_cut,
+        chars_cut=len(cut),
         chars_after=len(repaired),
-        messages_changed=1,
     )
     return repaired, record
 
 
-def check_filler(content: str, sound_chars: int, where: str) -> None:
-    """Everything from `sound_chars` on is filler, and the sound text does not end in filler."""
-    if len(content) <= sound_chars:
+def check_rest(content: str, repair: Repair, where: str) -> None:
+    """There is text to cut, and it is what the pin says (filler, or one line repeated)."""
+    if len(content) <= repair.sound_chars:
         raise IntegrityError(
-            f"{where} has {len(content):,} characters, not more than the {sound_chars:,} "
-            "sound ones: there is nothing to cut; check pins.yaml repair.sound_chars"
+            f"{where} has {len(content):,} characters, not more than the {repair.sound_chars:,} "
+            "sound ones: there is nothing to cut; check its `sound_chars` in pins.yaml `repair`"
         )
-    if content[sound_chars - 1] in FILLER_CHARS:
+    if repair.rest == "filler":
+        check_filler(content, repair.sound_chars, repair.filler, where)
+    else:
+        check_repeated_line(content, repair.sound_chars, where)
+
+
+def check_filler(content: str, sound_chars: int, filler: str, where: str) -> None:
+    """Everything from `sound_chars` on is filler, and the sound text does not end in filler."""
+    if content[sound_chars - 1] in filler:
         raise IntegrityError(
             f"{where}: character {sound_chars - 1} ({content[sound_chars - 1]!r}) is filler, so "
-            "the sound text does not end where params repair.sound_chars says (pins.yaml); check it"
+            "the sound text does not end where its `sound_chars` says (pins.yaml `repair`); "
+            "check it"
         )
     for offset, char in enumerate(content[sound_chars:]):
-        if char not in FILLER_CHARS:
+        if char not in filler:
             index = sound_chars + offset
             raise IntegrityError(
-                f"{where}: character {index:,} is {char!r}, not filler (spaces, '|', '\\', "
-                f"newlines); the text after the first {sound_chars:,} characters is not pure "
-                "filler, so cutting would lose content. A person must look at the message and "
-                "set repair.sound_chars in pins.yaml"
+                f"{where}: character {index:,} is {char!r}, not filler "
+                f"({filler_names(filler)}); the text after the first {sound_chars:,} characters "
+                "is not pure filler, so cutting would lose content. A person must look at the "
+                "message and set its `sound_chars` in pins.yaml `repair`"
             )
 
 
+def check_repeated_line(content: str, sound_chars: int, where: str) -> None:
+    """The cut starts at a line start and is one line over and over to the end (the last copy
+    may stop short), at least twice."""
+    if content[sound_chars - 1] != "\n":
+        raise IntegrityError(
+            f"{where}: the cut at {sound_chars:,} does not start a line; set its `sound_chars` "
+            "in pins.yaml `repair` to the start of the first repeated line"
+        )
+    *whole, last = content[sound_chars:].split("\n")
+    line = whole[0] if whole else ""
+    if len(whole) < 2 or not line or any(w != line for w in whole) or not line.startswith(last):
+        differs = next((i for i, w in enumerate(whole) if w != line), len(whole))
+        raise IntegrityError(
+            f"{where}: the text after the first {sound_chars:,} characters is not one line "
+            f"repeated (line {differs} of it differs from the first, or there are fewer than "
+            "two); cutting would lose content. A person must look at the message and set its "
+            "`sound_chars` in pins.yaml `repair`"
+        )
+
+
 def repair_table(
-    table: pa.Table, params: RepairParams, source: str
-) -> tuple[pa.Table, RepairRecord]:
-    """The table with the pinned message repaired; every other value is left as it was."""
-    row = conversation_row(table, params.conversation_id, source)
-    where = f"{source}: conversation {params.conversation_id}, message {params.message_id}"
+    table: pa.Table, repairs: Sequence[Repair], tier: Tier, source: str
+) -> tuple[pa.Table, RepairsRecord]:
+    """The table with the tier's pinned messages repaired; every other value as it was."""
     position = table.column_names.index("chat")
     chat_type = table.schema.field("chat").type
     chats = table.column("chat").to_pylist()
-    message = find_message(chats[row] or [], params.message_id, where)
-    content = message.get("content")
-    if not isinstance(content, str):
-        raise DataError(f"{where} has no text content (found {type(content).__name__})")
-    message["content"], record = cut_filler(content, params, where)
+    done = []
+    for repair in (r for r in repairs if r.tier == tier):
+        row = conversation_row(table, repair.conversation_id, source)
+        where = f"{source}: conversation {repair.conversation_id}, message {repair.message_id}"
+        message = find_message(chats[row] or [], repair.message_id, where)
+        content = message.get("content")
+        if not isinstance(content, str):
+            raise DataError(f"{where} has no text content (found {type(content).__name__})")
+        message["content"], cut = cut_message(content, repair, where)
+        done.append(cut)
     try:
         column = pa.array(chats, type=chat_type)
     except (pa.ArrowException, ValueError) as exc:
         raise DataError(f"{source}: could not rebuild the chat column: {exc}") from exc
     repaired = table.set_column(position, table.schema.field("chat"), column)
-    return repaired, record
+    return repaired, RepairsRecord(
+        tier=tier,
+        messages_changed=len(done),
+        chars_cut=sum(r.chars_cut for r in done),
+        repairs=done,
+    )
 
 
 def encode_table(table: pa.Table) -> bytes:
@@ -194,37 +256,65 @@ def encode_table(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-_PIN_LINE = re.compile(r"^(?P<lead>\s+original_sha256:\s*)(?P<value>\S+)(?P<tail>.*)$")
+_SECTION = re.compile(r"^\S")
+_ITEM = re.compile(r"^\s*- ")
+_KEY = re.compile(r"^\s*(?:- )?(?P<key>\w+):\s*(?P<value>[^#]*?)\s*(?:#.*)?$")
+_PIN_LINE = re.compile(r"^(?P<lead>\s*(?:- )?original_sha256:\s*)(?P<value>\S+)(?P<tail>.*)$")
 
 
-def repin_params_text(text: str, new_sha256: str) -> str:
-    """pins.yaml text with `repair.original_sha256` replaced, comments and layout kept."""
+def repin_params_text(text: str, repair: Repair, new_sha256: str) -> str:
+    """pins.yaml text with this repair's `original_sha256` replaced, comments and layout kept."""
     lines = text.splitlines(keepends=True)
+    items: list[list[int]] = []  # line numbers of each entry of section `repair`
     in_repair = False
     for number, line in enumerate(lines):
-        if line.strip() and not line[0].isspace():
+        if _SECTION.match(line):
             in_repair = line.startswith("repair:")
-            continue
-        match = _PIN_LINE.match(line.rstrip("\n"))
-        if in_repair and match:
-            ending = "\n" if line.endswith("\n") else ""
-            lines[number] = f"{match['lead']}{new_sha256}{match['tail']}{ending}"
-            return "".join(lines)
-    raise ParamsError("pins.yaml: no `original_sha256:` line in section `repair` to re-pin")
+        elif in_repair and _ITEM.match(line):
+            items.append([number])
+        elif in_repair and items and line.strip():
+            items[-1].append(number)
+    wanted = {
+        "tier": repair.tier,
+        "conversation_id": repair.conversation_id,
+        "message_id": str(repair.message_id),
+    }
+    for item in items:
+        keys = {
+            m["key"]: m["value"].strip("'\"")
+            for m in (_KEY.match(lines[n].rstrip("\n")) for n in item)
+            if m
+        }
+        if all(keys.get(k) == v for k, v in wanted.items()):
+            for number in item:
+                match = _PIN_LINE.match(lines[number].rstrip("\n"))
+                if match:
+                    ending = "\n" if lines[number].endswith("\n") else ""
+                    lines[number] = f"{match['lead']}{new_sha256}{match['tail']}{ending}"
+                    return "".join(lines)
+    raise ParamsError(
+        f"pins.yaml: no entry of section `repair` for tier {repair.tier}, conversation "
+        f"{repair.conversation_id}, message {repair.message_id} with an `original_sha256:` line "
+        "to re-pin"
+    )
 
 
 class RepairProposal(Record):
     """Where a cut could go, for a person to look at (`python -m stages.repair --propose`): never
-    a pin until that person writes it into pins.yaml."""
+    a pin until that person writes it into pins.yaml, with the reason."""
 
+    tier: Tier
     conversation_id: str
     message_id: int
     chars: int
     original_sha256: str
+    rest: Rest
     filler: str
-    """The characters taken as filler (given, or those of the message's last FILLER_SAMPLE)."""
+    """With `rest: filler`: the characters taken as filler (given, or those of the message's last
+    FILLER_SAMPLE)."""
     sound_chars: int
-    """The shortest sound text that leaves only filler after it (0: the whole message is)."""
+    """The shortest sound text that leaves only what `rest` says after it (0: nothing is sound;
+    the message's length: nothing to cut)."""
     before: str
     """The last CONTEXT_CHARS characters the cut would keep."""
     after: str
@@ -242,8 +332,29 @@ def proposed_sound_chars(content: str, filler: str) -> int:
     return len(stripped)
 
 
+def proposed_repeated_line_cut(content: str) -> int:
+    """The start of the run of copies of the message's last whole line that ends it (the last
+    copy may stop short), as `check_repeated_line` requires; the message's length when its end
+    repeats no line."""
+    *whole, last = content.split("\n")
+    if len(whole) < 2 or not whole[-1] or not whole[-1].startswith(last):
+        return len(content)
+    line, first = whole[-1], len(whole) - 1
+    while first > 0 and whole[first - 1] == line:
+        first -= 1
+    if len(whole) - first < 2:
+        return len(content)
+    return sum(len(w) + 1 for w in whole[:first])
+
+
 def propose_repair(
-    table: pa.Table, conversation_id: str, message_id: int, filler: str | None, source: str
+    table: pa.Table,
+    tier: Tier,
+    conversation_id: str,
+    message_id: int,
+    rest: Rest,
+    filler: str | None,
+    source: str,
 ) -> RepairProposal:
     """A proposed cut of one message of the verified release, with the text around it."""
     row = conversation_row(table, conversation_id, source)
@@ -253,13 +364,19 @@ def propose_repair(
     )
     if not isinstance(content, str) or not content:
         raise DataError(f"{where} has no text content")
-    chars = filler if filler else "".join(sorted(set(content[-FILLER_SAMPLE:])))
-    sound = proposed_sound_chars(content, chars)
+    chars = ""
+    if rest == "filler":
+        chars = filler if filler else "".join(sorted(set(content[-FILLER_SAMPLE:])))
+        sound = proposed_sound_chars(content, chars)
+    else:
+        sound = proposed_repeated_line_cut(content)
     return RepairProposal(
+        tier=tier,
         conversation_id=conversation_id,
         message_id=message_id,
         chars=len(content),
         original_sha256=hashlib.sha256(content.encode("utf-8")).hexdigest(),
+        rest=rest,
         filler=chars,
         sound_chars=sound,
         before=content[max(0, sound - CONTEXT_CHARS) : sound],
@@ -270,31 +387,40 @@ def propose_repair(
 def render_proposal(proposal: RepairProposal) -> str:
     """What `--propose` prints: the text on both sides of the cut and the pin it would make."""
     p = proposal
+    what = f"filler characters {p.filler!r}" if p.rest == "filler" else "one line repeated"
+    pin = [
+        f"  - tier: {p.tier}",
+        f'    conversation_id: "{p.conversation_id}"',
+        f"    message_id: {p.message_id}",
+        f"    original_sha256: {p.original_sha256}",
+        f"    sound_chars: {p.sound_chars}",
+        f"    rest: {p.rest}",
+        *([f"    filler: {json.dumps(p.filler)}"] if p.rest == "filler" else []),
+        "    why: <what the message holds and why the cut goes here>",
+    ]
     return "\n".join(
         [
             f"conversation {p.conversation_id}, message {p.message_id}: {p.chars:,} characters, "
             f"sha256 {p.original_sha256}",
-            f"filler characters: {p.filler!r}; proposed sound_chars {p.sound_chars:,} (cuts "
+            f"cut: {what}; proposed sound_chars {p.sound_chars:,} (cuts "
             f"{p.chars - p.sound_chars:,})",
             f"--- the last {len(p.before)} characters kept ---",
             p.before,
             f"--- the first {len(p.after)} characters cut ---",
             p.after,
-            "--- nothing was written: if a person agrees, the pin is ---",
-            f'conversation_id: "{p.conversation_id}"',
-            f"message_id: {p.message_id}",
-            f"original_sha256: {p.original_sha256}",
-            f"sound_chars: {p.sound_chars}",
+            "--- nothing was written: if a person agrees, the entry of pins.yaml `repair.messages` "
+            "is ---",
+            *pin,
         ]
     )
 
 
-def message_sha256(table: pa.Table, params: RepairParams, source: str) -> str:
+def message_sha256(table: pa.Table, repair: Repair, source: str) -> str:
     """The sha256 of the pinned message in the verified release, to re-pin it (after a person has
-    looked): the message must still end in filler where the pin says."""
-    row = conversation_row(table, params.conversation_id, source)
+    looked): what follows its sound text must still be what `rest` says."""
+    row = conversation_row(table, repair.conversation_id, source)
     chat = table.column("chat")[row].as_py() or []
-    where = f"{source}: conversation {params.conversation_id}, message {params.message_id}"
-    content = find_message(chat, params.message_id, where).get("content") or ""
-    check_filler(content, params.sound_chars, where)
+    where = f"{source}: conversation {repair.conversation_id}, message {repair.message_id}"
+    content = find_message(chat, repair.message_id, where).get("content") or ""
+    check_rest(content, repair, where)
     return hashlib.sha256(content.encode("utf-8")).hexdigest()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from schemas.base import Record
 
@@ -40,13 +40,56 @@ class VerifyHashParams(Record):
     sha256: str = Sha256
 
 
-class RepairParams(Record):
+Tier = Literal["100K", "500K", "1M", "10M"]
+"""BEAM's tiers: tokens per conversation (20, 35, 35 and 10 conversations)."""
+FETCHED_TIER: Tier = "100K"
+"""The tier of the pinned release file (pins.yaml `fetch.filename`): the only one run so far."""
+
+
+Rest = Literal["filler", "repeated_line"]
+"""What a repair cuts: only filler characters, or one line repeated to the end."""
+
+
+class Repair(Record):
+    """One runaway message, cut where a person chose: applied only to a message whose text hashes
+    to `original_sha256`, and only when what is cut is what `rest` says."""
+
+    tier: Tier
     conversation_id: str
     message_id: int = Field(ge=0)
     original_sha256: str = Sha256
     """sha256 of the message's original UTF-8 content: the cut is made only if it matches."""
     sound_chars: int = Field(gt=0)
-    """How many leading characters of the message are sound text; the rest must be filler."""
+    """How many leading characters of the message are sound text; the rest is cut."""
+    rest: Rest
+    """What the cut text must be: only the `filler` characters, or one line repeated from a line
+    start to the end (the last copy may stop short)."""
+    filler: str = ""
+    """With `rest: filler`: the characters that count as filler."""
+    why: str = Field(min_length=1)
+    """What the message holds and why the cut goes there, written by the person who chose it."""
+
+    @model_validator(mode="after")
+    def _filler_only_for_filler(self) -> Repair:
+        if (self.rest == "filler") != bool(self.filler):
+            raise ValueError(
+                "set `filler` (the characters cut) exactly when `rest` is `filler`; "
+                f"found rest {self.rest!r} with filler {self.filler!r}"
+            )
+        return self
+
+
+class RepairParams(Record):
+    messages: list[Repair] = Field(default_factory=list)
+    """Every pinned repair of every tier; the repair stage applies those of the fetched tier."""
+
+    @model_validator(mode="after")
+    def _one_repair_per_message(self) -> RepairParams:
+        keys = [(r.tier, r.conversation_id, r.message_id) for r in self.messages]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"a message is repaired at most once; pinned twice: {twice}")
+        return self
 
 
 class SliceParams(Record):

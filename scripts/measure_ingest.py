@@ -44,6 +44,7 @@ from clients.files import write_json  # noqa: E402
 from clients.llm.client import LlmClient  # noqa: E402
 from schemas.errors import DataError  # noqa: E402
 from schemas.params import (  # noqa: E402
+    FETCHED_TIER,
     Mode,
 )
 from schemas.records import ChatSlice  # noqa: E402
@@ -80,7 +81,7 @@ def build_slices(parquet: Path) -> dict[str, Built]:
     slice_params = read_params(PARAMS).slice
     fixture = load_fixture(ROOT / slice_params.fixture)
     table = load_table(parquet.read_bytes(), str(parquet))
-    repaired, _ = repair_table(table, repair, str(parquet))
+    repaired, _ = repair_table(table, repair.messages, FETCHED_TIER, str(parquet))
     selected: pa.Table = repaired.select(list(REQUIRED_COLUMNS))
     rows = {str(row["conversation_id"]): row for row in selected.to_pylist()}
     built: dict[str, Built] = {}

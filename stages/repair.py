@@ -1,4 +1,4 @@
-r"""repair: cut the runaway filler off the one broken message; everything else passes through.
+r"""repair: cut the runaway output off the pinned messages; everything else passes through.
 
 The entry point and the stage's only shell: it reads params, the receipt and the verified parquet,
 calls the core in bench/repair.py (whose docstring says what the stage reads and writes, and how)
@@ -13,7 +13,7 @@ from pathlib import Path
 from bench.repair import (
     RECORD,
     REPAIR_OUT,
-    RepairRecord,
+    RepairsRecord,
     check_verified,
     encode_table,
     load_table,
@@ -27,7 +27,7 @@ from bench.verify_hash import RECEIPT, Receipt, parse_receipt
 from clients.files import remove_outputs, write_atomic, write_json
 from schemas.errors import DataError, IntegrityError
 from schemas.layout import LAYOUT, StageIO
-from schemas.params import RepairParams
+from schemas.params import FETCHED_TIER, RepairParams, Rest
 from stages.common import PARAMS_FILE, PINS_FILE, read_params, run_stage
 
 STAGE_IO = StageIO(
@@ -56,12 +56,12 @@ def read_verified(receipt: Receipt) -> bytes:
     return check_verified(data, receipt)
 
 
-def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Path) -> RepairRecord:
+def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Path) -> RepairsRecord:
     """Read the verified parquet, repair, write `out` and the record; nothing stale on failure."""
     remove_outputs(out, record_path)
     receipt = read_receipt(receipt_path)
     table = load_table(read_verified(receipt), receipt.path)
-    repaired, record = repair_table(table, params, receipt.path)
+    repaired, record = repair_table(table, params.messages, FETCHED_TIER, receipt.path)
     try:
         write_atomic(out, encode_table(repaired))
         write_json(record_path, record.model_dump())
@@ -71,11 +71,22 @@ def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Pat
     return record
 
 
-def verified_message_sha256(receipt_path: Path, params: RepairParams) -> str:
-    """The sha256 of the pinned message in the verified release, to re-pin it."""
+def repin(receipt_path: Path, params: RepairParams, pins: Path) -> list[str]:
+    """Rewrite in `pins` the `original_sha256` of each of the fetched tier's repairs whose message
+    the verified release holds with other text (still cut where the pin says); what changed."""
     receipt = read_receipt(receipt_path)
     table = load_table(read_verified(receipt), receipt.path)
-    return message_sha256(table, params, receipt.path)
+    text, changed = pins.read_text(encoding="utf-8"), []
+    for pinned in (r for r in params.messages if r.tier == FETCHED_TIER):
+        found = message_sha256(table, pinned, receipt.path)
+        if found != pinned.original_sha256:
+            text = repin_params_text(text, pinned, found)
+            changed.append(
+                f"conversation {pinned.conversation_id} message {pinned.message_id}: {found}"
+            )
+    if changed:
+        write_atomic(pins, text.encode("utf-8"))
+    return changed
 
 
 def filler_argument(text: str) -> str:
@@ -93,8 +104,8 @@ def main() -> None:
     parser.add_argument(
         "--repin",
         action="store_true",
-        help="rewrite repair.original_sha256 in pins.yaml from the verified release "
-        "(only after a person has looked at the message)",
+        help="rewrite in pins.yaml the original_sha256 of each repair whose message the verified "
+        "release holds with other text (only after a person has looked at the messages)",
     )
     parser.add_argument(
         "--propose",
@@ -103,11 +114,17 @@ def main() -> None:
         help="print where a cut of this message of the verified release could go, with the text "
         "around it and the pin it would make; writes nothing",
     )
-    parser.add_argument(
+    rest = parser.add_mutually_exclusive_group()
+    rest.add_argument(
         "--filler",
         type=filler_argument,
         help="with --propose: the characters that count as filler, escapes allowed ('/\\n'); "
         "default: those of the message's last 200 characters",
+    )
+    rest.add_argument(
+        "--repeated-line",
+        action="store_true",
+        help="with --propose: cut where the copies of the message's last line begin",
     )
     args = parser.parse_args()
     if args.propose:
@@ -116,23 +133,28 @@ def main() -> None:
             parser.error(f"--propose: message id {message!r} is not a number")
         receipt = read_receipt(RECEIPT)
         table = load_table(read_verified(receipt), receipt.path)
-        proposal = propose_repair(table, conversation, int(message), args.filler, receipt.path)
+        kind: Rest = "repeated_line" if args.repeated_line else "filler"
+        proposal = propose_repair(
+            table, FETCHED_TIER, conversation, int(message), kind, args.filler, receipt.path
+        )
         print(render_proposal(proposal))
         return
     params = read_params().repair
     if args.repin:
-        sha = verified_message_sha256(RECEIPT, params)
         pins = PARAMS_FILE.with_name(PINS_FILE)
         pins = pins if pins.is_file() else PARAMS_FILE  # a folder whose params.yaml holds all
-        write_atomic(pins, repin_params_text(pins.read_text(encoding="utf-8"), sha))
-        print(f"repair: re-pinned repair.original_sha256 to {sha} in {pins}")
+        changed = repin(RECEIPT, params, pins)
+        for line in changed or ["every pinned message already hashes to its pin: nothing changed"]:
+            print(f"repair: {line}")
         return
     record = repair(RECEIPT, params, REPAIR_OUT, RECORD)
-    print(
-        f"repair: conversation {record.conversation_id} message {record.message_id}: kept "
-        f"{record.chars_kept:,} of {record.chars_before:,} characters, cut {record.chars_cut:,} "
-        f"-> {REPAIR_OUT}"
-    )
+    for done in record.repairs:
+        print(
+            f"repair: conversation {done.conversation_id} message {done.message_id}: kept "
+            f"{done.chars_kept:,} of {done.chars_before:,} characters, cut {done.chars_cut:,} "
+            f"({done.rest})"
+        )
+    print(f"repair: {record.messages_changed} message(s) of tier {record.tier} -> {REPAIR_OUT}")
 
 
 if __name__ == "__main__":

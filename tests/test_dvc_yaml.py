@@ -40,7 +40,7 @@ EXPECTED_PARAMS = {
     # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
     "fetch": [],
     "verify-hash": [],  # the size and sha256 it checks: pins.yaml
-    "repair": [],  # which message, its pinned hash, where the sound text ends: pins.yaml
+    "repair": [],  # which messages, their pinned hashes, where each cut goes: pins.yaml
     # the mode's question and message ids; which conversations (the fixture and the tokenizer:
     # pins.yaml)
     "slice": ["mode", "slice.conversations"],

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.data_check import Finding
-from bench.repair import FILLER_CHARS, load_table, marker, propose_repair
+from bench.repair import load_table, marker, propose_repair
 from bench.slice import SliceFixture, from_ranges, normalize_ids
 from clients.files import read_jsonl
 from schemas.errors import DataError, IntegrityError, ParamsError
@@ -175,40 +175,53 @@ def test_real_message_97_facts() -> None:
     assert content[1_468] not in {" ", "|", "\\", "\n"}  # the sound text ends at 1,469
 
 
-def test_the_proposed_cuts_of_the_real_runaway_messages(run: Run) -> None:
-    """`python -m stages.repair --propose`: with the pinned filler characters it finds the cut a
-    person pinned for message 97; for the two runaway messages the data check still reports, it
-    shows where a cut would go (a person has not pinned them)."""
+PINNED_REPAIRS = [("4", 97, 1_469, 348_853), ("5", 123, 2_108, 53_108), ("2", 169, 2_794, 18_385)]
+"""The 100K messages pins.yaml repairs: conversation, message, sound characters, characters."""
+
+
+def test_the_proposed_cuts_of_the_real_runaway_messages_are_the_pinned_ones(run: Run) -> None:
+    """`python -m stages.repair --propose` with each pin's `rest` (and filler) finds the cut a
+    person pinned, on the verified release."""
     table = load_table(run.fetched.read_bytes(), str(run.fetched))
-    pinned = read_params(REPO_ROOT / "params.yaml").repair
-    m97 = propose_repair(table, "4", 97, "".join(sorted(FILLER_CHARS)), "release")
-    assert (m97.sound_chars, m97.original_sha256) == (pinned.sound_chars, pinned.original_sha256)
-    # its tail alone is spaces, so the default filler would keep 348,469 characters: a person
-    # looks and names the filler
-    assert propose_repair(table, "4", 97, None, "release").sound_chars == 348_469
-    m123 = propose_repair(table, "5", 123, "/\n", "release")
-    assert (m123.chars, m123.sound_chars) == (53_108, 2_114)
-    m169 = propose_repair(table, "2", 169, None, "release")
-    assert (m169.chars, m169.sound_chars) == (18_385, 2_792)
-    cut_lines = [line for line in m169.after.splitlines() if line.strip()]
-    assert len(cut_lines) > 10 and len(set(cut_lines[:-1])) == 1  # one line over and over
+    pinned = read_params(REPO_ROOT / "params.yaml").repair.messages
+    assert [(p.conversation_id, p.message_id, p.sound_chars) for p in pinned] == [
+        (c, m, sound) for c, m, sound, _ in PINNED_REPAIRS
+    ]
+    for pin in pinned:
+        proposal = propose_repair(
+            table, "100K", pin.conversation_id, pin.message_id, pin.rest, pin.filler or None, "r"
+        )
+        assert (proposal.sound_chars, proposal.original_sha256) == (
+            pin.sound_chars,
+            pin.original_sha256,
+        )
+    # message 97's tail alone is spaces, so the default filler would keep 348,469 characters:
+    # a person looks and names the filler
+    assert propose_repair(table, "100K", "4", 97, "filler", None, "r").sound_chars == 348_469
 
 
-def test_repair_of_the_real_message_97(run: Run) -> None:
+def test_repair_of_the_real_runaway_messages(run: Run) -> None:
     before, after = original_rows(), pq.read_table(run.repaired).to_pylist()
-    repaired = messages_of(next(r for r in after if r["conversation_id"] == "4"))[97]["content"]
-    original = messages_of(before["4"])[97]["content"]
+    pins = {(p.conversation_id, p.message_id): p for p in read_params().repair.messages}
+    record = json.loads(run.repair_metrics.read_text())
 
-    assert repaired == original[:1_469] + marker(348_853 - 1_469)
-    assert json.loads(run.repair_metrics.read_text()) == {
-        "chars_after": len(repaired),
-        "chars_before": 348_853,
-        "chars_cut": 347_384,
-        "chars_kept": 1_469,
-        "conversation_id": 4,
-        "message_id": 97,
-        "messages_changed": 1,
-    }
+    for (conv, message, sound, chars), done in zip(PINNED_REPAIRS, record["repairs"], strict=True):
+        repaired = messages_of(next(r for r in after if r["conversation_id"] == conv))[message]
+        original = messages_of(before[conv])[message]["content"]
+        cut = original[sound:]
+        assert repaired["content"] == original[:sound] + marker(len(cut), pins[conv, message], cut)
+        assert done == {
+            "conversation_id": conv,
+            "message_id": message,
+            "rest": pins[conv, message].rest,
+            "why": pins[conv, message].why,
+            "chars_before": chars,
+            "chars_kept": sound,
+            "chars_cut": chars - sound,
+            "chars_after": len(repaired["content"]),
+        }
+    assert (record["tier"], record["messages_changed"]) == ("100K", 3)
+    assert record["chars_cut"] == 347_384 + 51_000 + 15_591
 
 
 def test_every_other_real_message_passes_through_byte_for_byte(run: Run) -> None:
@@ -223,7 +236,7 @@ def test_every_other_real_message_passes_through_byte_for_byte(run: Run) -> None
         old, new = messages_of(row), messages_of(after[conv])
         assert old.keys() == new.keys()
         changed += [(conv, i) for i in old if old[i] != new[i]]
-    assert changed == [("4", 97)]
+    assert sorted(changed) == sorted((conv, message) for conv, message, _, _ in PINNED_REPAIRS)
 
 
 # ---- slices ---------------------------------------------------------------------------------
@@ -442,16 +455,14 @@ def test_a_conversation_all_does_not_have_is_refused_naming_its_twenty(
 
 
 FINDINGS_100K_ALL = [
-    ("runaway_message", "2", 169),  # one short line 708 times
-    ("runaway_message", "5", 123),  # ~2,100 characters of answer, then ~51,000 of `/` and newlines
     ("no_source_ids", "9", "conv9:preference_following:1"),
     ("no_source_ids", "18", "conv18:summarization:0"),
     ("no_source_ids", "18", "conv18:summarization:1"),
     ("no_source_ids", "20", "conv20:summarization:0"),
     ("no_source_ids", "20", "conv20:summarization:1"),
 ]
-"""The data check on mode all after the pinned repair (conversation 4, message 97 no longer runs
-away); every turn has its reply and every session is in date order."""
+"""The data check on mode all after the pinned repairs (no message runs away); every turn has its
+reply and every session is in date order."""
 
 
 def test_the_data_check_reports_the_known_defects_of_each_mode_and_fixes_none(run: Run) -> None:
@@ -461,10 +472,13 @@ def test_the_data_check_reports_the_known_defects_of_each_mode_and_fixes_none(ru
 
     assert found("all") == FINDINGS_100K_ALL
     assert found("full") == [] and found("lite") == []
-    # reported, not fixed: the runaway message reaches the slice as it is in the data
+    # the repaired messages reach the slice as the repair left them
     chat = ChatSlice.model_validate_json((run.all / "chats" / "conv5.json").read_text())
     (message,) = [m for s in chat.sessions for m in s.messages if m.id == 123]
-    assert len(message.content) == 53_108
+    assert (
+        len(message.content)
+        == json.loads(run.repair_metrics.read_text())["repairs"][1]["chars_after"]
+    )
 
 
 def test_a_finding_stops_the_slice_when_settings_say_so_and_nothing_is_written(
@@ -473,8 +487,8 @@ def test_a_finding_stops_the_slice_when_settings_say_so_and_nothing_is_written(
     with pytest.raises(DataError) as info:
         slice_all(run, tmp_path, stop_on_findings=True)
     message = str(info.value)
-    assert "found 7 defect(s) in mode all" in message
-    assert "runaway_message conversation 5 message 123" in message
+    assert "found 5 defect(s) in mode all" in message
+    assert "no_source_ids question conv9:preference_following:1" in message
     assert "slice.stop_on_findings: false" in message and "pins.yaml `repair`" in message
     assert not (tmp_path / "slice").exists() and not (tmp_path / "slice.json").exists()
 

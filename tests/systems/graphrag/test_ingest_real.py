@@ -12,7 +12,7 @@
   a second run made only of cache hits with a byte-identical graph, and a missing slice.
 
 Slices are built with the slice stage's own function (`stages.slice.build_slice`) from the chats
-in ../shared/beam (conversation 4's message 97 cut by `stages.repair.cut_filler`) and checked
+in ../shared/beam (conversation 4's message 97 cut by `bench.repair.cut_message`) and checked
 against the fixture's pinned sha256, so they are the slices `dvc repro slice` writes.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bench.repair import cut_filler
+from bench.repair import cut_message
 from bench.slice import build_slice, from_ranges
 from clients.files import stable_json
 from clients.graph.store import Neo4jGraphStore, start_graph
@@ -78,11 +78,11 @@ def raw_chat(shared_beam: Path, conversation_id: str) -> list[list[dict[str, Any
     """The chat as the release's `chat` column holds it (sessions of messages), repaired."""
     sessions = json.loads((shared_beam / "100K" / conversation_id / "chat.json").read_text())
     chat = [[m for turn in s["turns"] for m in turn] for s in sessions]
-    repair = read_params(PARAMS).repair
-    if conversation_id == repair.conversation_id:
-        where = f"{shared_beam}/100K/{conversation_id}/chat.json message {repair.message_id}"
-        message = next(m for s in chat for m in s if m["id"] == repair.message_id)
-        message["content"], _ = cut_filler(message["content"], repair, where)
+    for repair in read_params(PARAMS).repair.messages:
+        if (repair.tier, repair.conversation_id) == ("100K", conversation_id):
+            where = f"{shared_beam}/100K/{conversation_id}/chat.json message {repair.message_id}"
+            message = next(m for s in chat for m in s if m["id"] == repair.message_id)
+            message["content"], _ = cut_message(message["content"], repair, where)
     return chat
 
 
