@@ -91,6 +91,8 @@ estimate: setup
 # The numbers the issues ask for, measured on this machine (see each script's docstring).
 measure: setup
 	$(PY) python scripts/measure_data.py
+	$(PY) python scripts/measure_data_check.py
+	$(PY) python scripts/measure_repairs.py
 	$(PY) python scripts/measure_graph.py
 	$(PY) python scripts/measure_llm.py
 	$(PY) python scripts/measure_judge.py

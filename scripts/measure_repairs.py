@@ -1,0 +1,79 @@
+"""The effect of each pinned repair on mode `all` (100K): messages, tokens, chunks, estimated calls.
+
+From the mirror's rebuilt release parquet (../shared/beam), it builds mode all's slices with no
+repair, with each of the tier's pinned repairs alone and with all of them (pins.yaml
+`repair.messages`), and prints per variant the chat's messages and cl100k tokens, graphrag's
+chunks (`ingest.chunk_tokens`, the chunker the systems share) and the dry-run estimate of calls
+and tokens for each system (the estimator's rates from settings.yaml; the judge's without its
+scorer prompts, as `make estimate` before a fetch). No model, no server; numbers only, no text.
+Usage: `uv run python scripts/measure_repairs.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.repair import encode_table, load_table, repair_table  # noqa: E402
+from bench.slice import build_mode, rows_by_conversation, sizes  # noqa: E402
+from schemas.params import FETCHED_TIER, Params, Repair  # noqa: E402
+from stages.common import load_fixture, read_params  # noqa: E402
+from stages.estimate import estimate_roles  # noqa: E402
+from systems.chunking import chunk_conversation  # noqa: E402
+from systems.registry import load_system  # noqa: E402
+from tests.conftest import MIRROR_PARQUET  # noqa: E402
+
+SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
+
+
+def measure(params: Params, repairs: Sequence[Repair]) -> dict[str, int]:
+    """Mode all's size, chunks and estimated calls and tokens per system with these repairs."""
+    table = load_table(MIRROR_PARQUET.read_bytes(), str(MIRROR_PARQUET))
+    repaired, _ = repair_table(table, repairs, FETCHED_TIER, str(MIRROR_PARQUET))
+    rows = rows_by_conversation(encode_table(repaired), MIRROR_PARQUET)
+    fixture = load_fixture(ROOT / params.slice.fixture)
+    built = build_mode(rows, fixture.modes["all"], fixture.known_bad_rubric, params.slice.tokenizer)
+    chats = [s.chat for s in built.slices]
+    total = sizes(built)["total"]
+    found = {
+        "messages": total["messages"],
+        "tokens": total["tokens"],
+        "chunks": sum(len(chunk_conversation(c, params.ingest.chunk_tokens)) for c in chats),
+    }
+    for name in SYSTEMS:
+        system = load_system(params, name, mode="all", rates=params.estimate)
+        estimate = estimate_roles(
+            system, chats, built.questions, built.rubrics, params.estimate, None
+        )["total"]
+        found[f"{name}.calls"] = estimate.calls
+        found[f"{name}.tokens"] = estimate.tokens
+    return found
+
+
+def main() -> None:
+    if not MIRROR_PARQUET.is_file():
+        sys.exit(f"{MIRROR_PARQUET} not found: this measures the shared BEAM copy (../shared/beam)")
+    params = read_params(ROOT / "params.yaml")
+    pinned = [r for r in params.repair.messages if r.tier == FETCHED_TIER]
+    variants = {
+        "no repair": [],
+        **{f"only {r.conversation_id}:{r.message_id}": [r] for r in pinned},
+    }
+    variants["all pinned"] = pinned
+    results = {label: measure(params, repairs) for label, repairs in variants.items()}
+    keys = list(results["no repair"])
+    print(f"mode all ({FETCHED_TIER}); each variant, then its difference to no repair")
+    print("variant".ljust(16) + "".join(k.rjust(22) for k in keys))
+    base = results["no repair"]
+    for label, found in results.items():
+        print(label.ljust(16) + "".join(f"{found[k]:,}".rjust(22) for k in keys))
+        if found is not base:
+            print(" " * 16 + "".join(f"{found[k] - base[k]:+,}".rjust(22) for k in keys))
+
+
+if __name__ == "__main__":
+    main()
