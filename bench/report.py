@@ -170,6 +170,17 @@ def failure_line(failures: Mapping[str, int]) -> str:
     return f"{verdict} (failed: {parts})."
 
 
+def headline_failures(failures: Mapping[str, int]) -> dict[str, int]:
+    """The headline's three counts: `model_calls` that failed after their retries (every stage's,
+    the number the record's failure line leads with), of them the `questions_in_error` (the
+    agent's), and the `tool_errors` the agent saw. Per stage: the record's failure line."""
+    return {
+        "model_calls": sum(v for k, v in failures.items() if k != "tool_errors"),
+        "questions_in_error": failures["questions_in_error"],
+        "tool_errors": failures["tool_errors"],
+    }
+
+
 def _numbers(values: Mapping[str, Any]) -> dict[str, Any]:
     """The entries that hold a number (DVC drops nulls from its tables, so none is written)."""
     return {k: v for k, v in values.items() if v is not None}
@@ -207,7 +218,7 @@ def build_metrics(
             "known_bad_rubric": flags.get("known_bad_rubric", 0),
         },
         agent=_numbers({"context_tokens_p95": answer.context_tokens_p95}),
-        failures=dict(failures),
+        failures=headline_failures(failures),
         judge_check={"agreement": judge_check["agreement"]["overall"]},
         cost_calls={p: row["calls"] for p, row in cost.items()},
         cost_tokens={p: row["tokens"] for p, row in cost.items()},

@@ -245,7 +245,8 @@ def test_metrics_are_the_headline_two_levels_of_numbers_without_null() -> None:
         assert set(metrics[group]) == {"information_extraction", "overall"}, group
     assert metrics["score_excluding_known_bad"] == {"overall": pytest.approx(2.5 / 3)}
     assert metrics["agent"] == {"context_tokens_p95": 1400}
-    assert metrics["failures"]["judge_calls"] == 2
+    # extraction 1 + judge 2; per stage in the record's failure line
+    assert metrics["failures"] == {"model_calls": 3, "questions_in_error": 0, "tool_errors": 3}
     assert metrics["score_beam_code"] == {"overall": 0.5}  # the 0.5 item truncated to 0
     assert metrics["judge_check"] == {"agreement": 0.6}
     phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
