@@ -24,7 +24,7 @@ from schemas.layout import LAYOUT
 from schemas.params import (
     ReportParams,
 )
-from schemas.records import ABILITIES
+from schemas.records import ABILITIES, SliceSource
 from schemas.roles import ROLES, cost_key
 from schemas.runs import MemorySizes, RunSummary, StageRun, summarize_runs
 from schemas.traces import AnswerSummary
@@ -168,6 +168,27 @@ def failure_line(failures: Mapping[str, int]) -> str:
         else "No model call failed"
     )
     return f"{verdict} (failed: {parts})."
+
+
+def source_pins(source: SliceSource) -> dict[str, str]:
+    """The record's pins of what the slices were cut from: the chat cut and the repaired
+    messages (data/slice/source.json)."""
+    if source.cut == "official":
+        left = sum(source.left_out.values())
+        cut = (
+            f"official: what the benchmark's answer code reads (its chat_trunecated.json); "
+            f"{left:,} messages of {len(source.left_out)} conversation(s) left out"
+            + (f" ({', '.join(f'{c} {n}' for c, n in source.left_out.items())})" if left else "")
+        )
+    else:
+        cut = "full: every message"
+    repaired = ", ".join(
+        f"conversation {r.conversation_id} message {r.message_id}" for r in source.repaired
+    )
+    return {
+        "chat cut (params slice.cut)": cut,
+        "repaired messages (pins.yaml repair)": repaired or "none in this run's slices",
+    }
 
 
 def headline_failures(failures: Mapping[str, int]) -> dict[str, int]:

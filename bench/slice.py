@@ -14,14 +14,19 @@ Produces, under `data/slice/`:
   questions per ability.
 - `findings.jsonl`: the data check's findings on the slices and rubrics (bench/data_check.py):
   reported with their ids, never fixed.
+- `source.json`: what the slices were cut from (`SliceSource`): params `slice.cut`, the messages
+  the official cut left out per conversation, and the pinned repairs of messages the slices hold.
 and `metrics/slice.json` (`chat.tokens`, the chat's size in cl100k tokens).
 
 The fixture (params `slice.fixture`) pins, per mode, the question ids, the message ids of each
 slice and the sha256 of each slice file (one per conversation); any difference stops the stage.
 Params `slice.conversations` keeps only some of the mode's conversations (empty: all), with their
-questions and rubrics; each kept slice is checked against its own pins. Those pins were made
-from the public repository's copy of the chats (`../shared/beam`). After a person has looked at
-a difference, `python -m stages.slice --repin` rewrites the fixture's message ids and hashes
+questions and rubrics; each kept slice is checked against its own pins. Params `slice.cut:
+official` ends each chat where the benchmark's own answer code stops reading it (the fixture's
+`official_cut`), checked against the fixture's `official_slices` where that changes a slice.
+Those pins were made from the public repository's copy of the chats (`../shared/beam`). After a
+person has looked at a difference, `python -m stages.slice --repin` rewrites the fixture's
+message ids and hashes, for both cuts
 (question ids and known-bad rubrics are choices and stay as they are).
 
 The stage (stages/slice.py, with the readers the stages share in stages/common.py) reads the
@@ -46,8 +51,18 @@ from schemas.base import Record
 from schemas.encoding import stable_json
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.layout import LAYOUT
-from schemas.params import Mode
-from schemas.records import ABILITIES, Ability, ChatMessage, ChatSlice, Question, Rubric, Session
+from schemas.params import Cut, Mode
+from schemas.records import (
+    ABILITIES,
+    Ability,
+    ChatMessage,
+    ChatSlice,
+    Question,
+    RepairedMessage,
+    Rubric,
+    Session,
+    SliceSource,
+)
 
 SLICE_OUT = LAYOUT.slice.folder
 METRICS = LAYOUT.slice.metrics
@@ -75,12 +90,26 @@ class ModePin(Record):
     conversations: list[str]
     question_ids: list[str]
     slices: dict[str, SlicePin]
+    official_slices: dict[str, SlicePin] = Field(default_factory=dict)
+    """With `slice.cut: official`, the pins of the slices that cut changes (the others are as in
+    `slices`)."""
+
+
+class OfficialCut(Record):
+    """Where the benchmark's own answer code stops reading each chat."""
+
+    source: str
+    """Where the cut points come from (the benchmark's files, at a pinned commit)."""
+    last_message_ids: dict[str, int]
+    """Conversation id -> the last message id that code reads; a conversation not named is read
+    whole."""
 
 
 class SliceFixture(Record):
     about: str
     known_bad_rubric: dict[str, str]
     """Question id -> why its rubric is wrong (checked against the chat by a person)."""
+    official_cut: OfficialCut
     modes: dict[Mode, ModePin]
 
 
@@ -219,14 +248,31 @@ def split_question_id(question_id: str) -> tuple[str, Ability, int]:
         ) from exc
 
 
+def cut_chat(
+    chat: Sequence[Sequence[Mapping[str, Any]]], last_message_id: int
+) -> list[list[Mapping[str, Any]]]:
+    """The chat up to and with `last_message_id` (the sessions after it dropped, the one it ends
+    cut short)."""
+    kept = [[m for m in session if int(m["id"]) <= last_message_id] for session in chat]
+    return [session for session in kept if session]
+
+
+def cut_points(fixture: SliceFixture, cut: Cut) -> dict[str, int]:
+    """Per conversation, the last message id the cut keeps (none: the whole chat)."""
+    return dict(fixture.official_cut.last_message_ids) if cut == "official" else {}
+
+
 def build_mode(
     rows: Mapping[str, Mapping[str, Any]],
     pin: ModePin,
     known_bad: Mapping[str, str],
     tokenizer: str,
+    cut: Mapping[str, int] | None = None,
 ) -> Built:
-    """Slices, questions and rubrics of one mode; DataError when the data lacks something. Every
-    conversation of `pin` must be in `rows` (`check_fixture_ids`)."""
+    """Slices, questions and rubrics of one mode, each chat up to its `cut` point where it has
+    one; DataError when the data lacks something (a question citing a message past the cut
+    included). Every conversation of `pin` must be in `rows` (`check_fixture_ids`)."""
+    cut = cut or {}
     wanted: dict[str, list[tuple[str, Ability, int]]] = {c: [] for c in pin.conversations}
     for question_id in pin.question_ids:
         conv, ability, index = split_question_id(question_id)
@@ -244,7 +290,8 @@ def build_mode(
         if conv not in rows:  # check_fixture_ids says it better, with the file and the mode
             raise ParamsError(f"the fixture names conversation {conv!r}, not in the data")
         row = rows[conv]
-        chat = row["chat"] or []
+        whole_chat = row["chat"] or []
+        chat = cut_chat(whole_chat, cut[conv]) if conv in cut else whole_chat
         present = set(message_ids(chat))
         probing = parse_probing(row["probing_questions"], f"conversation {conv}")
         answer_ids: set[int] = set()
@@ -260,6 +307,13 @@ def build_mode(
             where = f"question {question_id}"
             ids = normalize_ids(item.get("source_chat_ids"), where)
             unknown = [i for i in ids if i not in present]
+            if unknown and conv in cut and all(i > cut[conv] for i in unknown):
+                raise DataError(
+                    f"{where}: source_chat_ids {unknown} are past the official cut of "
+                    f"conversation {conv} (its last message there is {cut[conv]}): the fixture's "
+                    "official_cut contradicts the questions; check it against the benchmark's "
+                    "files"
+                )
             if unknown:
                 raise DataError(f"{where}: source_chat_ids {unknown} are not messages of the chat")
             text, rubric = item.get("question"), item.get("rubric")
@@ -358,16 +412,20 @@ def restrict(pin: ModePin, conversations: Sequence[str], mode: str) -> ModePin:
             "conversations": kept,
             "question_ids": [q for q in pin.question_ids if split_question_id(q)[0] in kept],
             "slices": {c: p for c, p in pin.slices.items() if c in kept},
+            "official_slices": {c: p for c, p in pin.official_slices.items() if c in kept},
         }
     )
 
 
-def check_pins(built: Built, pin: ModePin, mode: str) -> None:
-    """IntegrityError listing every slice whose message ids or hash differ from the fixture."""
+def check_pins(built: Built, pin: ModePin, mode: str, cut: Cut = "full") -> None:
+    """IntegrityError listing every slice whose message ids or hash differ from the fixture (the
+    official cut's pins where the cut changes a slice)."""
     problems = []
     for item in built.slices:
         conv = item.chat.conversation_id
         expected = pin.slices.get(conv)
+        if cut == "official":
+            expected = pin.official_slices.get(conv, expected)
         if expected is None:
             problems.append(f"conv{conv}: no pin in the fixture")
             continue
@@ -425,16 +483,47 @@ def summarize(built: Built) -> dict[str, dict[str, int]]:
     return {"chat": {"tokens": sizes(built)["total"]["tokens"]}}
 
 
-def repin_fixture(fixture: SliceFixture, built: Mapping[Mode, Built]) -> SliceFixture:
-    """The fixture with every built mode's message ids and hashes replaced."""
+def _pins(built: Built) -> dict[str, SlicePin]:
+    return {
+        s.chat.conversation_id: SlicePin(message_ids=to_ranges(s.message_ids), sha256=s.sha256)
+        for s in built.slices
+    }
+
+
+def repin_fixture(
+    fixture: SliceFixture, built: Mapping[Mode, Built], official: Mapping[Mode, Built]
+) -> SliceFixture:
+    """The fixture with every built mode's message ids and hashes replaced: `built` with every
+    message, `official` with the official cut (pinned only where it differs)."""
     modes = dict(fixture.modes)
     for mode, result in built.items():
-        slices = {
-            s.chat.conversation_id: SlicePin(message_ids=to_ranges(s.message_ids), sha256=s.sha256)
-            for s in result.slices
-        }
-        modes[mode] = modes[mode].model_copy(update={"slices": slices})
+        slices = _pins(result)
+        cut = {c: p for c, p in _pins(official[mode]).items() if p != slices.get(c)}
+        modes[mode] = modes[mode].model_copy(update={"slices": slices, "official_slices": cut})
     return fixture.model_copy(update={"modes": modes})
+
+
+def slice_source(
+    built: Built,
+    rows: Mapping[str, Mapping[str, Any]],
+    cut: Cut,
+    points: Mapping[str, int],
+    repaired: Iterable[RepairedMessage],
+) -> SliceSource:
+    """What the record says of the slices' source: per conversation of the slices the cut
+    shortens, how many of its messages (in `rows`, before the cut) it leaves out; which of the
+    slices' messages a pinned repair changed."""
+    held = {(s.chat.conversation_id, i) for s in built.slices for i in s.message_ids}
+    left_out = {}
+    for conv in (s.chat.conversation_id for s in built.slices):
+        past = [i for i in message_ids(rows[conv]["chat"] or []) if i > points.get(conv, i)]
+        if past:
+            left_out[f"conv{conv}"] = len(past)
+    return SliceSource(
+        cut=cut,
+        left_out=left_out,
+        repaired=[r for r in repaired if (r.conversation_id, r.message_id) in held],
+    )
 
 
 def parse_fixture(data: bytes, path: Path) -> SliceFixture:

@@ -76,6 +76,11 @@ class SliceFiles:
         return self.folder / "sizes.json"
 
     @property
+    def source(self) -> Path:
+        """What the slices were cut from: the cut, what it left out, the repaired messages."""
+        return self.folder / "source.json"
+
+    @property
     def findings(self) -> Path:
         """The data check's findings (bench/data_check.py): what the slices hold that is no chat."""
         return self.folder / "findings.jsonl"

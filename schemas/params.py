@@ -92,6 +92,10 @@ class RepairParams(Record):
         return self
 
 
+Cut = Literal["full", "official"]
+"""params `slice.cut`: every message of each chat, or only what the benchmark's code reads."""
+
+
 class SliceParams(Record):
     fixture: str
     """Path of the fixture that pins question ids, message ids and slice hashes per mode."""
@@ -99,6 +103,10 @@ class SliceParams(Record):
     conversations: list[str] = Field(default_factory=list)
     """Keep only these of the mode's conversations (ids as in the data: `[4]`, `["4", "17"]`),
     with their questions and rubrics; empty: every conversation of the mode."""
+    cut: Cut = "full"
+    """`full`: every message of each chat; `official`: only what the benchmark's own answer code
+    reads (its `chat_trunecated.json`, pinned in the fixture as cut points), as the published
+    tables were made."""
     stop_on_findings: bool = False
     """Whether a finding of the data check (bench/data_check.py) stops the stage; either way the
     findings are written beside the slices, never fixed."""

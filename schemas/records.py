@@ -7,6 +7,7 @@ from typing import Literal, get_args
 from pydantic import Field
 
 from schemas.base import Record
+from schemas.params import Cut
 
 Ability = Literal[
     "abstention",
@@ -84,3 +85,21 @@ class Chunk(Record):
     message_ids: list[int]
     text: str
     tokens: int = Field(ge=0)
+
+
+class RepairedMessage(Record):
+    """A message of the slices that a pinned repair cut (pins.yaml `repair.messages`)."""
+
+    conversation_id: str
+    message_id: int
+    why: str
+
+
+class SliceSource(Record):
+    """What the slices were cut from (`LAYOUT.slice.source`), for the record: the cut and what it
+    left out, and the pinned repairs of messages the slices hold."""
+
+    cut: Cut
+    left_out: dict[str, int]
+    """Per conversation of the mode (`conv<N>`) the cut shortened: the messages it left out."""
+    repaired: list[RepairedMessage]

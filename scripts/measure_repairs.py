@@ -1,8 +1,10 @@
-"""The effect of each pinned repair on mode `all` (100K): messages, tokens, chunks, estimated calls.
+"""The effect of each pinned repair and of the official cut on mode `all` (100K): messages,
+tokens, chunks, estimated calls.
 
 From the mirror's rebuilt release parquet (../shared/beam), it builds mode all's slices with no
-repair, with each of the tier's pinned repairs alone and with all of them (pins.yaml
-`repair.messages`), and prints per variant the chat's messages and cl100k tokens, graphrag's
+repair, with each of the tier's pinned repairs alone, with all of them (pins.yaml
+`repair.messages`), and with all of them and `slice.cut: official` (the fixture's cut points),
+and prints per variant the chat's messages and cl100k tokens, graphrag's
 chunks (`ingest.chunk_tokens`, the chunker the systems share) and the dry-run estimate of calls
 and tokens for each system (the estimator's rates from settings.yaml; the judge's without its
 scorer prompts, as `make estimate` before a fetch). No model, no server; numbers only, no text.
@@ -19,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.repair import encode_table, load_table, repair_table  # noqa: E402
-from bench.slice import build_mode, rows_by_conversation, sizes  # noqa: E402
-from schemas.params import FETCHED_TIER, Params, Repair  # noqa: E402
+from bench.slice import build_mode, cut_points, rows_by_conversation, sizes  # noqa: E402
+from schemas.params import FETCHED_TIER, Cut, Params, Repair  # noqa: E402
 from stages.common import load_fixture, read_params  # noqa: E402
 from stages.estimate import estimate_roles  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
@@ -30,13 +32,20 @@ from tests.conftest import MIRROR_PARQUET  # noqa: E402
 SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
 
 
-def measure(params: Params, repairs: Sequence[Repair]) -> dict[str, int]:
-    """Mode all's size, chunks and estimated calls and tokens per system with these repairs."""
+def measure(params: Params, repairs: Sequence[Repair], cut: Cut = "full") -> dict[str, int]:
+    """Mode all's size, chunks and estimated calls and tokens per system with these repairs and
+    this cut."""
     table = load_table(MIRROR_PARQUET.read_bytes(), str(MIRROR_PARQUET))
     repaired, _ = repair_table(table, repairs, FETCHED_TIER, str(MIRROR_PARQUET))
     rows = rows_by_conversation(encode_table(repaired), MIRROR_PARQUET)
     fixture = load_fixture(ROOT / params.slice.fixture)
-    built = build_mode(rows, fixture.modes["all"], fixture.known_bad_rubric, params.slice.tokenizer)
+    built = build_mode(
+        rows,
+        fixture.modes["all"],
+        fixture.known_bad_rubric,
+        params.slice.tokenizer,
+        cut_points(fixture, cut),
+    )
     chats = [s.chat for s in built.slices]
     total = sizes(built)["total"]
     found = {
@@ -65,6 +74,7 @@ def main() -> None:
     }
     variants["all pinned"] = pinned
     results = {label: measure(params, repairs) for label, repairs in variants.items()}
+    results["official cut"] = measure(params, pinned, "official")
     keys = list(results["no repair"])
     print(f"mode all ({FETCHED_TIER}); each variant, then its difference to no repair")
     print("variant".ljust(16) + "".join(k.rjust(22) for k in keys))

@@ -30,7 +30,7 @@ from bench.estimate import (
     run_rates,
 )
 from bench.repair import REPAIR_OUT
-from bench.slice import Built, build_mode, restrict
+from bench.slice import Built, build_mode, cut_points, restrict
 from clients.runs import open_run
 from schemas.estimate import FinishedRun, RateOrigin, RoleEstimate, RunRates, with_total
 from schemas.judging import JudgePrompts
@@ -72,13 +72,15 @@ def estimate_roles(
 
 
 def build_slices(slice_params: SliceParams, mode: Mode) -> Built:
-    """The mode's slices (the kept conversations only), from the repaired dataset."""
+    """The mode's slices (the kept conversations only, cut as params `slice.cut` says), from the
+    repaired dataset."""
     fixture = load_fixture(Path(slice_params.fixture))
     return build_mode(
         read_repaired_rows(REPAIR_OUT),
         restrict(fixture.modes[mode], slice_params.conversations, mode),
         fixture.known_bad_rubric,
         slice_params.tokenizer,
+        cut_points(fixture, slice_params.cut),
     )
 
 

@@ -29,6 +29,7 @@ from bench.report import (
     render_times,
     run_info,
     score_table,
+    source_pins,
     stage_time,
 )
 from clients.files import (
@@ -49,7 +50,7 @@ from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT, USAGE, StageIO, wall_time_file
-from schemas.records import ChatSlice, Question, Rubric
+from schemas.records import ChatSlice, Question, Rubric, SliceSource
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
 from stages.common import read_params, run_stage, scorer_prompts_if_fetched
@@ -163,6 +164,7 @@ def make_report() -> None:
         "dataset sha256": f"{verify.sha256} ({verify.size_bytes:,} bytes)",
         "scorer": f"{judge_params.scorer_repo}@{judge_params.scorer_commit}",
         "code commit": code_commit(),
+        **source_pins(read_record(LAYOUT.slice.source, SliceSource)),
     }
     knobs = {**system.record_settings(), "params of every stage": "`dvc.lock` of this commit"}
     inputs = RecordInputs(

@@ -23,14 +23,18 @@ from bench.slice import (
     build_mode,
     check_fixture_ids,
     check_pins,
+    cut_points,
     repin_fixture,
     restrict,
     sizes,
+    slice_source,
     summarize,
 )
 from clients.files import UMASK, remove_outputs, write_atomic, write_json, write_jsonl
 from schemas.errors import DataError, ParamsError
 from schemas.layout import LAYOUT, StageIO
+from schemas.params import FETCHED_TIER, Cut, Repair
+from schemas.records import RepairedMessage, SliceSource
 from stages.common import load_fixture, read_params, read_repaired_rows, run_stage
 
 STAGE_IO = StageIO(
@@ -39,7 +43,11 @@ STAGE_IO = StageIO(
 
 
 def write_outputs(
-    built: Built, out: Path, metrics_path: Path, findings: Sequence[Finding] = ()
+    built: Built,
+    out: Path,
+    metrics_path: Path,
+    source: SliceSource,
+    findings: Sequence[Finding] = (),
 ) -> None:
     """Write into a temp folder beside `out`, then swap it in: never a half-written slice."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +60,7 @@ def write_outputs(
         write_jsonl(tmp / "rubrics.jsonl", built.rubrics)
         write_json(tmp / "sizes.json", sizes(built))
         write_jsonl(tmp / LAYOUT.slice.findings.name, findings)
+        write_json(tmp / LAYOUT.slice.source.name, source.model_dump(mode="json"))
         remove_outputs(out)
         tmp.replace(out)
         write_json(metrics_path, summarize(built))
@@ -70,11 +79,14 @@ def make_slices(
     metrics: Path,
     conversations: Sequence[str] = (),
     *,
+    cut: Cut = "full",
+    repairs: Sequence[Repair] = (),
     stop_on_findings: bool = False,
 ) -> tuple[Built, list[Finding]]:
-    """The mode's slices (only `conversations`, when given), checked against the fixture, and
-    the data check's findings on them; with `stop_on_findings`, a finding is a DataError and
-    nothing is written."""
+    """The mode's slices (only `conversations`, when given), each chat cut as `cut` says,
+    checked against the fixture, and the data check's findings on them; with
+    `stop_on_findings`, a finding is a DataError and nothing is written. `repairs` (pins.yaml)
+    name the messages the record says were repaired."""
     remove_outputs(out, metrics)
     fixture = load_fixture(fixture_path)
     if mode not in fixture.modes:
@@ -82,8 +94,14 @@ def make_slices(
     pin = restrict(fixture.modes[mode], conversations, mode)
     rows = read_repaired_rows(source)
     check_fixture_ids(rows, pin, mode, fixture_path)
-    built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
-    check_pins(built, pin, mode)
+    points = cut_points(fixture, cut)
+    built = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer, points)
+    check_pins(built, pin, mode, cut)
+    repaired = [
+        RepairedMessage(conversation_id=r.conversation_id, message_id=r.message_id, why=r.why)
+        for r in repairs
+        if r.tier == FETCHED_TIER
+    ]
     whole = pin.selection == "whole_conversations"
     findings = check_mode([s.chat for s in built.slices], built.rubrics, whole=whole)
     if findings and stop_on_findings:
@@ -94,21 +112,23 @@ def make_slices(
             "`slice.stop_on_findings: false` to run with them reported in "
             f"{LAYOUT.slice.findings}"
         )
-    write_outputs(built, out, metrics, findings)
+    write_outputs(built, out, metrics, slice_source(built, rows, cut, points, repaired), findings)
     return built, findings
 
 
 def repin(source: Path, fixture_path: Path, tokenizer: str) -> SliceFixture:
-    """Rewrite the fixture's message ids and hashes for every mode from the repaired data."""
+    """Rewrite the fixture's message ids and hashes for every mode and both cuts from the
+    repaired data."""
     fixture = load_fixture(fixture_path)
     rows = read_repaired_rows(source)
     for mode, pin in fixture.modes.items():
         check_fixture_ids(rows, pin, mode, fixture_path, messages=False)  # those are re-pinned
-    built = {
-        mode: build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
-        for mode, pin in fixture.modes.items()
-    }
-    updated = repin_fixture(fixture, built)
+    built, official = {}, {}
+    for mode, pin in fixture.modes.items():
+        built[mode] = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
+        points = cut_points(fixture, "official")
+        official[mode] = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer, points)
+    updated = repin_fixture(fixture, built, official)
     write_json(fixture_path, updated.model_dump(mode="json"))
     return updated
 
@@ -139,12 +159,16 @@ def main() -> None:
         SLICE_OUT,
         METRICS,
         params.conversations,
+        cut=params.cut,
+        repairs=run.repair.messages,
         stop_on_findings=params.stop_on_findings,
     )
     total = sizes(built)["total"]
     only = f", conversations {', '.join(params.conversations)} only" if params.conversations else ""
     print(
-        f"slice ({mode}{only}): {total['questions']} questions, {total['messages']} messages in "
+        f"slice ({mode}{only}{', official cut' if params.cut == 'official' else ''}): "
+        f"{total['questions']} questions, "
+        f"{total['messages']} messages in "
         f"{total['sessions']} sessions, {total['tokens']:,} tokens -> {SLICE_OUT}"
     )
     for finding in findings:

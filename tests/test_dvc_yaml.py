@@ -43,7 +43,7 @@ EXPECTED_PARAMS = {
     "repair": [],  # which messages, their pinned hashes, where each cut goes: pins.yaml
     # the mode's question and message ids; which conversations (the fixture and the tokenizer:
     # pins.yaml)
-    "slice": ["mode", "slice.conversations"],
+    "slice": ["mode", "slice.conversations", "slice.cut"],
     "ingest": [
         "mode",  # max_llm_pairs is per mode
         "system",  # which memory is built (systems/registry.py)

@@ -100,7 +100,7 @@ def run(shared_beam: Path, mirror_parquet: Path, tmp_path_factory: pytest.TempPa
 
 
 def slice_all(
-    run: Run, tmp_path: Path, conversations: list[str] | None = None, **options: bool
+    run: Run, tmp_path: Path, conversations: list[str] | None = None, **options: Any
 ) -> tuple[Path, Path]:
     """make_slices of mode all from the repaired data into `tmp_path` (the slice and metrics)."""
     slice_params = read_params(REPO_ROOT / "params.yaml").slice
@@ -463,6 +463,47 @@ def test_a_conversation_all_does_not_have_is_refused_naming_its_twenty(
         f"{ALL_CONVERSATIONS}" in str(info.value)
     )
     assert not (tmp_path / "slice").exists()
+
+
+def truncated_chats() -> dict[str, list[dict[str, Any]]]:
+    """The benchmark's `chat_trunecated.json` per 100K conversation that has one, as messages."""
+    found = {}
+    for folder in (SHARED_BEAM / "100K").iterdir():
+        path = folder / "chat_trunecated.json"
+        if path.is_file():
+            sessions = json.loads(path.read_text(encoding="utf-8"))
+            found[folder.name] = [m for s in sessions for turn in s["turns"] for m in turn]
+    return found
+
+
+def test_the_official_cut_is_what_the_benchmarks_truncated_chats_hold(
+    run: Run, tmp_path: Path
+) -> None:
+    truncated = truncated_chats()
+    fixture = SliceFixture.model_validate_json(
+        (REPO_ROOT / "fixtures" / "slices.json").read_bytes()
+    )
+    assert fixture.official_cut.last_message_ids == {c: m[-1]["id"] for c, m in truncated.items()}
+    assert sorted(truncated, key=int) == ["5", "7", "10", "11", "12", "16", "17", "18", "19", "20"]
+
+    out, _ = slice_all(run, tmp_path, cut="official")
+
+    repaired = {(r.conversation_id, r.message_id) for r in read_params().repair.messages}
+    for conv, cut in truncated.items():
+        chat = ChatSlice.model_validate_json((out / "chats" / f"conv{conv}.json").read_text())
+        held = [m for s in chat.sessions for m in s.messages]
+        assert [m.id for m in held] == [m["id"] for m in cut], conv
+        assert [m.content for m in held if (conv, m.id) not in repaired] == [
+            m["content"] for m in cut if (conv, m["id"]) not in repaired
+        ], conv
+    source = json.loads((out / "source.json").read_text())
+    assert sum(source["left_out"].values()) == 638  # of mode all's 5,732 messages
+    assert source["cut"] == "official" and len(source["left_out"]) == 10
+    untouched = set(ALL_CONVERSATIONS) - set(truncated)
+    for conv in untouched:  # conversations without a truncated chat are read whole
+        assert (out / "chats" / f"conv{conv}.json").read_bytes() == (
+            run.all / "chats" / f"conv{conv}.json"
+        ).read_bytes()
 
 
 FINDINGS_100K_ALL = [

@@ -19,12 +19,13 @@ from bench.report import (
     run_info,
     score_table,
     small_model_warning,
+    source_pins,
 )
 from clients.git import code_commit
 from schemas.estimate import RoleEstimate
 from schemas.judging import JudgedQuestion
 from schemas.params import ReportParams
-from schemas.records import ABILITIES
+from schemas.records import ABILITIES, RepairedMessage, SliceSource
 from schemas.roles import ROLES
 from schemas.runs import MemorySizes, ModelUse, RunSummary, StageRun
 from schemas.traces import AnswerSummary
@@ -179,6 +180,25 @@ def test_failures_are_counted_from_every_stage_and_lead_the_record() -> None:
     assert "4 tool calls that returned an error" in line
     clean = failure_line(dict.fromkeys(failures, 0))
     assert clean.startswith("No model call failed")
+
+
+def test_the_record_pins_the_chat_cut_and_the_repaired_messages() -> None:
+    why = "runaway filler"
+    official = SliceSource(
+        cut="official",
+        left_out={"conv5": 6, "conv17": 8},
+        repaired=[RepairedMessage(conversation_id="5", message_id=123, why=why)],
+    )
+    assert source_pins(official) == {
+        "chat cut (params slice.cut)": "official: what the benchmark's answer code reads (its "
+        "chat_trunecated.json); 14 messages of 2 conversation(s) left out (conv5 6, conv17 8)",
+        "repaired messages (pins.yaml repair)": "conversation 5 message 123",
+    }
+    full = SliceSource(cut="full", left_out={}, repaired=[])
+    assert source_pins(full) == {
+        "chat cut (params slice.cut)": "full: every message",
+        "repaired messages (pins.yaml repair)": "none in this run's slices",
+    }
 
 
 def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:

@@ -16,6 +16,7 @@ from bench.slice import (
     REPIN_COMMAND,
     SliceFixture,
     build_mode,
+    cut_chat,
     from_ranges,
     normalize_ids,
     parse_date,
@@ -27,7 +28,7 @@ from bench.slice import (
 )
 from clients.files import read_jsonl, write_json
 from schemas.errors import DataError, IntegrityError, ParamsError
-from schemas.params import SliceParams
+from schemas.params import Repair, SliceParams
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import parse_params, read_params
 from stages.common import read_repaired_rows as read_rows
@@ -47,6 +48,8 @@ def fixture_dict() -> dict[str, object]:
     return {
         "about": "synthetic",
         "known_bad_rubric": {"conv17:temporal_reasoning:1": "both events are the same message"},
+        # conversation 17's questions cite up to message 38: the cut leaves out 39 only
+        "official_cut": {"source": "synthetic", "last_message_ids": {"17": 38}},
         "modes": {
             "lite": {
                 "selection": "answer_messages",
@@ -181,6 +184,93 @@ def test_full_keeps_whole_conversations(tmp_path: Path, data: Path, pinned: Path
     assert bad.known_bad_rubric and bad.known_bad_reason == "both events are the same message"
     assert rubrics["conv17:abstention:0"].source_chat_ids == []  # absent in the data
     assert rubrics["conv17:multi_session_reasoning:1"].source_chat_ids == [1, 21, 33, 35]
+
+
+def test_the_official_cut_ends_each_chat_where_the_fixture_says_and_is_pinned_apart(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    fixture = SliceFixture.model_validate_json(pinned.read_bytes())
+    assert set(fixture.modes["full"].official_slices) == {"17"}  # conversation 4 is not cut
+    assert fixture.modes["lite"].official_slices == {}  # its answer messages are before the cut
+    out, metrics = tmp_path / "slice", tmp_path / "slice.json"
+
+    make_slices(data, pinned, "full", "cl100k_base", out, metrics, cut="official")
+
+    chat = ChatSlice.model_validate_json((out / "chats" / "conv17.json").read_text())
+    assert [m.id for s in chat.sessions for m in s.messages] == list(range(39))
+    assert json.loads((out / "source.json").read_text()) == {
+        "cut": "official",
+        "left_out": {"conv17": 1},
+        "repaired": [],
+    }
+    full = tmp_path / "full"
+    make_slices(data, pinned, "full", "cl100k_base", full, tmp_path / "f.json")
+    assert json.loads((full / "source.json").read_text())["left_out"] == {}
+    assert (full / "chats" / "conv4.json").read_bytes() == (
+        out / "chats" / "conv4.json"
+    ).read_bytes()
+
+
+def test_cut_chat_keeps_the_messages_up_to_the_point_and_drops_emptied_sessions() -> None:
+    chat = [[{"id": 0}, {"id": 1}], [{"id": 2}, {"id": 3}], [{"id": 4}]]
+    assert cut_chat(chat, 2) == [[{"id": 0}, {"id": 1}], [{"id": 2}]]
+    assert cut_chat(chat, 9) == chat
+
+
+def test_a_cut_before_a_cited_message_is_a_data_error_naming_the_cut(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    text = json.loads(pinned.read_text())
+    text["official_cut"]["last_message_ids"] = {"17": 30}
+    write_json(pinned, text)
+
+    with pytest.raises(DataError, match=r"past the official cut of conversation 17 \(its last"):
+        make_slices(
+            data, pinned, "full", "cl100k_base", tmp_path / "s", tmp_path / "m.json", cut="official"
+        )
+    assert not (tmp_path / "s").exists()
+
+
+def test_an_official_slice_that_differs_from_its_pin_stops_the_stage(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    text = json.loads(pinned.read_text())
+    text["modes"]["full"]["official_slices"]["17"]["sha256"] = ZERO
+    write_json(pinned, text)
+    make_slices(
+        data, pinned, "full", "cl100k_base", tmp_path / "a", tmp_path / "a.json"
+    )  # full: fine
+
+    with pytest.raises(IntegrityError, match=f"conv17: slice sha256 expected {ZERO}"):
+        make_slices(
+            data, pinned, "full", "cl100k_base", tmp_path / "s", tmp_path / "m.json", cut="official"
+        )
+
+
+def test_the_source_names_the_pinned_repairs_of_messages_the_slices_hold(
+    tmp_path: Path, data: Path, pinned: Path
+) -> None:
+    repairs = [
+        Repair(
+            tier="100K",
+            conversation_id=c,
+            message_id=m,
+            original_sha256=ZERO,
+            sound_chars=1,
+            rest="repeated_line",
+            why=f"why {c}:{m}",
+        )
+        for c, m in (("4", 97), ("99", 1), ("17", 5))
+    ]
+    out = tmp_path / "slice"
+
+    make_slices(data, pinned, "lite", "cl100k_base", out, tmp_path / "m.json", repairs=repairs)
+    assert json.loads((out / "source.json").read_text())["repaired"] == []  # lite: conv17 18, 156..
+    make_slices(data, pinned, "full", "cl100k_base", out, tmp_path / "m.json", repairs=repairs)
+    assert json.loads((out / "source.json").read_text())["repaired"] == [
+        {"conversation_id": "4", "message_id": 97, "why": "why 4:97"},
+        {"conversation_id": "17", "message_id": 5, "why": "why 17:5"},
+    ]
 
 
 def test_repaired_message_text_reaches_the_slice_unchanged(
