@@ -15,7 +15,7 @@ release file holds a different message, the stage says so and names the re-pin c
 `python -m stages.repair --repin` rewrites each differing `original_sha256` in pins.yaml after
 a person has looked at the messages and confirmed that the cuts are still right.
 
-`python -m stages.repair --propose <conversation> <message> [--filler CHARS | --repeated-line]`
+`python -m stages.repair --propose <conversation> <message> [--filler CHARS | --repeated-lines]`
 prints where a cut of another message could go (`propose_repair`), with the text around it, for
 a person to judge; it never writes a pin.
 
@@ -58,7 +58,7 @@ class RepairRecord(Record):
     conversation_id: str
     message_id: int
     rest: str
-    """What was cut: `filler` characters or a `repeated_line`."""
+    """What was cut: `filler` characters or `repeated_lines`."""
     why: str
     chars_before: int
     chars_kept: int
@@ -138,7 +138,10 @@ def marker(chars_cut: int, repair: Repair, cut: str) -> str:
     if repair.rest == "filler":
         what = f"runaway filler ({filler_names(repair.filler)})"
     else:
-        what = f"one line repeated {cut.count(chr(10)):,} times"
+        whole = cut.split("\n")[:-1]
+        period = repeat_period(whole) or 1
+        copies = f"repeated {len(whole) // period:,} times"
+        what = f"one line {copies}" if period == 1 else f"a block of {period} lines {copies}"
     return f"\n\n[repair: {chars_cut:,} characters of {what} were cut here]"
 
 
@@ -178,7 +181,7 @@ def check_rest(content: str, repair: Repair, where: str) -> None:
     if repair.rest == "filler":
         check_filler(content, repair.sound_chars, repair.filler, where)
     else:
-        check_repeated_line(content, repair.sound_chars, where)
+        check_repeated_lines(content, repair.sound_chars, where)
 
 
 def check_filler(content: str, sound_chars: int, filler: str, where: str) -> None:
@@ -200,23 +203,50 @@ def check_filler(content: str, sound_chars: int, filler: str, where: str) -> Non
             )
 
 
-def check_repeated_line(content: str, sound_chars: int, where: str) -> None:
-    """The cut starts at a line start and is one line over and over to the end (the last copy
-    may stop short), at least twice."""
+MAX_PERIOD = 20
+"""The longest block of lines a `repeated_lines` cut may repeat."""
+
+
+def is_copy(line: str, of: str) -> bool:
+    """`line` is `of`, or a garbled copy of it: only its characters, at most two more or fewer
+    (a runaway reply misspells a copy now and then)."""
+    return line == of or (set(line) <= set(of) and abs(len(line) - len(of)) <= 2)
+
+
+def repeat_period(lines: Sequence[str]) -> int | None:
+    """The shortest block (at most MAX_PERIOD lines) that `lines` repeat from their first line to
+    their last, twice or more, each line a copy of its block line (`is_copy`); None if they are no
+    such repeat."""
+    for period in range(1, min(MAX_PERIOD, len(lines) // 2) + 1):
+        block = lines[:period]
+        if any(block) and all(is_copy(line, block[i % period]) for i, line in enumerate(lines)):
+            return period
+    return None
+
+
+def stops_short(last: str, line: str) -> bool:
+    """The unterminated last line of a repeat: a copy of its line cut short, or made only of
+    that line's characters (a copy garbled as the reply ran out)."""
+    return line.startswith(last) or set(last) <= set(line)
+
+
+def check_repeated_lines(content: str, sound_chars: int, where: str) -> None:
+    """The cut starts at a line start and is one block of lines (one line or up to MAX_PERIOD)
+    over and over to the end, at least twice (a copy may be garbled, `is_copy`); the last copy
+    may stop short."""
     if content[sound_chars - 1] != "\n":
         raise IntegrityError(
             f"{where}: the cut at {sound_chars:,} does not start a line; set its `sound_chars` "
             "in pins.yaml `repair` to the start of the first repeated line"
         )
     *whole, last = content[sound_chars:].split("\n")
-    line = whole[0] if whole else ""
-    if len(whole) < 2 or not line or any(w != line for w in whole) or not line.startswith(last):
-        differs = next((i for i, w in enumerate(whole) if w != line), len(whole))
+    period = repeat_period(whole)
+    if period is None or not stops_short(last, whole[len(whole) % period]):
         raise IntegrityError(
-            f"{where}: the text after the first {sound_chars:,} characters is not one line "
-            f"repeated (line {differs} of it differs from the first, or there are fewer than "
-            "two); cutting would lose content. A person must look at the message and set its "
-            "`sound_chars` in pins.yaml `repair`"
+            f"{where}: the text after the first {sound_chars:,} characters is not one block of "
+            f"at most {MAX_PERIOD} lines repeated to the end (twice or more); cutting would lose "
+            "content. A person must look at the message and set its `sound_chars` in pins.yaml "
+            "`repair`"
         )
 
 
@@ -332,19 +362,30 @@ def proposed_sound_chars(content: str, filler: str) -> int:
     return len(stripped)
 
 
-def proposed_repeated_line_cut(content: str) -> int:
-    """The start of the run of copies of the message's last whole line that ends it (the last
-    copy may stop short), as `check_repeated_line` requires; the message's length when its end
-    repeats no line."""
+def proposed_repeated_lines_cut(content: str) -> int:
+    """The start of the longest run of copies of one block of lines (the shortest block, at most
+    MAX_PERIOD lines; garbled copies count, `is_copy`) that ends the message, the last copy
+    possibly short, as `check_repeated_lines` requires; the message's length when its end repeats
+    nothing."""
     *whole, last = content.split("\n")
-    if len(whole) < 2 or not whole[-1] or not whole[-1].startswith(last):
-        return len(content)
-    line, first = whole[-1], len(whole) - 1
-    while first > 0 and whole[first - 1] == line:
-        first -= 1
-    if len(whole) - first < 2:
-        return len(content)
-    return sum(len(w) + 1 for w in whole[:first])
+    best = len(whole)
+    for period in range(1, min(MAX_PERIOD, len(whole) // 2) + 1):
+        block = whole[len(whole) - period :]
+        phase = len(whole) % period  # line i is a copy of block[(i - phase) % period]
+        first = len(whole)
+        while first > 0 and is_copy(whole[first - 1], block[(first - 1 - phase) % period]):
+            first -= 1
+        first += (phase - first) % period  # start at a whole, exact copy of the block
+        while first < len(whole) and whole[first : first + period] != block:
+            first += period
+        run = whole[first:]
+        if (
+            first < best
+            and repeat_period(run) == period
+            and stops_short(last, run[len(run) % period])
+        ):
+            best = first
+    return sum(len(w) + 1 for w in whole[:best]) if best < len(whole) else len(content)
 
 
 def propose_repair(
@@ -369,7 +410,7 @@ def propose_repair(
         chars = filler if filler else "".join(sorted(set(content[-FILLER_SAMPLE:])))
         sound = proposed_sound_chars(content, chars)
     else:
-        sound = proposed_repeated_line_cut(content)
+        sound = proposed_repeated_lines_cut(content)
     return RepairProposal(
         tier=tier,
         conversation_id=conversation_id,

@@ -46,7 +46,7 @@ FETCHED_TIER: Tier = "100K"
 """The tier of the pinned release file (pins.yaml `fetch.filename`): the only one run so far."""
 
 
-Rest = Literal["filler", "repeated_line"]
+Rest = Literal["filler", "repeated_lines"]
 """What a repair cuts: only filler characters, or one line repeated to the end."""
 
 

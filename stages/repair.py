@@ -122,9 +122,10 @@ def main() -> None:
         "default: those of the message's last 200 characters",
     )
     rest.add_argument(
-        "--repeated-line",
+        "--repeated-lines",
         action="store_true",
-        help="with --propose: cut where the copies of the message's last line begin",
+        help="with --propose: cut where the copies of the block of lines (one or more) that ends "
+        "the message begin",
     )
     args = parser.parse_args()
     if args.propose:
@@ -133,7 +134,7 @@ def main() -> None:
             parser.error(f"--propose: message id {message!r} is not a number")
         receipt = read_receipt(RECEIPT)
         table = load_table(read_verified(receipt), receipt.path)
-        kind: Rest = "repeated_line" if args.repeated_line else "filler"
+        kind: Rest = "repeated_lines" if args.repeated_lines else "filler"
         proposal = propose_repair(
             table, FETCHED_TIER, conversation, int(message), kind, args.filler, receipt.path
         )

@@ -184,7 +184,7 @@ def test_the_proposed_cuts_of_the_real_runaway_messages_are_the_pinned_ones(run:
     """`python -m stages.repair --propose` with each pin's `rest` (and filler) finds the cut a
     person pinned, on the verified release."""
     table = load_table(run.fetched.read_bytes(), str(run.fetched))
-    pinned = read_params(REPO_ROOT / "params.yaml").repair.messages
+    pinned = [r for r in read_params(REPO_ROOT / "params.yaml").repair.messages if r.tier == "100K"]
     assert [(p.conversation_id, p.message_id, p.sound_chars) for p in pinned] == [
         (c, m, sound) for c, m, sound, _ in PINNED_REPAIRS
     ]
@@ -203,7 +203,11 @@ def test_the_proposed_cuts_of_the_real_runaway_messages_are_the_pinned_ones(run:
 
 def test_repair_of_the_real_runaway_messages(run: Run) -> None:
     before, after = original_rows(), pq.read_table(run.repaired).to_pylist()
-    pins = {(p.conversation_id, p.message_id): p for p in read_params().repair.messages}
+    pins = {
+        (p.conversation_id, p.message_id): p
+        for p in read_params().repair.messages
+        if p.tier == "100K"
+    }
     record = json.loads(run.repair_metrics.read_text())
 
     for (conv, message, sound, chars), done in zip(PINNED_REPAIRS, record["repairs"], strict=True):

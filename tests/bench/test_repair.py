@@ -22,7 +22,7 @@ from bench.repair import (
     load_table,
     marker,
     propose_repair,
-    proposed_repeated_line_cut,
+    proposed_repeated_lines_cut,
     proposed_sound_chars,
     repair_table,
     repin_params_text,
@@ -69,7 +69,7 @@ def repeated_pin(**changes: object) -> Repair:
     base = {
         "original_sha256": hashlib.sha256(REPEATED.encode()).hexdigest(),
         "sound_chars": len(beam.SOUND) + 1,
-        "rest": "repeated_line",
+        "rest": "repeated_lines",
         "filler": "",
     }
     return pin(**(base | changes))
@@ -129,19 +129,39 @@ def test_a_repeated_line_is_cut_from_its_first_copy_and_counted() -> None:
 @pytest.mark.parametrize(
     ("text", "sound", "error"),
     [
-        (beam.SOUND + "\nbuild > \nbuild > \nreal words\n", 1, "line 2 of it differs"),
-        (beam.SOUND + "\nbuild > \nbuild > \nbuild > more", 1, "line 2 of it differs"),
-        (beam.SOUND + "\nbuild > \nbuild", 1, "fewer than two"),
+        (beam.SOUND + "\nbuild > \nbuild > \nreal words\n", 1, "not one block"),
+        (beam.SOUND + "\nbuild > \nbuild > \nbuild > more", 1, "not one block"),
+        (beam.SOUND + "\nbuild > \nbuild", 1, "not one block"),
+        (beam.SOUND + "\na\nb\na\nc\n", 1, "not one block"),
         (beam.SOUND + "\nbuild > \nbuild > \n", 0, "does not start a line"),
     ],
 )
-def test_a_cut_that_is_not_one_line_repeated_is_refused(text: str, sound: int, error: str) -> None:
+def test_a_cut_that_is_not_one_block_of_lines_repeated_is_refused(
+    text: str, sound: int, error: str
+) -> None:
     pinned = repeated_pin(
         original_sha256=hashlib.sha256(text.encode()).hexdigest(),
         sound_chars=len(beam.SOUND) + sound,
     )
     with pytest.raises(IntegrityError, match=error):
         cut_message(text, pinned, "m")
+
+
+def test_a_block_of_lines_repeated_is_cut_and_named_with_its_size() -> None:
+    block = "\\[ S = 4 \\]\n\n"
+    text = beam.SOUND + "\nCombine:\n" + block * 12 + "\\[ S"
+    sound = len(beam.SOUND) + len("\nCombine:\n")
+    pinned = repeated_pin(
+        original_sha256=hashlib.sha256(text.encode()).hexdigest(), sound_chars=sound
+    )
+
+    repaired, done = cut_message(text, pinned, "m")
+
+    assert repaired.endswith("characters of a block of 2 lines repeated 12 times were cut here]")
+    assert done.chars_cut == len(block) * 12 + len("\\[ S")
+    assert proposed_repeated_lines_cut(text) == sound
+    garbled = beam.SOUND + "\n" + "|   |\n" * 5 + "| ||"  # the last copy garbled, same characters
+    assert proposed_repeated_lines_cut(garbled) == len(beam.SOUND) + 1
 
 
 def test_filler_names_read_as_the_marker_says_them() -> None:
@@ -248,7 +268,7 @@ def test_only_the_fetched_tiers_repairs_are_applied_each_where_its_pin_says() ->
     after = messages(repaired)
     assert [(r.conversation_id, r.message_id, r.rest) for r in record.repairs] == [
         ("4", 97, "filler"),
-        ("17", 5, "repeated_line"),
+        ("17", 5, "repeated_lines"),
     ]
     assert record.chars_cut == sum(r.chars_cut for r in record.repairs)
     assert str(after[("17", 5)]["content"]).startswith(beam.SOUND + "\n\n\n[repair: ")
@@ -413,12 +433,12 @@ def test_the_proposed_cut_is_where_the_filler_starts_and_passes_the_filler_check
     cut_message(beam.BROKEN, pin(sound_chars=proposal.sound_chars), "m97")  # accepted as a pin
 
 
-def test_the_proposed_repeated_line_cut_is_where_the_copies_begin() -> None:
-    assert proposed_repeated_line_cut(REPEATED) == len(beam.SOUND) + 1
-    cut_message(REPEATED, repeated_pin(sound_chars=proposed_repeated_line_cut(REPEATED)), "m")
-    assert proposed_repeated_line_cut(beam.SOUND) == len(beam.SOUND)  # no repeat: no cut
-    assert proposed_repeated_line_cut("a\nb\nb > \n") == len("a\nb\nb > \n")  # one copy
-    assert proposed_repeated_line_cut("x\nx\nx\nx") == 0  # all of it
+def test_the_proposed_repeated_lines_cut_is_where_the_copies_begin() -> None:
+    assert proposed_repeated_lines_cut(REPEATED) == len(beam.SOUND) + 1
+    cut_message(REPEATED, repeated_pin(sound_chars=proposed_repeated_lines_cut(REPEATED)), "m")
+    assert proposed_repeated_lines_cut(beam.SOUND) == len(beam.SOUND)  # no repeat: no cut
+    assert proposed_repeated_lines_cut("a\nb\nb > \n") == len("a\nb\nb > \n")  # one copy
+    assert proposed_repeated_lines_cut("x\nx\nx\nx") == 0  # all of it
 
 
 def test_propose_prints_the_cut_and_writes_nothing(tmp_path: Path) -> None:

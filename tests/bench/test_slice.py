@@ -257,7 +257,7 @@ def test_the_source_names_the_pinned_repairs_of_messages_the_slices_hold(
             message_id=m,
             original_sha256=ZERO,
             sound_chars=1,
-            rest="repeated_line",
+            rest="repeated_lines",
             why=f"why {c}:{m}",
         )
         for c, m in (("4", 97), ("99", 1), ("17", 5))
