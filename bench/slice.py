@@ -29,6 +29,9 @@ person has looked at a difference, `python -m stages.slice --repin` rewrites the
 message ids and hashes, for both cuts
 (question ids and known-bad rubrics are choices and stay as they are).
 
+A 10M chat (ten plans, `plan-1` ... `plan-10`) is read as the sessions of its plans in order,
+with global message ids (`plan_sessions`); the `plans` column is never read.
+
 The stage (stages/slice.py, with the readers the stages share in stages/common.py) reads the
 fixture and the repaired data and writes the outs; this module builds and checks the slices.
 """
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -67,6 +71,8 @@ from schemas.records import (
 SLICE_OUT = LAYOUT.slice.folder
 METRICS = LAYOUT.slice.metrics
 REQUIRED_COLUMNS = ("conversation_id", "chat", "probing_questions")
+PLAN_NAME = re.compile(r"plan-(\d+)")
+"""A 10M chat's plans: `plan-1` ... `plan-10`."""
 REPIN_COMMAND = "uv run --frozen python -m stages.slice --repin"
 PIN_PROVENANCE = (
     "the fixture's pins were made from the public repository's copy of the chats "
@@ -534,7 +540,43 @@ def parse_fixture(data: bytes, path: Path) -> SliceFixture:
         raise ParamsError(f"slice fixture {path} is invalid: {exc}") from exc
 
 
+def plan_number(name: str, where: str) -> int:
+    match = PLAN_NAME.fullmatch(name)
+    if match is None:
+        raise DataError(f"{where}: the chat's field {name!r} is no plan (`plan-<N>`)")
+    return int(match.group(1))
+
+
+def plan_sessions(chat: object, where: str) -> list[list[dict[str, Any]]]:
+    """A chat as its sessions of messages. 100K to 1M hold it so. 10M holds its plans
+    (`plan-1` ... `plan-10`), each a list of sessions: they are joined in plan order, and a plan
+    whose ids restart at 0 has them offset by the messages of the plans before it, so that every
+    id is the global one the questions' `source_chat_ids` cite."""
+    if not isinstance(chat, Mapping):
+        return list(chat or [])  # type: ignore[call-overload]
+    sessions: list[list[dict[str, Any]]] = []
+    for name in sorted(chat, key=lambda n: plan_number(n, where)):
+        plan = chat[name] or []
+        local = [int(m["id"]) for session in plan for m in session]
+        shift = len(message_ids(sessions))
+        if local == list(range(shift, shift + len(local))):
+            shift = 0  # already global
+        elif local != list(range(len(local))):
+            raise DataError(
+                f"{where}, {name}: message ids are neither 0..{len(local) - 1} nor global from "
+                f"{shift}; found {to_ranges(local)[:5]}"
+            )
+        sessions += [[{**m, "id": int(m["id"]) + shift} for m in session] for session in plan]
+    return sessions
+
+
 def rows_by_conversation(data: bytes, source: Path) -> dict[str, dict[str, Any]]:
-    """The repaired dataset's columns the slice needs (parquet `data`), by conversation id."""
+    """The repaired dataset's columns the slice needs (parquet `data`), by conversation id, each
+    chat as its sessions (`plan_sessions`: 10M's plans joined). Other columns (10M's `plans`, the
+    profile, the plan) are never read."""
     table: pa.Table = load_table(data, str(source), REQUIRED_COLUMNS).select(list(REQUIRED_COLUMNS))
-    return {str(row["conversation_id"]): row for row in table.to_pylist()}
+    rows = {}
+    for row in table.to_pylist():
+        conv = str(row["conversation_id"])
+        rows[conv] = {**row, "chat": plan_sessions(row["chat"], f"{source}: conversation {conv}")}
+    return rows
