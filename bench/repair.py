@@ -6,8 +6,8 @@ message pinned for the fetched tier (pins.yaml `repair.messages`, each with the 
 gave) keeps its first `sound_chars` characters followed by a short marker saying how many
 characters of what were cut. Before cutting it checks the message's sha256 against the pin
 (never cut blindly) and that what it cuts is what the pin says: only the pinned filler
-characters, or one line repeated to the end. What was done goes to `data/repair/record.json`
-(a fact of the pinned release, not a measure: no DVC metric).
+characters, or one block of lines repeated to the end. What was done goes to
+`data/repair/record.json` (a fact of the pinned release, not a measure: no DVC metric).
 
 The pins were made from the public repository's copy of the chats (`../shared/beam`), because
 the release file cannot be downloaded on the machines the project was built on. If a verified
@@ -69,7 +69,7 @@ class RepairRecord(Record):
 class RepairsRecord(Record):
     """What the repair stage did, as written to data/repair/record.json."""
 
-    tier: str
+    tier: Tier
     messages_changed: int
     chars_cut: int
     repairs: list[RepairRecord]
@@ -172,7 +172,7 @@ def cut_message(content: str, repair: Repair, where: str) -> tuple[str, RepairRe
 
 
 def check_rest(content: str, repair: Repair, where: str) -> None:
-    """There is text to cut, and it is what the pin says (filler, or one line repeated)."""
+    """There is text to cut, and it is what the pin says (filler, or a block of lines repeated)."""
     if len(content) <= repair.sound_chars:
         raise IntegrityError(
             f"{where} has {len(content):,} characters, not more than the {repair.sound_chars:,} "
@@ -428,16 +428,16 @@ def propose_repair(
 def render_proposal(proposal: RepairProposal) -> str:
     """What `--propose` prints: the text on both sides of the cut and the pin it would make."""
     p = proposal
-    what = f"filler characters {p.filler!r}" if p.rest == "filler" else "one line repeated"
+    what = f"filler characters {p.filler!r}" if p.rest == "filler" else "a block of lines repeated"
     pin = [
-        f"  - tier: {p.tier}",
-        f'    conversation_id: "{p.conversation_id}"',
-        f"    message_id: {p.message_id}",
-        f"    original_sha256: {p.original_sha256}",
-        f"    sound_chars: {p.sound_chars}",
-        f"    rest: {p.rest}",
-        *([f"    filler: {json.dumps(p.filler)}"] if p.rest == "filler" else []),
-        "    why: <what the message holds and why the cut goes here>",
+        f"    - tier: {p.tier}",
+        f'      conversation_id: "{p.conversation_id}"',
+        f"      message_id: {p.message_id}",
+        f"      original_sha256: {p.original_sha256}",
+        f"      sound_chars: {p.sound_chars}",
+        f"      rest: {p.rest}",
+        *([f"      filler: {json.dumps(p.filler)}"] if p.rest == "filler" else []),
+        "      why: <what the message holds and why the cut goes here>",
     ]
     return "\n".join(
         [

@@ -26,8 +26,8 @@ official` ends each chat where the benchmark's own answer code stops reading it 
 `official_cut`), checked against the fixture's `official_slices` where that changes a slice.
 Those pins were made from the public repository's copy of the chats (`../shared/beam`). After a
 person has looked at a difference, `python -m stages.slice --repin` rewrites the fixture's
-message ids and hashes, for both cuts
-(question ids and known-bad rubrics are choices and stay as they are).
+message ids and hashes, for both cuts (question ids, known-bad rubrics and the cut points are
+choices and stay as they are; `scripts/pin_official_cut.py` re-pins the cut points).
 
 A 10M chat (ten plans, `plan-1` ... `plan-10`) is read as the sessions of its plans in order,
 with global message ids (`plan_sessions`); the `plans` column is never read.
