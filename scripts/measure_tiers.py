@@ -1,0 +1,97 @@
+"""Per tier, the whole split: messages, tokens, chunks and the dry-run calls and tokens of each
+system, with the tier's pinned repairs.
+
+For every tier whose parquet the shared BEAM copy holds in the Hub's layout (../shared/beam/mirror:
+100K and 500K here; 1M and 10M are not in it), it applies the tier's repairs (pins.yaml
+`repair.messages`), builds every conversation whole with every question its data has (as a mode
+`all` of that tier would; no fixture pins them yet for 500K), and prints the chat's messages and
+cl100k tokens, graphrag's chunks (`ingest.chunk_tokens`) and each system's estimated calls and
+tokens (the estimator's rates from settings.yaml; the judge's without its scorer prompts, as
+`make estimate` before a fetch). Full cut only: the official cut is pinned for 100K alone. No
+model, no server; numbers only.
+Usage: `uv run python scripts/measure_tiers.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.repair import encode_table, load_table, repair_table  # noqa: E402
+from bench.slice import (  # noqa: E402
+    ModePin,
+    build_mode,
+    parse_probing,
+    rows_by_conversation,
+    sizes,
+)
+from schemas.params import Params, Tier  # noqa: E402
+from stages.common import read_params  # noqa: E402
+from stages.estimate import estimate_roles  # noqa: E402
+from systems.chunking import chunk_conversation  # noqa: E402
+from systems.registry import load_system  # noqa: E402
+from tests.conftest import SHARED_BEAM  # noqa: E402
+
+MIRROR = SHARED_BEAM / "mirror" / "datasets" / "Mohammadta" / "BEAM" / "data"
+TIERS: tuple[Tier, ...] = ("100K", "500K", "1M", "10M")
+SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
+
+
+def whole_split(rows: dict[str, dict[str, object]]) -> ModePin:
+    """Every conversation whole, with every question its data has."""
+    conversations = sorted(rows, key=int)
+    questions = [
+        f"conv{conv}:{ability}:{index}"
+        for conv in conversations
+        for ability, items in parse_probing(rows[conv]["probing_questions"], conv).items()
+        for index in range(len(items))
+    ]
+    return ModePin(
+        selection="whole_conversations",
+        conversations=conversations,
+        question_ids=questions,
+        slices={},
+    )
+
+
+def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, int]:
+    table = load_table(parquet.read_bytes(), str(parquet))
+    repaired, record = repair_table(table, params.repair.messages, tier, str(parquet))
+    rows = rows_by_conversation(encode_table(repaired), parquet)
+    built = build_mode(rows, whole_split(rows), {}, params.slice.tokenizer)
+    chats = [s.chat for s in built.slices]
+    total = sizes(built)["total"]
+    found = {
+        "conversations": total["conversations"],
+        "questions": total["questions"],
+        "repaired": record.messages_changed,
+        "messages": total["messages"],
+        "tokens": total["tokens"],
+        "chunks": sum(len(chunk_conversation(c, params.ingest.chunk_tokens)) for c in chats),
+    }
+    for name in SYSTEMS:
+        system = load_system(params, name, mode="all", rates=params.estimate)
+        estimate = estimate_roles(
+            system, chats, built.questions, built.rubrics, params.estimate, None
+        )["total"]
+        found[f"{name}.calls"] = estimate.calls
+        found[f"{name}.tokens"] = estimate.tokens
+    return found
+
+
+def main() -> None:
+    params = read_params(ROOT / "params.yaml")
+    for tier in TIERS:
+        parquet = MIRROR / f"{tier}-00000-of-00001.parquet"
+        if not parquet.is_file():
+            print(f"{tier}: not in {MIRROR} (nothing measured)")
+            continue
+        found = measure(params, tier, parquet)
+        print(f"{tier}: " + ", ".join(f"{k} {v:,}" for k, v in found.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
