@@ -20,16 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from measure_tiers import size_and_estimates  # noqa: E402
+
 from bench.repair import encode_table, load_table, repair_table  # noqa: E402
-from bench.slice import build_mode, cut_points, rows_by_conversation, sizes  # noqa: E402
+from bench.slice import build_mode, cut_points, rows_by_conversation  # noqa: E402
 from schemas.params import FETCHED_TIER, Cut, Params, Repair  # noqa: E402
 from stages.common import load_fixture, read_params  # noqa: E402
-from stages.estimate import estimate_roles  # noqa: E402
-from systems.chunking import chunk_conversation  # noqa: E402
-from systems.registry import load_system  # noqa: E402
 from tests.conftest import MIRROR_PARQUET  # noqa: E402
-
-SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
 
 
 def measure(params: Params, repairs: Sequence[Repair], cut: Cut = "full") -> dict[str, int]:
@@ -46,21 +43,7 @@ def measure(params: Params, repairs: Sequence[Repair], cut: Cut = "full") -> dic
         params.slice.tokenizer,
         cut_points(fixture, cut),
     )
-    chats = [s.chat for s in built.slices]
-    total = sizes(built)["total"]
-    found = {
-        "messages": total["messages"],
-        "tokens": total["tokens"],
-        "chunks": sum(len(chunk_conversation(c, params.ingest.chunk_tokens)) for c in chats),
-    }
-    for name in SYSTEMS:
-        system = load_system(params, name, mode="all", rates=params.estimate)
-        estimate = estimate_roles(
-            system, chats, built.questions, built.rubrics, params.estimate, None
-        )["total"]
-        found[f"{name}.calls"] = estimate.calls
-        found[f"{name}.tokens"] = estimate.tokens
-    return found
+    return size_and_estimates(params, built)
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.repair import encode_table, load_table, repair_table  # noqa: E402
 from bench.slice import (  # noqa: E402
+    Built,
     ModePin,
     build_mode,
     parse_probing,
@@ -57,17 +58,12 @@ def whole_split(rows: dict[str, dict[str, object]]) -> ModePin:
     )
 
 
-def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, int]:
-    table = load_table(parquet.read_bytes(), str(parquet))
-    repaired, record = repair_table(table, params.repair.messages, tier, str(parquet))
-    rows = rows_by_conversation(encode_table(repaired), parquet)
-    built = build_mode(rows, whole_split(rows), {}, params.slice.tokenizer)
+def size_and_estimates(params: Params, built: Built) -> dict[str, int]:
+    """The slices' messages, tokens and chunks, and each system's dry-run calls and tokens of a
+    whole run of them, the judge's included (also used by scripts/measure_repairs.py)."""
     chats = [s.chat for s in built.slices]
     total = sizes(built)["total"]
     found = {
-        "conversations": total["conversations"],
-        "questions": total["questions"],
-        "repaired": record.messages_changed,
         "messages": total["messages"],
         "tokens": total["tokens"],
         "chunks": sum(len(chunk_conversation(c, params.ingest.chunk_tokens)) for c in chats),
@@ -80,6 +76,20 @@ def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, int]:
         found[f"{name}.calls"] = estimate.calls
         found[f"{name}.tokens"] = estimate.tokens
     return found
+
+
+def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, int]:
+    table = load_table(parquet.read_bytes(), str(parquet))
+    repaired, record = repair_table(table, params.repair.messages, tier, str(parquet))
+    rows = rows_by_conversation(encode_table(repaired), parquet)
+    built = build_mode(rows, whole_split(rows), {}, params.slice.tokenizer)
+    total = sizes(built)["total"]
+    return {
+        "conversations": total["conversations"],
+        "questions": total["questions"],
+        "repaired": record.messages_changed,
+        **size_and_estimates(params, built),
+    }
 
 
 def main() -> None:
