@@ -1,12 +1,12 @@
 """repair: cut the runaway output off the pinned messages; everything else passes through.
 
-Reads the parquet only if its bytes hash to verify-hash's receipt, then writes
-`data/repair/dataset.parquet`: the same table (all columns, rows and messages), except that each
-message pinned for the fetched tier (pins.yaml `repair.messages`, each with the reason a person
-gave) keeps its first `sound_chars` characters followed by a short marker saying how many
-characters of what were cut. Before cutting it checks the message's sha256 against the pin
-(never cut blindly) and that what it cuts is what the pin says: only the pinned filler
-characters, or one block of lines repeated to the end. What was done goes to
+Reads the tier's release files only if their bytes hash to verify-hash's receipt (10M's two shards
+joined in the pinned order), then writes `data/repair/dataset.parquet`: the same table (all columns,
+rows and messages), except that each message pinned for the run's tier (pins.yaml `repair.messages`,
+each with the reason a person gave) keeps its first `sound_chars` characters followed by a short
+marker saying how many characters of what were cut. Before cutting it checks the message's sha256
+against the pin (never cut blindly) and that what it cuts is what the pin says: only the pinned
+filler characters, or one block of lines repeated to the end. What was done goes to
 `data/repair/record.json` (a fact of the pinned release, not a measure: no DVC metric).
 
 The pins were made from the public repository's copy of the chats (`../shared/beam`), because
@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.verify_hash import RECEIPT, Receipt, digest_bytes
+from bench.verify_hash import RECEIPT, FileReceipt, digest_bytes
 from schemas.base import Record
 from schemas.errors import DataError, IntegrityError, ParamsError
 from schemas.layout import LAYOUT
@@ -75,7 +75,7 @@ class RepairsRecord(Record):
     repairs: list[RepairRecord]
 
 
-def check_verified(data: bytes, receipt: Receipt) -> bytes:
+def check_verified(data: bytes, receipt: FileReceipt) -> bytes:
     """`data` (read from the receipt's file), refused unless it hashes to the receipt's sha256."""
     found = digest_bytes(data)
     if found != receipt.sha256:
@@ -105,12 +105,21 @@ def load_table(data: bytes, source: str, required: tuple[str, ...] = REQUIRED_CO
     return table
 
 
+def join_shards(tables: Sequence[pa.Table], source: str) -> pa.Table:
+    """A release's shards as one table, rows in shard order: DataError when their columns
+    differ."""
+    try:
+        return pa.concat_tables(tables)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DataError(f"the shards of {source} do not share one schema: {exc}") from exc
+
+
 def conversation_row(table: pa.Table, conversation_id: str, source: str) -> int:
     ids = table.column("conversation_id").to_pylist()
     if conversation_id not in ids:
         raise DataError(
             f"{source} has no conversation {conversation_id!r} (found {len(ids)}: {ids[:25]}); "
-            "is this the 100K split?"
+            "is this the run's tier?"
         )
     return int(ids.index(conversation_id))
 

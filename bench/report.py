@@ -22,6 +22,7 @@ from schemas.headline import Headline
 from schemas.judging import JudgedQuestion
 from schemas.layout import LAYOUT
 from schemas.params import (
+    Release,
     ReportParams,
 )
 from schemas.records import ABILITIES, SliceSource
@@ -168,6 +169,16 @@ def failure_line(failures: Mapping[str, int]) -> str:
         else "No model call failed"
     )
     return f"{verdict} (failed: {parts})."
+
+
+def release_pins(release: Release) -> dict[str, str]:
+    """The record's pins of the dataset: the release's files at their commit, and the bytes
+    verify-hash held them to (10M: both shards, in the order read)."""
+    return {
+        "dataset": f"{release.repo_id}@{release.revision}:"
+        + ", ".join(f.filename for f in release.files),
+        "dataset sha256": "; ".join(f"{f.sha256} ({f.size_bytes:,} bytes)" for f in release.files),
+    }
 
 
 def source_pins(source: SliceSource) -> dict[str, str]:

@@ -37,7 +37,8 @@ def wall_time_file(stage: str) -> Path:
 
 @dataclass(frozen=True)
 class FetchFiles:
-    dataset: Path = DATA / "fetch" / "dataset.parquet"
+    dataset: Path = DATA / "fetch" / "dataset"
+    """The run's tier's release files, each under its own name (`100K-00000-of-00001.parquet`)."""
     scorer: Path = DATA / "scorer"
     """The benchmark's pinned scorer files, each at its repository path below this folder."""
 

@@ -13,11 +13,13 @@ over settings.yaml, and a pin may be set in pins.yaml only (`shared_keys` finds 
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from schemas.base import Record
+from schemas.errors import ParamsError
 
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 Mode = Literal["lite", "full", "all"]
@@ -26,24 +28,49 @@ pipeline; full, five conversations; all, the whole 100K split."""
 MODES: tuple[Mode, ...] = get_args(Mode)
 
 
-class FetchParams(Record):
-    repo_id: str
-    repo_type: Literal["dataset"]
-    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
-    """A commit hash, never a moving branch."""
-    filename: str
-    timeout_seconds: float = Field(gt=0)
+Tier = Literal["100K", "500K", "1M", "10M"]
+"""BEAM's tiers: tokens per conversation (20, 35, 35 and 10 conversations); params `tier`."""
+TIERS: tuple[Tier, ...] = get_args(Tier)
 
 
-class VerifyHashParams(Record):
+def budget_scope(tier: Tier, mode: Mode) -> str:
+    """What a spend ledger and its cap belong to: the mode (`all`) at 100K, else the tier's
+    (`500K-all`)."""
+    return mode if tier == "100K" else f"{tier}-{mode}"
+
+
+BUDGET_SCOPES: tuple[str, ...] = tuple(budget_scope(t, m) for t in TIERS for m in MODES)
+
+
+class ReleaseFile(Record):
+    """One file of a tier's release, with the size and sha256 verify-hash checks it against."""
+
+    filename: str = Field(pattern=r"^[A-Za-z0-9_./-]+\.parquet$")
+    """Path in the Hub repository, e.g. `data/100K-00000-of-00001.parquet`."""
     size_bytes: int = Field(gt=0)
     sha256: str = Sha256
 
 
-Tier = Literal["100K", "500K", "1M", "10M"]
-"""BEAM's tiers: tokens per conversation (20, 35, 35 and 10 conversations)."""
-FETCHED_TIER: Tier = "100K"
-"""The tier of the pinned release file (pins.yaml `fetch.filename`): the only one run so far."""
+class Release(Record):
+    """A tier's release on the Hugging Face Hub at a pinned commit: one file, or shards read in
+    the order listed (10M: two)."""
+
+    repo_id: str
+    repo_type: Literal["dataset"]
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
+    """A commit hash, never a moving branch."""
+    files: list[ReleaseFile] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> Release:
+        names = [PurePosixPath(f.filename).name for f in self.files]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a release's files need distinct names; found {names}")
+        return self
+
+
+class FetchParams(Record):
+    timeout_seconds: float = Field(gt=0)
 
 
 Rest = Literal["filler", "repeated_lines"]
@@ -81,7 +108,7 @@ class Repair(Record):
 
 class RepairParams(Record):
     messages: list[Repair] = Field(default_factory=list)
-    """Every pinned repair of every tier; the repair stage applies those of the fetched tier."""
+    """Every pinned repair of every tier; the repair stage applies those of the run's tier."""
 
     @model_validator(mode="after")
     def _one_repair_per_message(self) -> RepairParams:
@@ -97,8 +124,9 @@ Cut = Literal["full", "official"]
 
 
 class SliceParams(Record):
-    fixture: str
-    """Path of the fixture that pins question ids, message ids and slice hashes per mode."""
+    fixtures: dict[Tier, str]
+    """Per tier, the fixture that pins question ids, message ids and slice hashes per mode (a
+    tier without one has no question set pinned yet, and the slice stage says so)."""
     tokenizer: str
     conversations: list[str] = Field(default_factory=list)
     """Keep only these of the mode's conversations (ids as in the data: `[4]`, `["4", "17"]`),
@@ -212,6 +240,23 @@ class BudgetParams(Record):
     lite: Cap
     full: Cap
     all: Cap
+    """lite, full, all: the 100K tier's modes."""
+    tiers: dict[Tier, dict[Mode, Cap]] = Field(default_factory=dict)
+    """The caps of the other tiers' modes (`budget.tiers.500K.all`)."""
+
+    def cap(self, tier: Tier, mode: Mode) -> Cap:
+        """The spend cap of a tier's mode; a ParamsError when settings.yaml sets none."""
+        if tier == "100K":
+            return {"lite": self.lite, "full": self.full, "all": self.all}[mode]
+        found = self.tiers.get(tier, {}).get(mode)
+        if found is None:
+            raise ParamsError(
+                f"no budget for tier {tier} mode {mode}: set settings.yaml "
+                f"`budget.tiers.{tier}.{mode}` (calls, tokens), e.g. from `make estimate "
+                f"TIER={tier} MODE={mode}`"
+            )
+        return found
+
     max_over_estimate: float = Field(default=3.0, gt=1)
     """A stage stops before a call that would take its spend past this multiple of its own
     estimate (the mode caps are ceilings for any run; this catches a run off its plan)."""
@@ -358,8 +403,9 @@ class EstimateParams(Record):
 class JudgeCheckParams(Record):
     """The check of the judge on cases whose right score is known (stages/judge_check.py)."""
 
-    recipe: str = "fixtures/judge_check.json"
-    """Which rubric items, kinds and seeds make the cases (no dataset text), with their sha256."""
+    recipes: dict[Tier, str]
+    """Per tier, which rubric items, kinds and seeds make the cases (no dataset text), with their
+    sha256: drawn from that tier's questions."""
     cases: PerMode
     """Cases judged per mode (a pin, like the mode's questions), drawn from the recipe with every
     kind in turn (a lite run is a smoke test of minutes; full and all judge the whole recipe)."""
@@ -418,11 +464,12 @@ class Params(Record):
     """params.yaml over settings.yaml, with pins.yaml, typed: read once by a stage's `main()`
     (stages/common.py `read_params`) and passed down; nothing below the stages reads the files."""
 
+    tier: Tier = "100K"
     mode: Mode
     system: str = "graphrag"
     """The memory system under test (systems/registry.py checks the name)."""
+    release: dict[Tier, Release]
     fetch: FetchParams
-    verify_hash: VerifyHashParams
     repair: RepairParams
     slice: SliceParams
     ingest: IngestParams
@@ -437,3 +484,46 @@ class Params(Record):
     llm: LlmParams
     budget: BudgetParams
     judge: JudgeParams
+
+    @model_validator(mode="after")
+    def _tier_is_pinned(self) -> Params:
+        """A tier runs only with its release and its question set pinned (pins.yaml)."""
+        if self.tier not in self.release:
+            raise ValueError(
+                f"tier {self.tier} has no release pinned (pins.yaml `release.{self.tier}`); "
+                f"pinned: {', '.join(self.release)}"
+            )
+        if self.tier not in self.slice.fixtures:
+            raise ValueError(
+                f"tier {self.tier} has no question set pinned yet (pins.yaml "
+                f"`slice.fixtures.{self.tier}`): its release is pinned, but its questions and "
+                "slices must be pinned from its chats by a person first (README, Tiers); "
+                f"tiers with one: {', '.join(self.slice.fixtures)}"
+            )
+        return self
+
+    @property
+    def judge_check_recipe(self) -> str:
+        """The judge check's recipe of the run's tier: ParamsError when none is pinned."""
+        found = self.judge_check.recipes.get(self.tier)
+        if found is None:
+            raise ParamsError(
+                f"tier {self.tier} has no judge-check recipe: pin its path in pins.yaml "
+                f"`judge_check.recipes.{self.tier}` (a new file in the fixtures folder), "
+                "then draw it with `uv run --frozen python -m stages.judge_check --make-recipe`"
+            )
+        return found
+
+    @property
+    def tier_release(self) -> Release:
+        return self.release[self.tier]
+
+    @property
+    def fixture(self) -> str:
+        """The slice fixture of the run's tier."""
+        return self.slice.fixtures[self.tier]
+
+    @property
+    def tier_repairs(self) -> list[Repair]:
+        """The pinned repairs of the run's tier (pins.yaml `repair.messages`)."""
+        return [r for r in self.repair.messages if r.tier == self.tier]

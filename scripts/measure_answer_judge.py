@@ -41,7 +41,6 @@ sys.path.insert(0, str(ROOT))
 from bench.repair import encode_table, load_table, repair_table  # noqa: E402
 from clients.files import read_jsonl, write_atomic, write_json  # noqa: E402
 from schemas.errors import BeamError  # noqa: E402
-from schemas.params import FETCHED_TIER  # noqa: E402
 from schemas.traces import Trace  # noqa: E402
 from stages.common import params_mapping, read_params  # noqa: E402
 from stages.slice import make_slices  # noqa: E402
@@ -76,12 +75,12 @@ def prepare(work: Path) -> None:
     write_standin(work / "data" / "scorer")
     repair = read_params(work / "params.yaml").repair
     table = load_table(MIRROR_PARQUET.read_bytes(), str(MIRROR_PARQUET))
-    repaired, _ = repair_table(table, repair.messages, FETCHED_TIER, str(MIRROR_PARQUET))
+    repaired, _ = repair_table(table, repair.messages, "100K", str(MIRROR_PARQUET))
     write_atomic(work / "data" / "repair" / "dataset.parquet", encode_table(repaired))
     slice_params = read_params(work / "params.yaml").slice
     make_slices(
         work / "data" / "repair" / "dataset.parquet",
-        ROOT / slice_params.fixture,
+        ROOT / slice_params.fixtures["100K"],
         "full",
         slice_params.tokenizer,
         work / "data" / "slice",

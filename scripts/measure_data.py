@@ -1,7 +1,7 @@
 """Benchmark the data half: fetch (cached) + verify-hash + repair + slice, full mode.
 
 Runs each stage as its real entry point (`python -m stages.<name>`) in a temporary working
-folder whose params.yaml is the repo's with `mode: full` and verify_hash pinned to the public
+folder whose params.yaml is the repo's with `mode: full` and the 100K release pinned to the public
 mirror (../shared/beam), the repo's fixture, and an HF cache that was filled beforehand from a
 loopback Hub. The timed fetch runs with HF_HUB_OFFLINE=1, so it must come from the cache.
 Prints wall seconds and peak RSS per stage and in total, and exits 1 when the targets
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from bench.fetch import pinned_file  # noqa: E402
 from clients.hub import download_pinned  # noqa: E402
 from stages.common import params_mapping, read_params  # noqa: E402
-from tests.conftest import MIRROR_PARQUET, SHARED_BEAM  # noqa: E402
+from tests.support.e2e_repo import mirror_release  # noqa: E402
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror  # noqa: E402
 
 STAGES = ("fetch", "verify_hash", "repair", "slice")
@@ -41,21 +41,17 @@ STAGE_TIMEOUT_SECONDS = 300
 
 def prepare(work: Path) -> dict[str, str]:
     """Working folder and environment for the stage processes; fills the HF cache."""
-    manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
     params = params_mapping(REPO_ROOT / "params.yaml")
     params["mode"] = "full"
-    params["verify_hash"] = {
-        "size_bytes": MIRROR_PARQUET.stat().st_size,
-        "sha256": manifest["sha256"][str(MIRROR_PARQUET.relative_to(SHARED_BEAM))],
-    }
+    params["release"]["100K"] = mirror_release(params["release"]["100K"], "100K")
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copytree(REPO_ROOT / "fixtures", work / "fixtures")
     cache = work / "hf"
     with HubMirror(MIRROR_ROOT) as mirror:
-        fetch_params = read_params(work / "params.yaml").fetch
+        run = read_params(work / "params.yaml")
         download_pinned(
-            pinned_file(fetch_params),
-            timeout_seconds=fetch_params.timeout_seconds,
+            pinned_file(run.tier_release, run.tier_release.files[0]),
+            timeout_seconds=run.fetch.timeout_seconds,
             endpoint=mirror.endpoint,
             cache_dir=cache / "hub",
         )

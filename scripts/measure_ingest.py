@@ -43,10 +43,7 @@ from bench.slice import REQUIRED_COLUMNS, Built, build_mode, check_pins  # noqa:
 from clients.files import write_json  # noqa: E402
 from clients.llm.client import LlmClient  # noqa: E402
 from schemas.errors import DataError  # noqa: E402
-from schemas.params import (  # noqa: E402
-    FETCHED_TIER,
-    Mode,
-)
+from schemas.params import Mode  # noqa: E402
 from schemas.records import ChatSlice  # noqa: E402
 from stages.common import load_fixture, params_mapping, read_params, run_stage  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
@@ -79,9 +76,9 @@ def build_slices(parquet: Path) -> dict[str, Built]:
         raise DataError(f"the rebuilt BEAM parquet is not at {parquet} (see ../shared/beam)")
     repair = read_params(PARAMS).repair
     slice_params = read_params(PARAMS).slice
-    fixture = load_fixture(ROOT / slice_params.fixture)
+    fixture = load_fixture(ROOT / slice_params.fixtures["100K"])
     table = load_table(parquet.read_bytes(), str(parquet))
-    repaired, _ = repair_table(table, repair.messages, FETCHED_TIER, str(parquet))
+    repaired, _ = repair_table(table, repair.messages, "100K", str(parquet))
     selected: pa.Table = repaired.select(list(REQUIRED_COLUMNS))
     rows = {str(row["conversation_id"]): row for row in selected.to_pylist()}
     built: dict[str, Built] = {}

@@ -24,7 +24,10 @@ from measure_tiers import size_and_estimates  # noqa: E402
 
 from bench.repair import encode_table, load_table, repair_table  # noqa: E402
 from bench.slice import build_mode, cut_points, rows_by_conversation  # noqa: E402
-from schemas.params import FETCHED_TIER, Cut, Params, Repair  # noqa: E402
+from schemas.params import Cut, Params, Repair, Tier  # noqa: E402
+
+TIER: Tier = "100K"
+"""The tier measured: mode all of 100K (the mirror's parquet)."""
 from stages.common import load_fixture, read_params  # noqa: E402
 from tests.conftest import MIRROR_PARQUET  # noqa: E402
 
@@ -33,9 +36,9 @@ def measure(params: Params, repairs: Sequence[Repair], cut: Cut = "full") -> dic
     """Mode all's size, chunks and estimated calls and tokens per system with these repairs and
     this cut."""
     table = load_table(MIRROR_PARQUET.read_bytes(), str(MIRROR_PARQUET))
-    repaired, _ = repair_table(table, repairs, FETCHED_TIER, str(MIRROR_PARQUET))
+    repaired, _ = repair_table(table, repairs, TIER, str(MIRROR_PARQUET))
     rows = rows_by_conversation(encode_table(repaired), MIRROR_PARQUET)
-    fixture = load_fixture(ROOT / params.slice.fixture)
+    fixture = load_fixture(ROOT / params.slice.fixtures[TIER])
     built = build_mode(
         rows,
         fixture.modes["all"],
@@ -50,7 +53,7 @@ def main() -> None:
     if not MIRROR_PARQUET.is_file():
         sys.exit(f"{MIRROR_PARQUET} not found: this measures the shared BEAM copy (../shared/beam)")
     params = read_params(ROOT / "params.yaml")
-    pinned = [r for r in params.repair.messages if r.tier == FETCHED_TIER]
+    pinned = [r for r in params.repair.messages if r.tier == TIER]
     variants = {
         "no repair": [],
         **{f"only {r.conversation_id}:{r.message_id}": [r] for r in pinned},
@@ -59,7 +62,7 @@ def main() -> None:
     results = {label: measure(params, repairs) for label, repairs in variants.items()}
     results["official cut"] = measure(params, pinned, "official")
     keys = list(results["no repair"])
-    print(f"mode all ({FETCHED_TIER}); each variant, then its difference to no repair")
+    print(f"mode all ({TIER}); each variant, then its difference to no repair")
     print("variant".ljust(16) + "".join(k.rjust(22) for k in keys))
     base = results["no repair"]
     for label, found in results.items():

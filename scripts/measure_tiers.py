@@ -4,11 +4,11 @@ system, with the tier's pinned repairs.
 For every tier whose parquet the shared BEAM copy holds in the Hub's layout (../shared/beam/mirror:
 100K and 500K here; 1M and 10M are not in it), it applies the tier's repairs (pins.yaml
 `repair.messages`), builds every conversation whole with every question its data has (as a mode
-`all` of that tier would; no fixture pins them yet for 500K), and prints the chat's messages and
+`all` of that tier does; its fixture pins the same), and prints the chat's messages and
 cl100k tokens, graphrag's chunks (`ingest.chunk_tokens`) and each system's estimated calls and
 tokens (the estimator's rates from settings.yaml; the judge's without its scorer prompts, as
-`make estimate` before a fetch). Full cut only: the official cut is pinned for 100K alone. No
-model, no server; numbers only.
+`make estimate` before a fetch). Full cut only (at 500K the official cut is the full chat; at
+100K, scripts/measure_repairs.py measures it). No model, no server; numbers only.
 Usage: `uv run python scripts/measure_tiers.py`.
 """
 

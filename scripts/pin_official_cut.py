@@ -55,7 +55,7 @@ def main() -> None:
     if not tier.is_dir():
         sys.exit(f"{tier} not found: this reads the shared BEAM copy (../shared/beam)")
     params = read_params(ROOT / "params.yaml")
-    fixture_path = ROOT / params.slice.fixture
+    fixture_path = ROOT / params.slice.fixtures["100K"]
     fixture: dict[str, Any] = json.loads(fixture_path.read_text(encoding="utf-8"))
     points: dict[str, int] = {}
     for folder in sorted(tier.iterdir(), key=lambda p: int(p.name)):

@@ -6,25 +6,27 @@ import argparse
 
 from clients.llm.accounting import Budget, describe, run_key_of
 from clients.shared_root import shared_path
-from schemas.params import MODES
+from schemas.params import MODES, TIERS, budget_scope
 from stages.common import read_params, run_stage
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description="Show or reset the spend ledger of the run params.yaml describes (its mode "
-        "and models), or with --all every ledger of the mode."
+        description="Show or reset the spend ledger of the run params.yaml describes (its tier, "
+        "mode and models), or with --all every ledger of the tier's mode."
     )
     parser.add_argument("action", choices=["show", "reset"])
     parser.add_argument("--mode", choices=MODES, help="default: params.yaml's mode")
+    parser.add_argument("--tier", choices=TIERS, help="default: params.yaml's tier")
     parser.add_argument("--all", action="store_true", help="every run's ledger of the mode")
     args = parser.parse_args(argv)
 
     from clients.llm.client import run_identity
 
     params = read_params()
-    mode = args.mode or params.mode
-    cap = getattr(params.budget, mode)
+    tier, plain_mode = args.tier or params.tier, args.mode or params.mode
+    cap = params.budget.cap(tier, plain_mode)
+    mode = budget_scope(tier, plain_mode)
     ledger_dir = shared_path(params.llm.cache_dir)
     if args.all:
         keys = sorted(

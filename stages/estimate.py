@@ -32,6 +32,7 @@ from bench.estimate import (
 from bench.repair import REPAIR_OUT
 from bench.slice import Built, build_mode, cut_points, restrict
 from clients.runs import open_run
+from schemas.errors import ParamsError
 from schemas.estimate import FinishedRun, RateOrigin, RoleEstimate, RunRates, with_total
 from schemas.judging import JudgePrompts
 from schemas.params import (
@@ -39,7 +40,6 @@ from schemas.params import (
     EstimateParams,
     Mode,
     Params,
-    SliceParams,
 )
 from schemas.records import ChatSlice, Question, Rubric
 from stages.common import (
@@ -71,10 +71,16 @@ def estimate_roles(
     return with_total(estimates)
 
 
-def build_slices(slice_params: SliceParams, mode: Mode) -> Built:
-    """The mode's slices (the kept conversations only, cut as params `slice.cut` says), from the
-    repaired dataset."""
-    fixture = load_fixture(Path(slice_params.fixture))
+def build_slices(params: Params, mode: Mode) -> Built:
+    """The mode's slices of the run's tier (the kept conversations only, cut as params
+    `slice.cut` says), from the repaired dataset."""
+    slice_params = params.slice
+    fixture = load_fixture(Path(params.fixture))
+    if mode not in fixture.modes:
+        raise ParamsError(
+            f"tier {params.tier} has no mode {mode!r}: its modes are {', '.join(fixture.modes)} "
+            f"({params.fixture})"
+        )
     return build_mode(
         read_repaired_rows(REPAIR_OUT),
         restrict(fixture.modes[mode], slice_params.conversations, mode),
@@ -90,7 +96,7 @@ def estimate_mode(
     """The estimate of a whole run of `mode` for params `system`, with `rates` (default: params
     `estimate`)."""
     rates = rates or params.estimate
-    built = build_slices(params.slice, mode)
+    built = build_slices(params, mode)
     system = load_system(params, mode=mode, rates=rates)
     chats = [s.chat for s in built.slices]
     prompts = scorer_prompts_if_fetched(params.judge)
@@ -159,7 +165,7 @@ def main() -> None:
         )
         found = rates_from_run(run, fallback, prompts, planned)
     rates = found.rates if found else fallback
-    built = build_slices(params.slice, mode)
+    built = build_slices(params, mode)
     estimates = estimate_roles(
         load_system(params, system, mode=mode, rates=rates),
         [s.chat for s in built.slices],
@@ -168,14 +174,17 @@ def main() -> None:
         rates,
         prompts,
     )
-    cap = getattr(params.budget, mode)
+    cap = params.budget.cap(params.tier, mode)
     kept = params.slice.conversations
-    label = f"mode {mode}" + (f", conversations {', '.join(kept)} only" if kept else "")
+    label = f"tier {params.tier}, mode {mode}" + (
+        f", conversations {', '.join(kept)} only" if kept else ""
+    )
     label += f", system {system}"
     if args.json:
         print(
             json.dumps(
                 {
+                    "tier": params.tier,
                     "mode": mode,
                     "system": system,
                     "phases": phases_json(estimates),

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.fetch import FETCH_OUT, pinned_file
+from bench.fetch import FETCH_OUT, fetched_path, pinned_file
 from bench.scorer_prompts import scorer_file_path
 from clients import github
 from clients.files import remove_outputs, write_atomic
 from clients.hub import download_pinned, resolve_endpoint
 from schemas.layout import LAYOUT, StageIO
-from schemas.params import FetchParams, JudgeParams
+from schemas.params import FetchParams, JudgeParams, Release
 from stages.common import read_params, run_stage
 
 STAGE_IO = StageIO(outs=(LAYOUT.fetch.dataset, LAYOUT.fetch.scorer))
@@ -30,17 +30,30 @@ def copy_atomic(source: Path, target: Path) -> None:
 
 
 def fetch(
-    params: FetchParams, out: Path, *, endpoint: str | None = None, cache_dir: Path | None = None
-) -> bool:
-    """Put the pinned file at `out`; True when it came from the cache without a request."""
+    release: Release,
+    params: FetchParams,
+    out: Path,
+    *,
+    endpoint: str | None = None,
+    cache_dir: Path | None = None,
+) -> list[bool]:
+    """Put the release's files in the folder `out` (nothing else stays there); per file, True
+    when it came from the cache without a request. On a failure no file is left in `out`."""
     remove_outputs(out)
-    source, cached = download_pinned(
-        pinned_file(params),
-        timeout_seconds=params.timeout_seconds,
-        endpoint=endpoint,
-        cache_dir=cache_dir,
-    )
-    copy_atomic(source, out)
+    cached = []
+    try:
+        for file in release.files:
+            source, hit = download_pinned(
+                pinned_file(release, file),
+                timeout_seconds=params.timeout_seconds,
+                endpoint=endpoint,
+                cache_dir=cache_dir,
+            )
+            copy_atomic(source, fetched_path(out, file))
+            cached.append(hit)
+    except BaseException:
+        remove_outputs(out)
+        raise
     return cached
 
 
@@ -69,13 +82,15 @@ def fetch_scorer(
 
 def main() -> None:
     run = read_params()
-    params, judge = run.fetch, run.judge
+    release, judge = run.tier_release, run.judge
     endpoint = resolve_endpoint()
-    cached = fetch(params, FETCH_OUT, endpoint=endpoint)
-    origin = "the HF cache (no request)" if cached else endpoint
-    print(
-        f"fetch: {params.repo_id}@{params.revision}:{params.filename} from {origin} -> {FETCH_OUT}"
-    )
+    cached = fetch(release, run.fetch, FETCH_OUT, endpoint=endpoint)
+    for file, hit in zip(release.files, cached, strict=True):
+        origin = "the HF cache (no request)" if hit else endpoint
+        print(
+            f"fetch: tier {run.tier}: {release.repo_id}@{release.revision}:{file.filename} "
+            f"from {origin} -> {fetched_path(FETCH_OUT, file)}"
+        )
     for path in fetch_scorer(judge):
         print(f"fetch: scorer file {judge.scorer_repo}@{judge.scorer_commit} -> {path}")
 

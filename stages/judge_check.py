@@ -39,12 +39,12 @@ FILES = LAYOUT.judge_check
 
 
 def read_recipe(path: Path) -> Recipe:
-    """The pinned recipe (params judge_check.recipe)."""
+    """The pinned recipe (params judge_check.recipes, the run's tier's)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise ParamsError(
-            f"judge check recipe {path} not found (params judge_check.recipe); draw one with "
+            f"judge check recipe {path} not found (params judge_check.recipes); draw one with "
             f"`{MAKE_RECIPE_COMMAND}`"
         ) from exc
     return parse_recipe(data, str(path))
@@ -67,24 +67,26 @@ def main() -> None:
         "--make-recipe",
         action="store_true",
         help="draw the calibration recipe from the repaired data and write it to "
-        "judge_check.recipe (only after a person has looked at a hash mismatch)",
+        "the tier's judge_check.recipes entry (only after a person has looked at a hash mismatch)",
     )
     parser.add_argument("--n-per-kind", type=int, default=16, help="with --make-recipe")
     parser.add_argument("--seed", type=int, default=0, help="with --make-recipe")
     args = parser.parse_args()
     params = read_params()
-    recipe_path = Path(params.judge_check.recipe)
+    recipe_path = Path(params.judge_check_recipe)
     source = str(LAYOUT.repair.dataset)
     if args.make_recipe:
-        # drawn from the questions of the slice fixture's full mode (the ones the benchmark scores)
-        slice_fixture = Path(params.slice.fixture)
+        # drawn from the questions of the tier's full mode (100K: the ones the benchmark scores),
+        # or where a tier has none, of its whole split
+        slice_fixture = Path(params.fixture)
         fixture = load_fixture(slice_fixture)
-        if "full" not in fixture.modes:
+        drawn = next((fixture.modes[m] for m in ("full", "all") if m in fixture.modes), None)
+        if drawn is None:
             raise ParamsError(
-                f"slice fixture {slice_fixture} has no full mode to draw questions from"
+                f"slice fixture {slice_fixture} has no full or all mode to draw questions from"
             )
-        rubrics, questions = read_items(read_release(), source, fixture.modes["full"].question_ids)
-        recipe = make_recipe(rubrics, questions, args.n_per_kind, args.seed)
+        rubrics, questions = read_items(read_release(), source, drawn.question_ids)
+        recipe = make_recipe(rubrics, questions, args.n_per_kind, args.seed, params.tier)
         write_json(recipe_path, recipe.model_dump(mode="json"))
         print(f"judge-check: wrote {len(recipe.cases)} cases to {recipe_path}")
         return
@@ -103,6 +105,7 @@ def main() -> None:
         llm=params.llm,
         budget=params.budget,
         mode=mode,
+        tier=params.tier,
         accounting=accounting,
     )
     judge.check_endpoint()

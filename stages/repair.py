@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pyarrow as pa
+
 from bench.repair import (
     RECORD,
     REPAIR_OUT,
     RepairsRecord,
     check_verified,
     encode_table,
+    join_shards,
     load_table,
     message_sha256,
     propose_repair,
@@ -23,11 +26,11 @@ from bench.repair import (
     repair_table,
     repin_params_text,
 )
-from bench.verify_hash import RECEIPT, Receipt, parse_receipt
+from bench.verify_hash import RECEIPT, FileReceipt, Receipt, parse_receipt
 from clients.files import remove_outputs, write_atomic, write_json
 from schemas.errors import DataError, IntegrityError
 from schemas.layout import LAYOUT, StageIO
-from schemas.params import FETCHED_TIER, RepairParams, Rest
+from schemas.params import RepairParams, Rest, Tier
 from stages.common import PARAMS_FILE, PINS_FILE, read_params, run_stage
 
 STAGE_IO = StageIO(
@@ -36,17 +39,24 @@ STAGE_IO = StageIO(
 )
 
 
-def read_receipt(path: Path) -> Receipt:
+def read_receipt(path: Path, tier: Tier) -> Receipt:
+    """The receipt of the run's tier: IntegrityError when missing or of another tier."""
     try:
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise IntegrityError(
-            f"{path} not found: the parquet has not been verified; run `dvc repro verify-hash`"
+            f"{path} not found: the release has not been verified; run `dvc repro verify-hash`"
         ) from exc
-    return parse_receipt(data, path)
+    receipt = parse_receipt(data, path)
+    if receipt.tier != tier:
+        raise IntegrityError(
+            f"{path} verified tier {receipt.tier}, but the run's tier is {tier}: run "
+            "`dvc repro verify-hash`"
+        )
+    return receipt
 
 
-def read_verified(receipt: Receipt) -> bytes:
+def read_verified(receipt: FileReceipt) -> bytes:
     """The bytes of the receipt's file, refused unless they hash to the receipt's sha256."""
     path = Path(receipt.path)
     try:
@@ -56,12 +66,21 @@ def read_verified(receipt: Receipt) -> bytes:
     return check_verified(data, receipt)
 
 
-def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Path) -> RepairsRecord:
-    """Read the verified parquet, repair, write `out` and the record; nothing stale on failure."""
+def read_release(receipt: Receipt) -> pa.Table:
+    """The verified release as one table (shards joined in the receipt's order)."""
+    tables = [load_table(read_verified(file), file.path) for file in receipt.files]
+    return tables[0] if len(tables) == 1 else join_shards(tables, receipt.source)
+
+
+def repair(
+    receipt_path: Path, tier: Tier, params: RepairParams, out: Path, record_path: Path
+) -> RepairsRecord:
+    """Read the verified release, repair the tier's pinned messages, write `out` and the record;
+    nothing stale on failure."""
     remove_outputs(out, record_path)
-    receipt = read_receipt(receipt_path)
-    table = load_table(read_verified(receipt), receipt.path)
-    repaired, record = repair_table(table, params.messages, FETCHED_TIER, receipt.path)
+    receipt = read_receipt(receipt_path, tier)
+    table = read_release(receipt)
+    repaired, record = repair_table(table, params.messages, tier, receipt.source)
     try:
         write_atomic(out, encode_table(repaired))
         write_json(record_path, record.model_dump())
@@ -71,14 +90,14 @@ def repair(receipt_path: Path, params: RepairParams, out: Path, record_path: Pat
     return record
 
 
-def repin(receipt_path: Path, params: RepairParams, pins: Path) -> list[str]:
-    """Rewrite in `pins` the `original_sha256` of each of the fetched tier's repairs whose message
-    the verified release holds with other text (still cut where the pin says); what changed."""
-    receipt = read_receipt(receipt_path)
-    table = load_table(read_verified(receipt), receipt.path)
+def repin(receipt_path: Path, tier: Tier, params: RepairParams, pins: Path) -> list[str]:
+    """Rewrite in `pins` the `original_sha256` of each of the tier's repairs whose message the
+    verified release holds with other text (still cut where the pin says); what changed."""
+    receipt = read_receipt(receipt_path, tier)
+    table = read_release(receipt)
     text, changed = pins.read_text(encoding="utf-8"), []
-    for pinned in (r for r in params.messages if r.tier == FETCHED_TIER):
-        found = message_sha256(table, pinned, receipt.path)
+    for pinned in (r for r in params.messages if r.tier == tier):
+        found = message_sha256(table, pinned, receipt.source)
         if found != pinned.original_sha256:
             text = repin_params_text(text, pinned, found)
             changed.append(
@@ -132,23 +151,30 @@ def main() -> None:
         conversation, message = args.propose
         if not message.isdigit():
             parser.error(f"--propose: message id {message!r} is not a number")
-        receipt = read_receipt(RECEIPT)
-        table = load_table(read_verified(receipt), receipt.path)
+        tier = read_params().tier
+        receipt = read_receipt(RECEIPT, tier)
         kind: Rest = "repeated_lines" if args.repeated_lines else "filler"
         proposal = propose_repair(
-            table, FETCHED_TIER, conversation, int(message), kind, args.filler, receipt.path
+            read_release(receipt),
+            tier,
+            conversation,
+            int(message),
+            kind,
+            args.filler,
+            receipt.source,
         )
         print(render_proposal(proposal))
         return
-    params = read_params().repair
+    run = read_params()
+    params = run.repair
     if args.repin:
         pins = PARAMS_FILE.with_name(PINS_FILE)
         pins = pins if pins.is_file() else PARAMS_FILE  # a folder whose params.yaml holds all
-        changed = repin(RECEIPT, params, pins)
+        changed = repin(RECEIPT, run.tier, params, pins)
         for line in changed or ["every pinned message already hashes to its pin: nothing changed"]:
             print(f"repair: {line}")
         return
-    record = repair(RECEIPT, params, REPAIR_OUT, RECORD)
+    record = repair(RECEIPT, run.tier, params, REPAIR_OUT, RECORD)
     for done in record.repairs:
         print(
             f"repair: conversation {done.conversation_id} message {done.message_id}: kept "

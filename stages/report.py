@@ -25,6 +25,7 @@ from bench.report import (
     failure_counts,
     failure_line,
     fmt,
+    release_pins,
     render_record,
     render_times,
     run_info,
@@ -115,7 +116,7 @@ def make_report() -> None:
 
     run_params = read_params()
     mode, params = run_params.mode, run_params.report
-    fetch, verify, judge_params = run_params.fetch, run_params.verify_hash, run_params.judge
+    release, judge_params = run_params.tier_release, run_params.judge
     ingest = MemorySizes.from_json(read_json(LAYOUT.ingest.graphs))
     answer = read_record(LAYOUT.answer.summary, AnswerSummary)
     judge = read_json(LAYOUT.judge.summary)
@@ -160,8 +161,8 @@ def make_report() -> None:
     write_atomic(ABILITY_PLOT, ability_plot(scores))
     write_atomic(COST_PLOT, cost_plot(cost))
     pins = {
-        "dataset": f"{fetch.repo_id}@{fetch.revision}:{fetch.filename}",
-        "dataset sha256": f"{verify.sha256} ({verify.size_bytes:,} bytes)",
+        "tier": run_params.tier,
+        **release_pins(release),
         "scorer": f"{judge_params.scorer_repo}@{judge_params.scorer_commit}",
         "code commit": code_commit(),
         **source_pins(read_record(LAYOUT.slice.source, SliceSource)),

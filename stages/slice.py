@@ -33,7 +33,7 @@ from bench.slice import (
 from clients.files import UMASK, remove_outputs, write_atomic, write_json, write_jsonl
 from schemas.errors import DataError, ParamsError
 from schemas.layout import LAYOUT, StageIO
-from schemas.params import FETCHED_TIER, Cut, Repair
+from schemas.params import Cut, Repair
 from schemas.records import RepairedMessage, SliceSource
 from stages.common import load_fixture, read_params, read_repaired_rows, run_stage
 
@@ -85,12 +85,15 @@ def make_slices(
 ) -> tuple[Built, list[Finding]]:
     """The mode's slices (only `conversations`, when given), each chat cut as `cut` says,
     checked against the fixture, and the data check's findings on them; with
-    `stop_on_findings`, a finding is a DataError and nothing is written. `repairs` (pins.yaml)
-    name the messages the record says were repaired."""
+    `stop_on_findings`, a finding is a DataError and nothing is written. `repairs` (pins.yaml,
+    the run's tier's) name the messages the record says were repaired."""
     remove_outputs(out, metrics)
     fixture = load_fixture(fixture_path)
     if mode not in fixture.modes:
-        raise ParamsError(f"slice fixture {fixture_path} has no mode {mode!r}")
+        raise ParamsError(
+            f"slice fixture {fixture_path} has no mode {mode!r}: its modes are "
+            f"{', '.join(fixture.modes)} (the fixture is the run's tier's: params `tier`)"
+        )
     pin = restrict(fixture.modes[mode], conversations, mode)
     rows = read_repaired_rows(source)
     check_fixture_ids(rows, pin, mode, fixture_path)
@@ -100,7 +103,6 @@ def make_slices(
     repaired = [
         RepairedMessage(conversation_id=r.conversation_id, message_id=r.message_id, why=r.why)
         for r in repairs
-        if r.tier == FETCHED_TIER
     ]
     whole = pin.selection == "whole_conversations"
     findings = check_mode([s.chat for s in built.slices], built.rubrics, whole=whole)
@@ -147,26 +149,27 @@ def main() -> None:
     run = read_params()
     params = run.slice
     if args.repin:
-        repin(REPAIR_OUT, Path(params.fixture), params.tokenizer)
-        print(f"slice: re-pinned message ids and hashes of every mode in {params.fixture}")
+        repin(REPAIR_OUT, Path(run.fixture), params.tokenizer)
+        print(f"slice: re-pinned message ids and hashes of every mode in {run.fixture}")
         return
     mode = run.mode
     built, findings = make_slices(
         REPAIR_OUT,
-        Path(params.fixture),
+        Path(run.fixture),
         mode,
         params.tokenizer,
         SLICE_OUT,
         METRICS,
         params.conversations,
         cut=params.cut,
-        repairs=run.repair.messages,
+        repairs=run.tier_repairs,
         stop_on_findings=params.stop_on_findings,
     )
     total = sizes(built)["total"]
     only = f", conversations {', '.join(params.conversations)} only" if params.conversations else ""
     print(
-        f"slice ({mode}{only}{', official cut' if params.cut == 'official' else ''}): "
+        f"slice (tier {run.tier}, {mode}{only}"
+        f"{', official cut' if params.cut == 'official' else ''}): "
         f"{total['questions']} questions, "
         f"{total['messages']} messages in "
         f"{total['sessions']} sessions, {total['tokens']:,} tokens -> {SLICE_OUT}"

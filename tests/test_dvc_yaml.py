@@ -38,12 +38,13 @@ from tests.conftest import REPO_ROOT
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
     # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
-    "fetch": [],
-    "verify-hash": [],  # the size and sha256 it checks: pins.yaml
-    "repair": [],  # which messages, their pinned hashes, where each cut goes: pins.yaml
-    # the mode's question and message ids; which conversations (the fixture and the tokenizer:
-    # pins.yaml)
-    "slice": ["mode", "slice.conversations", "slice.cut"],
+    "fetch": ["tier"],  # which tier's release
+    "verify-hash": ["tier"],  # the size and sha256 it checks: the tier's, in pins.yaml
+    # the tier's messages, their pinned hashes, where each cut goes: pins.yaml
+    "repair": ["tier"],
+    # the tier's question set (its fixture and the tokenizer: pins.yaml), the mode's question and
+    # message ids; which conversations
+    "slice": ["tier", "mode", "slice.conversations", "slice.cut"],
     "ingest": [
         "mode",  # max_llm_pairs is per mode
         "system",  # which memory is built (systems/registry.py)
@@ -71,12 +72,14 @@ EXPECTED_PARAMS = {
         "llm.seed",
     ],
     "judge-check": [
+        "tier",  # its recipe is the tier's (pins.yaml)
         "mode",  # written in run.json
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
         "llm.seed",
     ],
     "report": [
+        "tier",  # a pin of the record
         "mode",
         # what the record shows and the estimate beside the actual calls and tokens uses
         "ingest.chunk_tokens",
@@ -246,8 +249,7 @@ def test_the_pins_are_in_pins_yaml_only_and_no_stage_param() -> None:
     stage lists a pin as a param (each stage that reads one depends on the file)."""
     pins = _leaves(yaml.safe_load((REPO_ROOT / "pins.yaml").read_text(encoding="utf-8")))
     assert {p.split(".")[0] for p in pins} == {
-        "fetch",
-        "verify_hash",
+        "release",
         "repair",
         "slice",
         "judge_check",

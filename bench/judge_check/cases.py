@@ -20,7 +20,7 @@ from bench.judge_check.alteration import (
     statement_of,
     words,
 )
-from bench.judge_check.recipe import MAKE_RECIPE_COMMAND, RECIPE_ABOUT, Recipe, RecipeEntry
+from bench.judge_check.recipe import MAKE_RECIPE_COMMAND, Recipe, RecipeEntry, recipe_about
 from bench.slice import split_question_id
 from schemas.base import Record
 from schemas.errors import IntegrityError, ParamsError
@@ -252,7 +252,11 @@ def _alterable(statement: str) -> bool:
 
 
 def make_recipe(
-    rubrics: Sequence[Rubric], questions: Sequence[Question], n_per_kind: int, seed: int
+    rubrics: Sequence[Rubric],
+    questions: Sequence[Question],
+    n_per_kind: int,
+    seed: int,
+    tier: str = "100K",
 ) -> Recipe:
     """Draw a recipe: `n_per_kind` buildable cases of each kind, spread over abilities and
     questions, donors from other conversations. Used once to write the fixture."""
@@ -307,7 +311,7 @@ def make_recipe(
                 )
             )
             taken += 1
-    return Recipe(about=RECIPE_ABOUT, seed=seed, n_per_kind=n_per_kind, cases=entries)
+    return Recipe(about=recipe_about(tier), seed=seed, n_per_kind=n_per_kind, cases=entries)
 
 
 def draw_cases(recipe: Recipe, count: int) -> Recipe:

@@ -19,6 +19,12 @@ from schemas.records import Question, Rubric
 
 MAKE_RECIPE_COMMAND = "uv run --frozen python -m stages.judge_check --make-recipe"
 
+
+def recipe_about(tier: str) -> str:
+    """The recipe's `about`: what it holds, where it was drawn from and how to draw it again."""
+    return RECIPE_ABOUT.replace("BEAM 100K", f"BEAM {tier}")
+
+
 RECIPE_ABOUT = (
     "Facts, not code: the judge check's calibration recipe (stages/judge_check.py says how each "
     "kind is built and why its label holds). Each case names a rubric item of the BEAM 100K "

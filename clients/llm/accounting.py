@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from schemas.errors import BudgetError, ParamsError
-from schemas.params import MODES
+from schemas.params import BUDGET_SCOPES
 from schemas.roles import ROLES, Role
 
 RUN_ID_ENV = "BEAM_RUN_ID"
@@ -236,9 +236,10 @@ class Budget:
         """`run_key` names the run the ledger belongs to (run_key_of: mode and models): a resumed
         run shares its ledger, a run with other models starts its own. `over_estimate`: a
         stage may spend at most this multiple of the estimate it declared in check_estimate."""
-        if mode not in MODES:
+        if mode not in BUDGET_SCOPES:
             raise ParamsError(
-                f"budget: mode must be one of {', '.join(map(repr, MODES))}, found {mode!r}"
+                f"budget: mode must be one of {', '.join(map(repr, BUDGET_SCOPES))} (a tier's "
+                f"mode: `500K-all`), found {mode!r}"
             )
         if run_key and not run_key.isalnum():
             raise ParamsError(f"budget: run key {run_key!r} must be letters and digits")
@@ -297,7 +298,7 @@ class Budget:
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
             raise BudgetError(
                 f"budget ledger {self.path} is not a valid ledger ({exc}); delete it or run "
-                f"`python -m stages.budget reset --mode {self.mode}`"
+                f"`python -m stages.budget reset {self._reset_options()}`"
             ) from exc
 
     def _render(self, ledger: Ledger) -> bytes:
@@ -345,10 +346,16 @@ class Budget:
             ledger.calls = ledger.tokens = ledger.released_calls = ledger.released_tokens = 0
 
     # -- checks -----------------------------------------------------------------------------
+    def _reset_options(self) -> str:
+        tier, _, mode = self.mode.rpartition("-")
+        return f"--mode {mode}" + (f" --tier {tier}" if tier else "")
+
     def _advice(self) -> str:
+        tier, _, mode = self.mode.rpartition("-")
+        key = f"budget.tiers.{tier}.{mode}" if tier else f"budget.{mode}"
         return (
-            f"raise budget.{self.mode} in settings.yaml, or start a new budget with "
-            f"`uv run --frozen python -m stages.budget reset --mode {self.mode}`"
+            f"raise {key} in settings.yaml, or start a new budget with "
+            f"`uv run --frozen python -m stages.budget reset {self._reset_options()}`"
             f" (or a new {RUN_ID_ENV}); calls already made are cached and will not be repeated"
         )
 

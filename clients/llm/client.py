@@ -116,7 +116,16 @@ from clients.local_model import LOCAL_MODELS, RUNTIME, is_local_model
 from clients.shared_root import shared_path
 from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
-from schemas.params import BudgetParams, LlmParams, ModelRef, ModelsParams, Params
+from schemas.params import (
+    BudgetParams,
+    LlmParams,
+    Mode,
+    ModelRef,
+    ModelsParams,
+    Params,
+    Tier,
+    budget_scope,
+)
 from schemas.roles import ROLES, Role
 from schemas.runs import ModelUse
 
@@ -555,12 +564,15 @@ def build_model(
     models: ModelsParams,
     llm: LlmParams,
     budget: BudgetParams | None,
-    mode: str,
+    mode: Mode,
+    tier: Tier = "100K",
     accounting: Accounting | None = None,
 ) -> LlmClient:
-    """An LlmClient for one role from params sections (pure apart from the cache directory)."""
+    """An LlmClient for one role from params sections (pure apart from the cache directory);
+    spend is capped by the tier's mode's budget."""
     cache_dir = shared_path(llm.cache_dir)  # one cache and ledger for every DVC experiment
-    cap = getattr(budget, mode) if budget is not None else None
+    cap = budget.cap(tier, mode) if budget is not None else None
+    scope = budget_scope(tier, mode)
     ref = resolve_model(models, role)
     return LlmClient(
         role,
@@ -570,11 +582,11 @@ def build_model(
         budget=None
         if cap is None
         else Budget(
-            mode,
+            scope,
             cap.calls,
             cap.tokens,
             cache_dir,
-            run_key=run_key_of(mode, run_identity(models)),
+            run_key=run_key_of(scope, run_identity(models)),
             over_estimate=budget.max_over_estimate if budget is not None else None,
         ),
         cache=LlmCache(cache_dir) if llm.cache else None,
@@ -591,6 +603,7 @@ def open_model(role: Role, params: Params, *, accounting: Accounting | None = No
         llm=params.llm,
         budget=params.budget,
         mode=params.mode,
+        tier=params.tier,
         accounting=accounting,
     )
 

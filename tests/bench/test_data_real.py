@@ -26,7 +26,7 @@ from bench.repair import load_table, marker, propose_repair, repair_table
 from bench.slice import SliceFixture, from_ranges, normalize_ids
 from clients.files import read_jsonl
 from schemas.errors import DataError, IntegrityError, ParamsError
-from schemas.params import VerifyHashParams
+from schemas.params import Release
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from stages.common import read_params
 from stages.fetch import fetch
@@ -48,10 +48,19 @@ KNOWN_BAD = {
 }
 
 
-def mirror_pins() -> VerifyHashParams:
+def mirror_pins() -> Release:
+    """The 100K release pins with the mirror's size and sha256 in place of the release's."""
     manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
     sha = manifest["sha256"]["mirror/datasets/Mohammadta/BEAM/data/100K-00000-of-00001.parquet"]
-    return VerifyHashParams(size_bytes=MIRROR_PARQUET.stat().st_size, sha256=sha)
+    real = real_release()
+    file = real.files[0].model_copy(
+        update={"size_bytes": MIRROR_PARQUET.stat().st_size, "sha256": sha}
+    )
+    return real.model_copy(update={"files": [file]})
+
+
+def real_release() -> Release:
+    return read_params(REPO_ROOT / "params.yaml").release["100K"]
 
 
 @dataclass
@@ -73,21 +82,23 @@ class Run:
 def run(shared_beam: Path, mirror_parquet: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     root = tmp_path_factory.mktemp("real")
     params_file = REPO_ROOT / "params.yaml"
-    fetched = root / "data" / "fetch" / "dataset.parquet"
+    folder = root / "data" / "fetch" / "dataset"
     with HubMirror(MIRROR_ROOT) as mirror:
         cached = fetch(
+            mirror_pins(),
             read_params(params_file).fetch,
-            fetched,
+            folder,
             endpoint=mirror.endpoint,
             cache_dir=root / "hf",
         )
-        assert cached is False and [m for m, _ in mirror.requests] == ["HEAD", "GET"]
+        assert cached == [False] and [m for m, _ in mirror.requests] == ["HEAD", "GET"]
+    fetched = folder / "100K-00000-of-00001.parquet"
     receipt = root / "data" / "verify_hash" / "receipt.json"
-    verify(fetched, mirror_pins(), receipt)
+    verify(folder, "100K", mirror_pins(), receipt)
     repaired, repair_metrics = root / "data" / "repair" / "dataset.parquet", root / "repair.json"
-    repair(receipt, read_params(params_file).repair, repaired, repair_metrics)
+    repair(receipt, "100K", read_params(params_file).repair, repaired, repair_metrics)
     slice_params = read_params(params_file).slice
-    fixture = REPO_ROOT / slice_params.fixture
+    fixture = REPO_ROOT / slice_params.fixtures["100K"]
     outs = {}
     for mode in ("lite", "full", "all"):
         outs[mode] = root / mode
@@ -107,7 +118,7 @@ def slice_all(
     out, metrics = tmp_path / "slice", tmp_path / "slice.json"
     make_slices(
         run.repaired,
-        REPO_ROOT / slice_params.fixture,
+        REPO_ROOT / slice_params.fixtures["100K"],
         "all",
         slice_params.tokenizer,
         out,
@@ -141,24 +152,26 @@ def test_fetch_from_loopback_hub_gives_the_mirror_bytes(run: Run) -> None:
 
 
 def test_fetch_second_time_comes_from_the_cache(run: Run, hub_mirror: HubMirror) -> None:
-    again = run.root / "again.parquet"
+    again = run.root / "again"
     params = read_params(REPO_ROOT / "params.yaml").fetch
 
-    cached = fetch(params, again, endpoint=hub_mirror.endpoint, cache_dir=run.root / "hf")
+    cached = fetch(
+        mirror_pins(), params, again, endpoint=hub_mirror.endpoint, cache_dir=run.root / "hf"
+    )
 
-    assert cached is True and hub_mirror.requests == []
+    assert cached == [True] and hub_mirror.requests == []
 
 
 def test_the_real_pins_reject_the_mirror_with_expected_and_actual(run: Run) -> None:
-    real = read_params(REPO_ROOT / "params.yaml").verify_hash
-    assert real.size_bytes == 5_429_768  # the defaults stay the real release's
+    real = real_release()
+    assert real.files[0].size_bytes == 5_429_768  # the defaults stay the real release's
 
     with pytest.raises(IntegrityError) as info:
-        verify(run.fetched, real, run.root / "rejected.json")
+        verify(run.fetched.parent, "100K", real, run.root / "rejected.json")
 
     text = str(info.value)
-    assert real.sha256 in text and mirror_pins().sha256 in text
-    assert f"expected 5,429,768 bytes, found {mirror_pins().size_bytes:,}" in text
+    assert real.files[0].sha256 in text and mirror_pins().files[0].sha256 in text
+    assert f"expected 5,429,768 bytes, found {mirror_pins().files[0].size_bytes:,}" in text
     assert not (run.root / "rejected.json").exists()
 
 

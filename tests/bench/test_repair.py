@@ -27,9 +27,9 @@ from bench.repair import (
     repair_table,
     repin_params_text,
 )
-from bench.verify_hash import Receipt
+from bench.verify_hash import FileReceipt, Receipt
 from schemas.errors import DataError, IntegrityError, ParamsError
-from schemas.params import Repair, RepairParams
+from schemas.params import Repair, RepairParams, Tier
 from stages.repair import repair, repin
 from tests.conftest import REPO_ROOT
 from tests.support import synthetic_beam as beam
@@ -77,14 +77,19 @@ def repeated_pin(**changes: object) -> Repair:
 
 def verified(tmp_path: Path, data: list[dict[str, object]] | pa.Table | None = None) -> Path:
     """A parquet plus the receipt verify-hash would write for it."""
-    source = tmp_path / "data" / "fetch" / "dataset.parquet"
+    source = tmp_path / "data" / "fetch" / "dataset" / "d.parquet"
     sha = beam.write_parquet(source, data)
     receipt = tmp_path / "data" / "verify_hash" / "receipt.json"
     receipt.parent.mkdir(parents=True, exist_ok=True)
-    receipt.write_text(
-        Receipt(path=str(source), size_bytes=source.stat().st_size, sha256=sha).model_dump_json()
-    )
+    receipt.write_text(receipt_json(source, sha))
     return receipt
+
+
+def receipt_json(source: Path, sha: str, *, tier: Tier = "100K") -> str:
+    """The receipt verify-hash writes for one file."""
+    size = source.stat().st_size
+    files = [FileReceipt(path=str(source), size_bytes=size, sha256=sha)]
+    return Receipt(tier=tier, files=files).model_dump_json()
 
 
 def messages(tbl: pa.Table) -> dict[tuple[str, int], dict[str, object]]:
@@ -242,15 +247,48 @@ def test_repair_writes_parquet_and_record_deterministically(tmp_path: Path) -> N
     receipt = verified(tmp_path)
     out, metrics = tmp_path / "repair" / "dataset.parquet", tmp_path / "repair" / "record.json"
 
-    record = repair(receipt, params(), out, metrics)
+    record = repair(receipt, "100K", params(), out, metrics)
     first = out.read_bytes()
-    repair(receipt, params(), out, metrics)
+    repair(receipt, "100K", params(), out, metrics)
 
     assert out.read_bytes() == first
     assert json.loads(metrics.read_text()) == record.model_dump()
     assert record.messages_changed == 1 and record.repairs[0].why == pin().why
     content = messages(pq.read_table(out))[("4", 97)]["content"]
     assert content == beam.SOUND + marker(record.chars_cut, pin(), beam.FILLER)
+
+
+def test_a_release_in_two_shards_is_repaired_as_one_table_in_shard_order(tmp_path: Path) -> None:
+    rows = beam.rows()
+    shards = [tmp_path / "s0.parquet", tmp_path / "s1.parquet"]
+    shas = [beam.write_parquet(shards[0], rows[1:]), beam.write_parquet(shards[1], rows[:1])]
+    size = [p.stat().st_size for p in shards]
+    files = [
+        FileReceipt(path=str(p), size_bytes=n, sha256=h)
+        for p, n, h in zip(shards, size, shas, strict=True)
+    ]
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(Receipt(tier="100K", files=files).model_dump_json())
+    out, record_path = tmp_path / "repair" / "dataset.parquet", tmp_path / "repair" / "record.json"
+
+    record = repair(receipt, "100K", params(), out, record_path)
+
+    repaired = pq.read_table(out)
+    ids = [r["conversation_id"] for r in rows]
+    assert repaired.column("conversation_id").to_pylist() == ids[1:] + ids[:1]
+    assert record.messages_changed == 1  # the pinned message, in the second shard
+    assert str(messages(repaired)[("4", 97)]["content"]).startswith(beam.SOUND)
+    other = tmp_path / "other.parquet"
+    beam.write_parquet(other, beam.table(rows[:1]).drop_columns(["narratives"]))
+    odd = FileReceipt(path=str(other), size_bytes=other.stat().st_size, sha256=file_sha(other))
+    receipt.write_text(Receipt(tier="100K", files=[files[0], odd]).model_dump_json())
+    with pytest.raises(DataError, match="do not share one schema"):
+        repair(receipt, "100K", params(), out, record_path)
+    assert not out.exists()
+
+
+def file_sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_only_the_fetched_tiers_repairs_are_applied_each_where_its_pin_says() -> None:
@@ -277,21 +315,23 @@ def test_only_the_fetched_tiers_repairs_are_applied_each_where_its_pin_says() ->
 
 def test_file_changed_after_verification_is_refused(tmp_path: Path) -> None:
     receipt = verified(tmp_path)
-    source = Path(json.loads(receipt.read_text())["path"])
+    source = Path(json.loads(receipt.read_text())["files"][0]["path"])
     source.write_bytes(source.read_bytes() + b"\0")
     out, metrics = tmp_path / "out.parquet", tmp_path / "repair.json"
     out.write_bytes(b"stale")
 
     with pytest.raises(IntegrityError, match="changed after it was verified"):
-        repair(receipt, params(), out, metrics)
+        repair(receipt, "100K", params(), out, metrics)
     assert not out.exists() and not metrics.exists()
 
 
 def test_without_a_receipt_repair_does_not_read_the_file(tmp_path: Path) -> None:
-    beam.write_parquet(tmp_path / "data" / "fetch" / "dataset.parquet")
+    beam.write_parquet(tmp_path / "data" / "fetch" / "dataset" / "d.parquet")
 
     with pytest.raises(IntegrityError, match="has not been verified"):
-        repair(tmp_path / "receipt.json", params(), tmp_path / "o.parquet", tmp_path / "m.json")
+        repair(
+            tmp_path / "receipt.json", "100K", params(), tmp_path / "o.parquet", tmp_path / "m.json"
+        )
 
 
 def test_truncated_parquet_is_a_clear_data_error(tmp_path: Path) -> None:
@@ -299,16 +339,10 @@ def test_truncated_parquet_is_a_clear_data_error(tmp_path: Path) -> None:
     source = tmp_path / "d.parquet"
     source.write_bytes(good[: len(good) // 2])
     receipt = tmp_path / "receipt.json"
-    receipt.write_text(
-        Receipt(
-            path=str(source),
-            size_bytes=len(good) // 2,
-            sha256=hashlib.sha256(good[: len(good) // 2]).hexdigest(),
-        ).model_dump_json()
-    )
+    receipt.write_text(receipt_json(source, hashlib.sha256(good[: len(good) // 2]).hexdigest()))
 
     with pytest.raises(DataError, match="not a readable parquet file"):
-        repair(receipt, params(), tmp_path / "o.parquet", tmp_path / "m.json")
+        repair(receipt, "100K", params(), tmp_path / "o.parquet", tmp_path / "m.json")
     assert not (tmp_path / "o.parquet").exists()
 
 
@@ -316,14 +350,14 @@ def test_missing_column_is_named(tmp_path: Path) -> None:
     receipt = verified(tmp_path, beam.table().drop_columns(["chat"]))
 
     with pytest.raises(DataError, match=r"lacks column\(s\) \['chat'\]"):
-        repair(receipt, params(), tmp_path / "o.parquet", tmp_path / "m.json")
+        repair(receipt, "100K", params(), tmp_path / "o.parquet", tmp_path / "m.json")
 
 
 def test_missing_conversation_is_named(tmp_path: Path) -> None:
     receipt = verified(tmp_path, [r for r in beam.rows() if r["conversation_id"] != "4"])
 
     with pytest.raises(DataError, match="no conversation '4'"):
-        repair(receipt, params(), tmp_path / "o.parquet", tmp_path / "m.json")
+        repair(receipt, "100K", params(), tmp_path / "o.parquet", tmp_path / "m.json")
 
 
 def test_missing_message_is_named() -> None:
@@ -379,16 +413,16 @@ def test_repin_rewrites_the_hash_of_each_changed_message_after_checking_its_cut(
     pins.write_text(PARAMS_TEXT.replace("original_sha256: old", f"original_sha256: {'0' * 64}"))
     pinned = pin(original_sha256="0" * 64)
 
-    done = repin(receipt, params(pinned), pins)
+    done = repin(receipt, "100K", params(pinned), pins)
 
     found = hashlib.sha256(new_text.encode()).hexdigest()
     assert done == [f"conversation 4 message 97: {found}"]
     assert f"original_sha256: {found}  # the pin" in pins.read_text()
     assert "# comment kept" in pins.read_text()
-    assert repin(receipt, params(pin(original_sha256=found)), pins) == []  # nothing left
+    assert repin(receipt, "100K", params(pin(original_sha256=found)), pins) == []  # nothing left
     changed[0]["chat"][1][37]["content"] = new_text + "real words"
     with pytest.raises(IntegrityError, match="not filler"):
-        repin(verified(tmp_path, changed), params(pinned), pins)
+        repin(verified(tmp_path, changed), "100K", params(pinned), pins)
 
 
 def test_stage_process_refuses_a_tampered_message_with_exit_2(tmp_path: Path) -> None:
@@ -397,7 +431,7 @@ def test_stage_process_refuses_a_tampered_message_with_exit_2(tmp_path: Path) ->
     verified(tmp_path, changed)
     receipt = tmp_path / "data" / "verify_hash" / "receipt.json"
     data = json.loads(receipt.read_text())
-    data["path"] = "data/fetch/dataset.parquet"  # as the stage writes it: relative to the repo
+    data["files"][0]["path"] = "data/fetch/dataset/d.parquet"  # as the stage writes it
     receipt.write_text(json.dumps(data))
     write_params(tmp_path, repair=params().model_dump())
 
@@ -445,7 +479,7 @@ def test_propose_prints_the_cut_and_writes_nothing(tmp_path: Path) -> None:
     verified(tmp_path)
     receipt = tmp_path / "data" / "verify_hash" / "receipt.json"
     data = json.loads(receipt.read_text())
-    data["path"] = "data/fetch/dataset.parquet"  # as the stage writes it: relative to the repo
+    data["files"][0]["path"] = "data/fetch/dataset/d.parquet"  # as the stage writes it
     receipt.write_text(json.dumps(data))
     write_params(tmp_path)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}

@@ -452,7 +452,7 @@ def test_stage_process_exits_2_when_the_fixture_does_not_match(
     raw = json.loads(pinned.read_text())
     raw["modes"]["lite"]["slices"]["17"]["sha256"] = "e" * 64
     write_json(work / "fixtures" / "slices.json", raw)
-    write_params(work, mode="lite", slice={"fixture": "fixtures/slices.json"})
+    write_params(work, mode="lite", slice={"fixtures": {"100K": "fixtures/slices.json"}})
 
     done = subprocess.run(
         [sys.executable, "-m", "stages.slice"],
@@ -534,7 +534,7 @@ def test_restriction_to_a_conversation_the_mode_lacks_names_the_ones_it_has(
 
 def test_conversations_param_takes_numbers_or_text_and_defaults_to_all() -> None:
     whole = repo_params()
-    base = {"fixture": "fixtures/slices.json", "tokenizer": "cl100k_base"}
+    base = {"fixtures": {"100K": "fixtures/slices.json"}, "tokenizer": "cl100k_base"}
 
     def with_slice(section: dict[str, object]) -> SliceParams:
         return parse_params(whole | {"slice": section}).slice
@@ -556,13 +556,15 @@ def test_stage_reads_the_restriction_from_params(
 ) -> None:
     (tmp_path / "data" / "repair").mkdir(parents=True)
     shutil.copy(data, tmp_path / "data" / "repair" / "dataset.parquet")
-    write_params(tmp_path, mode="full", slice={"fixture": str(pinned), "conversations": [17]})
+    write_params(
+        tmp_path, mode="full", slice={"fixtures": {"100K": str(pinned)}, "conversations": [17]}
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["stages.slice"])
 
     main()
 
-    assert "slice (full, conversations 17 only): 20 questions" in capsys.readouterr().out
+    assert "slice (tier 100K, full, conversations 17 only): 20 questions" in capsys.readouterr().out
     assert [p.name for p in (tmp_path / "data" / "slice" / "chats").iterdir()] == ["conv17.json"]
 
 
@@ -576,7 +578,9 @@ def test_estimate_counts_only_the_kept_conversations(
     monkeypatch.chdir(tmp_path)
     agent_calls = {}
     for kept in ([], [4]):
-        path = write_params(tmp_path, slice={"fixture": str(pinned), "conversations": kept})
+        path = write_params(
+            tmp_path, slice={"fixtures": {"100K": str(pinned)}, "conversations": kept}
+        )
         agent_calls[str(kept)] = estimate_mode(read_params(path), "full")["agent"].calls
     per_question = agent_calls["[]"] / 40
     assert agent_calls["[4]"] == 20 * per_question

@@ -86,7 +86,7 @@ def test_the_fixtures_a_stage_reads_are_pinned_and_in_its_fixtures_dep() -> None
     assert {e for n in readers for e in stages[n]["deps"] if e.startswith("fixtures")} == {
         "fixtures"
     }
-    pinned = {params["slice"]["fixture"], params["judge_check"]["recipe"]}
+    pinned = {*params["slice"]["fixtures"].values(), *params["judge_check"]["recipes"].values()}
     held = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "fixtures").iterdir()}
     assert held == pinned
 

@@ -1,4 +1,5 @@
-"""Every place that knows the modes accepts each of them (lite, full, all) and nothing else."""
+"""Every place that knows the modes accepts each of them (lite, full, all) and nothing else; each
+tier has its release pinned, and runs only with its question set pinned."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from clients.llm.accounting import Budget
 from schemas.errors import ParamsError
-from schemas.params import MODES, Mode
+from schemas.params import BUDGET_SCOPES, MODES, TIERS, Mode
 from stages.common import load_fixture, parse_params, read_params
 from tests.conftest import REPO_ROOT
 from tests.support.params import repo_params
@@ -25,10 +26,10 @@ def test_each_mode_is_accepted_everywhere(mode: Mode, tmp_path: Path) -> None:
     whole = repo_params()
     assert parse_params(whole | {"mode": mode}).mode == mode
     assert Budget(mode, 1, 1, tmp_path).path.name == f"budget-{mode}.json"
-    cap = getattr(read_params(PARAMS).budget, mode)
+    cap = read_params(PARAMS).budget.cap("100K", mode)
     assert cap.calls > 0 and cap.tokens > 0
     assert getattr(read_params(PARAMS).ingest.max_llm_pairs, mode) > 0
-    fixture = load_fixture(REPO_ROOT / read_params(PARAMS).slice.fixture)
+    fixture = load_fixture(REPO_ROOT / read_params(PARAMS).fixture)
     assert fixture.modes[mode].question_ids
 
 
@@ -38,5 +39,28 @@ def test_an_unknown_mode_is_refused_naming_the_modes(tmp_path: Path) -> None:
         ParamsError, match="mode: Input should be 'lite', 'full' or 'all' \\(found 'everything'\\)"
     ):
         parse_params(whole | {"mode": "everything"})
-    with pytest.raises(ParamsError, match="'lite', 'full', 'all', found 'everything'"):
+    with pytest.raises(
+        ParamsError, match=r"'lite', 'full', 'all', '500K-lite', .*found 'everything'"
+    ):
         Budget("everything", 1, 1, tmp_path)
+
+
+def test_every_tier_has_its_release_pinned_and_runs_only_with_a_question_set() -> None:
+    whole = repo_params()
+    params = parse_params(whole)
+    assert params.tier == "100K" and set(params.release) == set(TIERS)
+    assert [len(params.release[t].files) for t in TIERS] == [1, 1, 1, 2]  # 10M: two shards
+    assert params.release["10M"].repo_id == "Mohammadta/BEAM-10M"
+    assert parse_params(whole | {"tier": "500K"}).fixture == "fixtures/slices-500K.json"
+    for tier in ("1M", "10M"):
+        with pytest.raises(ParamsError, match=f"tier {tier} has no question set pinned yet"):
+            parse_params(whole | {"tier": tier})
+
+
+def test_each_tier_has_its_own_budget_and_ledger(tmp_path: Path) -> None:
+    budget = read_params(PARAMS).budget
+    assert budget.cap("500K", "all").calls > budget.cap("100K", "all").calls
+    with pytest.raises(ParamsError, match=r"set settings\.yaml `budget\.tiers\.500K\.full`"):
+        budget.cap("500K", "full")
+    assert "500K-all" in BUDGET_SCOPES and "100K-all" not in BUDGET_SCOPES
+    assert Budget("500K-all", 1, 1, tmp_path).path.name == "budget-500K-all.json"

@@ -63,10 +63,13 @@ def test_a_pin_set_outside_pins_yaml_is_refused_naming_it(tmp_path: Path) -> Non
     params = _repo_file("params.yaml")
     _write(tmp_path, SETTINGS_FILE, _repo_file(SETTINGS_FILE))
     _write(tmp_path, PINS_FILE, _repo_file(PINS_FILE))
-    path = _write(tmp_path, "params.yaml", params | {"fetch": {"revision": "0" * 40}})
-    with pytest.raises(ParamsError, match=r"fetch\.revision: set in .*pins\.yaml and again in"):
+    revision = {"release": {"100K": {"revision": "0" * 40}}}
+    path = _write(tmp_path, "params.yaml", params | revision)
+    with pytest.raises(
+        ParamsError, match=r"release\.100K\.revision: set in .*pins\.yaml and again in"
+    ):
         read_params(path)
-    with pytest.raises(ParamsError, match=r"dvc exp run -S pins\.yaml:fetch\.revision="):
+    with pytest.raises(ParamsError, match=r"dvc exp run -S pins\.yaml:release\.100K\.revision="):
         read_params(path)
 
 

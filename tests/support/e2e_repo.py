@@ -74,7 +74,6 @@ SCRIPTED_RATES = {
         "event_calls_per_item": 3.6,
     },
 }
-MIRROR_REL = "mirror/datasets/Mohammadta/BEAM/data/100K-00000-of-00001.parquet"
 STALE = ("dvc.lock", "metrics", "reports")
 
 
@@ -162,15 +161,27 @@ def _rank(order: list[str], key: str) -> int:
     return order.index(key) if key in order else len(order)
 
 
-def params_for_tests(params: dict[str, Any], scorer_base_url: str, mode: str) -> dict[str, Any]:
-    """The params of a test copy: mirror pins, stand-in scorer, the scripted test model."""
+def mirror_release(release: dict[str, Any], tier: str) -> dict[str, Any]:
+    """A tier's release pins with the mirror's size and sha256 in place of the release's."""
     manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
+    files = []
+    for file in release["files"]:
+        rel = f"mirror/datasets/{release['repo_id']}/{file['filename']}"
+        if not (SHARED_BEAM / rel).is_file():
+            raise FileNotFoundError(f"the mirror has no {rel} for tier {tier}")
+        size = (SHARED_BEAM / rel).stat().st_size
+        files.append(file | {"size_bytes": size, "sha256": manifest["sha256"][rel]})
+    return release | {"files": files}
+
+
+def params_for_tests(
+    params: dict[str, Any], scorer_base_url: str, mode: str, tier: str = "100K"
+) -> dict[str, Any]:
+    """The params of a test copy: mirror pins, stand-in scorer, the scripted test model."""
     params = json.loads(json.dumps(params))
     params["mode"] = mode
-    params["verify_hash"] = {
-        "size_bytes": (SHARED_BEAM / MIRROR_REL).stat().st_size,
-        "sha256": manifest["sha256"][MIRROR_REL],
-    }
+    params["tier"] = tier
+    params["release"][tier] = mirror_release(params["release"][tier], tier)
     params["judge"] |= standin_judge_pins() | {"base_url": scorer_base_url}
     params["models"] = scripted_models()
     params["estimate"] = json.loads(json.dumps(SCRIPTED_RATES))
@@ -256,12 +267,15 @@ class RepoCopy:
 
 
 @contextmanager
-def repo_copy(tmp_path: Path, hub: HubMirror, mode: str = "lite") -> Iterator[RepoCopy]:
+def repo_copy(
+    tmp_path: Path, hub: HubMirror, mode: str = "lite", tier: str = "100K"
+) -> Iterator[RepoCopy]:
     files = raw_layout(REPO, COMMIT, standin_files())
     with serve_files(files) as scorer:
         repo = tmp_path / "repo"
         copy_repo(repo)
-        params = params_for_tests(params_mapping(repo / "params.yaml"), scorer.base_url, mode)
+        mapping = params_mapping(repo / "params.yaml")
+        params = params_for_tests(mapping, scorer.base_url, mode, tier)
         write_split(repo, params)
         git(repo, "init", "-q")
         git(repo, "add", "-A")

@@ -420,7 +420,7 @@ def _stage_folder(tmp_path: Path, mirror_parquet: Path, shared_beam: Path, model
         if field.annotation is Cap:
             params["budget"][mode] = {"calls": 1000, "tokens": 10_000_000}
     params["judge_check"] = {
-        "recipe": "fixtures/judge_check.json",
+        "recipes": {"100K": "fixtures/judge_check.json"},
         "cases": {"lite": 10, "full": 80, "all": 80},
         "min_agreement": 0.8,
     }
