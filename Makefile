@@ -80,13 +80,19 @@ types:
 
 check: setup lint types test
 
-# Dry run: expected model calls and tokens per phase beside the mode's cap (no model, no server).
-# It needs the repaired dataset, so it runs the data stages first. FROM=<run> takes the rates
-# from a finished run instead of params: a folder holding one (a workspace or a copy of it), or
-# a git revision or DVC experiment name of this repository.
+# Dry run: expected model calls and tokens per phase beside the mode's cap, and graphrag's
+# expected graph per conversation (no model, no server). It needs the repaired dataset, so it runs
+# the data stages first. FROM=<run> takes the rates from a finished run instead of params: a
+# folder holding one (a workspace or a copy of it), or a git revision or DVC experiment name of
+# this repository. TIER=<tier> estimates another tier than params.yaml's, in a scratch workspace
+# (.cache/estimate/<tier>; scripts/estimate_tier.py), leaving this one as it is.
 estimate: setup
+ifeq ($(TIER),)
 	$(PY) dvc repro repair
 	$(PY) python -m stages.estimate --mode $(MODE) $(if $(FROM),--from '$(FROM)')
+else
+	$(PY) python scripts/estimate_tier.py --tier $(TIER) --mode $(MODE)
+endif
 
 # The numbers the issues ask for, measured on this machine (see each script's docstring).
 measure: setup

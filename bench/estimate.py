@@ -94,6 +94,31 @@ def format_table(
     return "\n".join(lines)
 
 
+def format_memory(memory: Mapping[str, Mapping[str, float]], where: str) -> str:
+    """Each conversation's expected memory as a text table (columns: what the system counts),
+    then the largest and the sum of each column."""
+    columns = list(next(iter(memory.values()), {}))
+    width = max([len("conversation"), *(len(k) for k in columns)]) + 2
+    lines = [
+        f"Expected memory per conversation ({where}):",
+        "conversation".ljust(14) + "".join(k.rjust(width) for k in columns),
+    ]
+
+    def row(label: str, values: Mapping[str, float]) -> str:
+        return label.ljust(14) + "".join(f"{values[k]:>{width},}" for k in columns)
+
+    for conversation, values in sorted(memory.items(), key=lambda kv: _number(kv[0])):
+        lines.append(row(conversation, values))
+    if len(memory) > 1:
+        lines.append(row("largest", {k: max(v[k] for v in memory.values()) for k in columns}))
+        lines.append(row("all", {k: round(sum(v[k] for v in memory.values()), 2) for k in columns}))
+    return "\n".join(lines)
+
+
+def _number(conversation: str) -> int:
+    return int(conversation) if conversation.isdigit() else 0
+
+
 # ---------------------------------------------------------------------------------------------
 # A finished run's files
 # ---------------------------------------------------------------------------------------------

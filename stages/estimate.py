@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.estimate import (
     RunData,
     estimate_judge,
+    format_memory,
     format_rates,
     format_table,
     judge_rates_from_run,
@@ -49,7 +50,7 @@ from stages.common import (
     run_stage,
     scorer_prompts_if_fetched,
 )
-from systems.port import MemorySystem, estimate_system
+from systems.port import EstimatesMemory, MemorySystem, estimate_system
 from systems.registry import load_system, system_name
 
 
@@ -166,8 +167,13 @@ def main() -> None:
         found = rates_from_run(run, fallback, prompts, planned)
     rates = found.rates if found else fallback
     built = build_slices(params, mode)
+    memory_system = load_system(params, system, mode=mode, rates=rates)
+    chats = [s.chat for s in built.slices]
+    memory = (
+        memory_system.estimate_memory(chats) if isinstance(memory_system, EstimatesMemory) else {}
+    )
     estimates = estimate_roles(
-        load_system(params, system, mode=mode, rates=rates),
+        memory_system,
         [s.chat for s in built.slices],
         built.questions,
         built.rubrics,
@@ -189,6 +195,7 @@ def main() -> None:
                     "system": system,
                     "phases": phases_json(estimates),
                     "cap": {"calls": cap.calls, "tokens": cap.tokens},
+                    "memory": memory,
                     "rates": found.model_dump() if found else None,
                 },
                 indent=2,
@@ -198,6 +205,9 @@ def main() -> None:
     if found:
         print(format_rates(found), end="\n\n")
     print(format_table(estimates, cap.calls, cap.tokens, label))
+    if memory:
+        where = f"system {system}, graph backend {params.graph.backend}: one server each"
+        print("\n" + format_memory(memory, where if system == "graphrag" else f"system {system}"))
     source = f"rates from {found.run}" if found else "rates from settings.yaml `estimate`"
     print(f"({source})")
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from clients.llm.port import ChatModel
 from schemas.estimate import ZERO, FinishedRun, Origins, RateOrigin, RoleEstimate
@@ -212,6 +212,16 @@ class MemorySystem(Protocol):
     ) -> RoleEstimate:
         """Expected calls and tokens of answering `questions` (role `agent`); with `memory_dir`
         (the built memories) it may use their real size."""
+        ...
+
+
+@runtime_checkable
+class EstimatesMemory(Protocol):
+    """A system that can say how large each conversation's memory will be before it is built
+    (an optional part of the port: `make estimate` prints it where a system has it)."""
+
+    def estimate_memory(self, chats: Sequence[ChatSlice]) -> Mapping[str, Mapping[str, float]]:
+        """By conversation id, the expected size of its memory (what -> how many)."""
         ...
 
 

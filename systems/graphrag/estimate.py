@@ -42,10 +42,26 @@ class GraphSize:
     chunks: int
     entities: float
     statements: float
+    sessions: int = 0
+    chunk_text_bytes: int = 0
+    """The chunks' text (UTF-8), which the graph stores whole."""
 
     @property
     def items(self) -> float:
         return self.chunks + self.entities + self.statements
+
+    def expected(self) -> dict[str, float]:
+        """As `make estimate` shows it: the nodes by kind (one Conversation, a Session and a
+        Document per session), their sum, and the chunks' text in MB."""
+        nodes = 1 + 2 * self.sessions + self.chunks + self.entities + self.statements
+        return {
+            "sessions": self.sessions,
+            "chunks": self.chunks,
+            "entities": round(self.entities),
+            "statements": round(self.statements),
+            "nodes": round(nodes),
+            "chunk_text_mb": round(self.chunk_text_bytes / 1e6, 2),
+        }
 
 
 @dataclass(frozen=True)
@@ -134,7 +150,8 @@ def estimate_ingest(
         extraction += RoleEstimate(n, round(prompt), round(n * rates.extraction_completion_tokens))
         entities = n * rates.entities_per_chunk
         statements = n * rates.statements_per_chunk
-        graphs[chat.conversation_id] = GraphSize(n, entities, statements)
+        text = sum(len(c.text.encode("utf-8")) for c in chunks)
+        graphs[chat.conversation_id] = GraphSize(n, entities, statements, len(chat.sessions), text)
 
         entity_labels = rates.entity_labels_in_use
         in_label = entity_pairs_in_label(

@@ -173,6 +173,12 @@ class GraphRag:
         ingest = estimate_ingest(chats, self.settings, self.ingest_rates)
         return {"extraction": ingest.extraction, "resolution": ingest.resolution}
 
+    def estimate_memory(self, chats: Sequence[ChatSlice]) -> Mapping[str, Mapping[str, float]]:
+        """Each conversation's expected graph (systems/port.py `EstimatesMemory`): its sessions
+        and documents, chunks and their text exactly; entities and statements from the rates."""
+        graphs = estimate_ingest(chats, self.settings, self.ingest_rates).graphs
+        return {conversation: graph.expected() for conversation, graph in graphs.items()}
+
     def estimate_answer(
         self,
         chats: Sequence[ChatSlice],

@@ -21,6 +21,7 @@ import pytest
 from bench.estimate import (
     RunData,
     estimate_judge,
+    format_memory,
     judge_rates_from_run,
     read_run,
 )
@@ -717,3 +718,35 @@ def test_rates_of_another_systems_run_keep_its_build_and_answer_rates_from_param
         for section in ("ingest", "agent", "judge")
         for name in type(getattr(RATES, section)).model_fields
     }
+
+
+def test_the_expected_graph_counts_its_nodes_and_the_chunks_text_exactly() -> None:
+    conversation = chat("1", 6)
+    chunks = chunk_conversation(conversation, SETTINGS.chunk_tokens)
+    graph = estimate_ingest([conversation], SETTINGS, RATES.ingest).graphs["1"]
+
+    expected = graph.expected()
+
+    assert (expected["sessions"], expected["chunks"]) == (6, len(chunks))
+    assert expected["entities"] == round(len(chunks) * RATES.ingest.entities_per_chunk)
+    assert expected["nodes"] == round(1 + 2 * 6 + graph.items)  # conversation, session, document
+    text = sum(len(c.text.encode("utf-8")) for c in chunks)
+    assert expected["chunk_text_mb"] == round(text / 1e6, 2)
+
+
+def test_the_memory_table_lists_each_conversation_then_the_largest_and_the_sum() -> None:
+    memory = {
+        "10": {"chunks": 5.0, "nodes": 40.0},
+        "2": {"chunks": 7.0, "nodes": 30.0},
+    }
+
+    lines = format_memory(memory, "system graphrag").splitlines()
+
+    assert lines[0] == "Expected memory per conversation (system graphrag):"
+    assert [line.split() for line in lines[1:]] == [
+        ["conversation", "chunks", "nodes"],
+        ["2", "7.0", "30.0"],
+        ["10", "5.0", "40.0"],
+        ["largest", "7.0", "40.0"],
+        ["all", "12.0", "70.0"],
+    ]
