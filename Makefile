@@ -100,6 +100,7 @@ measure: setup
 	$(PY) python scripts/measure_data_check.py
 	$(PY) python scripts/measure_repairs.py
 	$(PY) python scripts/measure_tiers.py
+	$(PY) python scripts/measure_token_conventions.py
 	$(PY) python scripts/measure_graph.py
 	$(PY) python scripts/measure_llm.py
 	$(PY) python scripts/measure_judge.py
