@@ -19,10 +19,14 @@ What counts as a finding:
 - `session_date_out_of_order`: a session dated before the one it follows.
 - `no_source_ids`: a question (not abstention, which asks about what the chat never said) whose
   rubric cites no message, so evidence recall cannot be measured for it.
+- `plan_text`: a user message that cites the generator's conversation plan (`bullet point 25`):
+  text of the plan, which no memory system may see, leaked into the chat. On the shared copy: 7
+  user messages of 500K conversation 9, none at 100K.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple
@@ -31,7 +35,11 @@ from schemas.base import Record
 from schemas.records import ChatSlice, Rubric
 
 FindingKind = Literal[
-    "runaway_message", "turn_without_reply", "session_date_out_of_order", "no_source_ids"
+    "runaway_message",
+    "turn_without_reply",
+    "session_date_out_of_order",
+    "no_source_ids",
+    "plan_text",
 ]
 
 RUNAWAY_MIN_CHARS = 4_000
@@ -39,6 +47,8 @@ RUNAWAY_MIN_CHARS = 4_000
 FILLER_CHAR_SHARE = 0.9
 REPEATED_LINE_MIN = 50
 REPEATED_LINE_SHARE = 0.5
+PLAN_CITATION = re.compile(r"\bbullet point #?\d+", re.IGNORECASE)
+"""How the generator's plan numbers its items, as user messages that leaked it cite them."""
 
 
 class Finding(Record):
@@ -122,6 +132,16 @@ def check_chat(chat: ChatSlice, *, whole: bool) -> list[Finding]:
                     conversation_id=conv,
                     message_id=message.id,
                     detail=detail,
+                )
+            )
+        cited = PLAN_CITATION.findall(message.content) if message.role == "user" else []
+        if cited:
+            found.append(
+                Finding(
+                    kind="plan_text",
+                    conversation_id=conv,
+                    message_id=message.id,
+                    detail=f"the user cites the conversation plan's items {len(cited)} time(s)",
                 )
             )
     if whole:

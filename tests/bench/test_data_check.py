@@ -47,18 +47,30 @@ def test_each_kind_is_reported_with_its_ids() -> None:
     chat = _chat(
         ("2024-03-15", [("user", "hi"), ("assistant", "/" * 5_000), ("user", "again?")]),
         ("2024-03-10", [("user", "earlier date"), ("assistant", "ok")]),
+        (
+            "2024-03-20",
+            [
+                ("user", "the dosage, as discussed in Bullet Point 25, and bullet point #3"),
+                ("assistant", "As in bullet point 25, here is the plan."),  # echoes: no finding
+                ("user", "a bullet point list of three items, please"),  # not a plan citation
+                ("assistant", "ok"),
+            ],
+        ),
     )
     found = check_chat(chat, whole=True)
     assert [(f.kind, f.message_id) for f in found] == [
         ("runaway_message", 1),
+        ("plan_text", 5),
         ("turn_without_reply", 2),
         ("session_date_out_of_order", 3),
     ]
-    assert "session 2 (2024-03-10) follows session 1 (2024-03-15)" in found[2].detail
+    assert found[1].detail == "the user cites the conversation plan's items 2 time(s)"
+    assert "session 2 (2024-03-10) follows session 1 (2024-03-15)" in found[3].detail
     assert found[0].where == "conversation 7 message 1"
     # a slice that keeps only some messages (lite) has gaps between turns by design
     assert [f.kind for f in check_chat(chat, whole=False)] == [
         "runaway_message",
+        "plan_text",
         "session_date_out_of_order",
     ]
 
@@ -93,6 +105,8 @@ RUNAWAY_500K = {
 }
 """Found on the real 500K chats: those the tier issue names (9: 461; 28: 305, 519, 841) and, as
 loops of one equation repeated 60 to 787 times or a trail of ` *`, 4: 573, 7 and 9's others."""
+PLAN_TEXT_500K = [("9", m) for m in (564, 566, 568, 570, 852, 854, 858)]
+"""The 500K user messages that cite the generator's plan (`as mentioned in bullet point 25`)."""
 
 
 @pytest.mark.beam
@@ -101,6 +115,7 @@ def test_the_real_500k_chats_have_exactly_the_known_runaway_messages() -> None:
     if not tier.is_dir():
         skip_or_fail(f"the 500K chats are not in {tier}")
     runaway: dict[str, list[int]] = {}
+    plan_text: list[tuple[str, int | None]] = []
     other: list[Finding] = []
     for folder in sorted(tier.iterdir(), key=lambda p: int(p.name)):
         sessions = json.loads((folder / "chat.json").read_text(encoding="utf-8"))
@@ -108,7 +123,10 @@ def test_the_real_500k_chats_have_exactly_the_known_runaway_messages() -> None:
         for finding in check_chat(build_slice(folder.name, rows, None), whole=True):
             if finding.kind == "runaway_message":
                 runaway.setdefault(folder.name, []).append(finding.message_id or 0)
+            elif finding.kind == "plan_text":
+                plan_text.append((folder.name, finding.message_id))
             else:
                 other.append(finding)
     assert runaway == RUNAWAY_500K
+    assert plan_text == PLAN_TEXT_500K
     assert other == []  # every turn answered, every session in date order

@@ -32,10 +32,13 @@ pytestmark = pytest.mark.beam
 
 PARQUET_500K = SHARED_BEAM / "mirror/datasets/Mohammadta/BEAM/data/500K-00000-of-00001.parquet"
 PARAMS = REPO_ROOT / "params.yaml"
-KNOWN_FINDINGS = [("no_source_ids", "question conv1:knowledge_update:0")]
-"""What the data check finds in the whole repaired 500K split: one question without sources (the
-15 runaway messages are repaired; the release has no turn without a reply and no session out of
-order at 500K)."""
+KNOWN_FINDINGS = [
+    *[("plan_text", f"conversation 9 message {m}") for m in (564, 566, 568, 570, 852, 854, 858)],
+    ("no_source_ids", "question conv1:knowledge_update:0"),
+]
+"""What the data check finds in the whole repaired 500K split: seven user messages of
+conversation 9 that cite the generator's plan, and one question without sources (the 15 runaway
+messages are repaired; no turn lacks a reply, no session is out of order at 500K)."""
 
 
 @dataclass
