@@ -60,9 +60,9 @@ KNOWN_GROUPS = frozenset(
         "failures",
     }
 )
-SETTING_PARAMS = ("system", "mode", "models.agent.model", "models.judge.model")
+SETTING_PARAMS = ("system", "tier", "mode", "models.agent.model", "models.judge.model")
 """Params shown at the top of every table; other params only where the columns differ."""
-UNCOMPARED_PARAMS = ("models.", "verify_hash.", "fetch.", "judge.", "estimate.")
+UNCOMPARED_PARAMS = ("models.", "release.", "fetch.", "judge.", "estimate.")
 """Params left out of the "differs" rows: pins and endpoints, not what a sweep varies (the
 models' names are shown above; `api_base` and pins would only repeat it)."""
 

@@ -73,9 +73,10 @@ def estimate_judge(
 
 
 def format_table(
-    estimates: Mapping[str, RoleEstimate], cap_calls: int, cap_tokens: int, label: str
+    estimates: Mapping[str, RoleEstimate], cap_calls: int | None, cap_tokens: int | None, label: str
 ) -> str:
-    """The estimate as a small text table, with the mode's cap and whether the run fits."""
+    """The estimate as a small text table, with the mode's cap and whether the run fits (a tier's
+    mode without a cap yet: says which setting to set)."""
     lines = [
         f"Estimate for {label} (no model call made):",
         f"{'phase':<12}{'calls':>10}{'prompt tokens':>16}{'completion':>12}{'tokens':>14}",
@@ -86,6 +87,11 @@ def format_table(
             f"{e.completion_tokens:>12,}{e.tokens:>14,}"
         )
     total = estimates["total"]
+    if cap_calls is None or cap_tokens is None:
+        lines.append(
+            "no cap set for this tier's mode yet: set settings.yaml budget.tiers.<tier>.<mode>"
+        )
+        return "\n".join(lines)
     fits = total.calls <= cap_calls and total.tokens <= cap_tokens
     lines.append(f"{'cap':<12}{cap_calls:>10,}{'':>16}{'':>12}{cap_tokens:>14,}")
     lines.append(

@@ -106,9 +106,10 @@ class OfficialCut(Record):
 
     source: str
     """Where the cut points come from (the benchmark's files, at a pinned commit)."""
-    last_message_ids: dict[str, int]
+    last_message_ids: dict[str, int] | None
     """Conversation id -> the last message id that code reads; a conversation not named is read
-    whole."""
+    whole. None: not pinned yet (the tier's truncated chats were not readable where its set was
+    pinned), so a run of that tier cannot use `slice.cut: official`."""
 
 
 class SliceFixture(Record):
@@ -264,8 +265,23 @@ def cut_chat(
 
 
 def cut_points(fixture: SliceFixture, cut: Cut) -> dict[str, int]:
-    """Per conversation, the last message id the cut keeps (none: the whole chat)."""
-    return dict(fixture.official_cut.last_message_ids) if cut == "official" else {}
+    """Per conversation, the last message id the cut keeps (none: the whole chat); ParamsError
+    for `official` where the fixture has no cut points pinned."""
+    if cut == "full":
+        return {}
+    points = fixture.official_cut.last_message_ids
+    if points is None:
+        raise ParamsError(
+            "this tier's official cut is not pinned yet: "
+            f"{fixture.official_cut.source}. Run it with `slice.cut: full`, or pin the cut "
+            "points (the last message id of each truncated chat) in its fixture's official_cut"
+        )
+    return dict(points)
+
+
+def has_official_cut(fixture: SliceFixture) -> bool:
+    """Whether the fixture pins the benchmark's cut points (else only `full` can run)."""
+    return fixture.official_cut.last_message_ids is not None
 
 
 def build_mode(
@@ -394,7 +410,7 @@ def check_fixture_ids(
                 f"{unknown[:20]}{' ...' if len(unknown) > 20 else ''} that conversation {conv} "
                 f"does not have (its {len(present)} messages have ids {ranges or 'none'}). "
                 f"{not_release}: correct those ids in the fixture, or, only if the release "
-                "itself changed (a new pin in pins.yaml verify_hash), re-pin with "
+                "itself changed (a new pin in pins.yaml `release`), re-pin with "
                 f"`{REPIN_COMMAND}`"
             )
 
@@ -426,6 +442,12 @@ def restrict(pin: ModePin, conversations: Sequence[str], mode: str) -> ModePin:
 def check_pins(built: Built, pin: ModePin, mode: str, cut: Cut = "full") -> None:
     """IntegrityError listing every slice whose message ids or hash differ from the fixture (the
     official cut's pins where the cut changes a slice)."""
+    if not pin.slices:
+        raise IntegrityError(
+            f"the {mode} slices are not pinned yet: this tier's question set was pinned from the "
+            "benchmark's question files, before its chats could be read. After a person has "
+            f"looked at the slices the release gives, pin them with `{REPIN_COMMAND}`"
+        )
     problems = []
     for item in built.slices:
         conv = item.chat.conversation_id

@@ -244,11 +244,15 @@ class BudgetParams(Record):
     tiers: dict[Tier, dict[Mode, Cap]] = Field(default_factory=dict)
     """The caps of the other tiers' modes (`budget.tiers.500K.all`)."""
 
-    def cap(self, tier: Tier, mode: Mode) -> Cap:
-        """The spend cap of a tier's mode; a ParamsError when settings.yaml sets none."""
+    def find(self, tier: Tier, mode: Mode) -> Cap | None:
+        """The spend cap of a tier's mode, None when settings.yaml sets none."""
         if tier == "100K":
             return {"lite": self.lite, "full": self.full, "all": self.all}[mode]
-        found = self.tiers.get(tier, {}).get(mode)
+        return self.tiers.get(tier, {}).get(mode)
+
+    def cap(self, tier: Tier, mode: Mode) -> Cap:
+        """The spend cap of a tier's mode; a ParamsError when settings.yaml sets none."""
+        found = self.find(tier, mode)
         if found is None:
             raise ParamsError(
                 f"no budget for tier {tier} mode {mode}: set settings.yaml "

@@ -7,8 +7,9 @@ their own entry points (`python -m stages.fetch`, `verify_hash`, `repair`: the r
 the HF cache, so a later run of the tier does not download it again) and then the estimate
 (`python -m stages.estimate`), whose table it prints: calls and tokens per phase beside the
 tier's cap, and for graphrag each conversation's expected graph. Every stage has a timeout and is
-stopped with this script (Ctrl-C included). A tier whose question set is not pinned yet (1M, 10M)
-is refused by the params, with the reason, before anything is downloaded.
+stopped with this script (Ctrl-C included). It needs the tier's questions, not its slices' pins
+(1M and 10M can be estimated before their first run); a tier without a budget for the mode is
+refused by the estimate, which names the settings.yaml key.
 
     uv run --frozen python scripts/estimate_tier.py --tier 500K --mode all [--json]
 """

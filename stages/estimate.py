@@ -180,7 +180,7 @@ def main() -> None:
         rates,
         prompts,
     )
-    cap = params.budget.cap(params.tier, mode)
+    cap = params.budget.find(params.tier, mode)
     kept = params.slice.conversations
     label = f"tier {params.tier}, mode {mode}" + (
         f", conversations {', '.join(kept)} only" if kept else ""
@@ -194,7 +194,7 @@ def main() -> None:
                     "mode": mode,
                     "system": system,
                     "phases": phases_json(estimates),
-                    "cap": {"calls": cap.calls, "tokens": cap.tokens},
+                    "cap": cap.model_dump() if cap else None,
                     "memory": memory,
                     "rates": found.model_dump() if found else None,
                 },
@@ -204,7 +204,8 @@ def main() -> None:
         return
     if found:
         print(format_rates(found), end="\n\n")
-    print(format_table(estimates, cap.calls, cap.tokens, label))
+    cap_calls, cap_tokens = (cap.calls, cap.tokens) if cap else (None, None)
+    print(format_table(estimates, cap_calls, cap_tokens, label))
     if memory:
         where = f"system {system}, graph backend {params.graph.backend}: one server each"
         print("\n" + format_memory(memory, where if system == "graphrag" else f"system {system}"))

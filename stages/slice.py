@@ -24,6 +24,7 @@ from bench.slice import (
     check_fixture_ids,
     check_pins,
     cut_points,
+    has_official_cut,
     repin_fixture,
     restrict,
     sizes,
@@ -128,6 +129,9 @@ def repin(source: Path, fixture_path: Path, tokenizer: str) -> SliceFixture:
     built, official = {}, {}
     for mode, pin in fixture.modes.items():
         built[mode] = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer)
+        if not has_official_cut(fixture):  # the official slices wait for the cut's pins
+            official[mode] = built[mode]
+            continue
         points = cut_points(fixture, "official")
         official[mode] = build_mode(rows, pin, fixture.known_bad_rubric, tokenizer, points)
     updated = repin_fixture(fixture, built, official)

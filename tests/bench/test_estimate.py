@@ -22,6 +22,7 @@ from bench.estimate import (
     RunData,
     estimate_judge,
     format_memory,
+    format_table,
     judge_rates_from_run,
     read_run,
 )
@@ -750,3 +751,14 @@ def test_the_memory_table_lists_each_conversation_then_the_largest_and_the_sum()
         ["largest", "7.0", "40.0"],
         ["all", "12.0", "70.0"],
     ]
+
+
+def test_the_table_says_whether_the_run_fits_its_cap_or_that_the_tier_has_none() -> None:
+    estimates = {"agent": RoleEstimate(3, 900, 100), "total": RoleEstimate(3, 900, 100)}
+
+    assert format_table(estimates, 10, 2_000, "tier 100K, mode lite").endswith("within the cap")
+    assert "OVER the cap" in format_table(estimates, 2, 2_000, "tier 100K, mode lite")
+    no_cap = format_table(estimates, None, None, "tier 1M, mode all")
+    assert no_cap.splitlines()[-1] == (
+        "no cap set for this tier's mode yet: set settings.yaml budget.tiers.<tier>.<mode>"
+    )

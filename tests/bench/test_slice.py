@@ -355,6 +355,31 @@ def test_repin_makes_a_changed_release_pass_again(tmp_path: Path, pinned: Path) 
     assert after["known_bad_rubric"] == fixture_dict()["known_bad_rubric"]
 
 
+def test_a_set_pinned_before_its_chats_runs_once_a_person_has_repinned_it(
+    tmp_path: Path, data: Path
+) -> None:
+    """As 1M and 10M are pinned (scripts/pin_tier_questions.py): question ids, no slice, no
+    official cut."""
+    raw = fixture_dict()
+    raw["official_cut"] = {"source": "not readable here", "last_message_ids": None}
+    for pin in raw["modes"].values():  # type: ignore[attr-defined]
+        pin["slices"] = {}
+    path = tmp_path / "fixtures" / "slices.json"
+    write_json(path, raw)
+    with pytest.raises(IntegrityError, match="the lite slices are not pinned yet"):
+        run(data, path, "lite", tmp_path)
+
+    repin(data, path, "cl100k_base")
+
+    run(data, path, "lite", tmp_path)
+    after = json.loads(path.read_text())
+    assert after["modes"]["full"]["slices"] and after["modes"]["full"]["official_slices"] == {}
+    with pytest.raises(ParamsError, match="official cut is not pinned yet: not readable here"):
+        make_slices(
+            data, path, "lite", "cl100k_base", tmp_path / "o", tmp_path / "o.json", cut="official"
+        )
+
+
 def test_fixture_naming_a_missing_conversation_blames_the_fixture(
     tmp_path: Path, data: Path, pinned: Path
 ) -> None:
@@ -399,7 +424,7 @@ def test_fixture_naming_a_missing_message_blames_the_fixture(
     assert "message id(s) [40, 41] that conversation 17 does not have" in text
     assert "its 40 messages have ids 0-39" in text
     assert "The fixture is wrong, not the release file" in text
-    assert "only if the release itself changed (a new pin in pins.yaml verify_hash)" in text
+    assert "only if the release itself changed (a new pin in pins.yaml `release`)" in text
     assert f"re-pin with `{REPIN_COMMAND}`" in text
     assert not (tmp_path / "slice").exists()
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.slice import cut_points, has_official_cut
 from clients.llm.accounting import Budget
 from schemas.errors import ParamsError
 from schemas.params import BUDGET_SCOPES, MODES, TIERS, Mode
@@ -52,9 +53,24 @@ def test_every_tier_has_its_release_pinned_and_runs_only_with_a_question_set() -
     assert [len(params.release[t].files) for t in TIERS] == [1, 1, 1, 2]  # 10M: two shards
     assert params.release["10M"].repo_id == "Mohammadta/BEAM-10M"
     assert parse_params(whole | {"tier": "500K"}).fixture == "fixtures/slices-500K.json"
-    for tier in ("1M", "10M"):
-        with pytest.raises(ParamsError, match=f"tier {tier} has no question set pinned yet"):
-            parse_params(whole | {"tier": tier})
+    assert parse_params(whole | {"tier": "10M"}).fixture == "fixtures/slices-10M.json"
+    unpinned = whole | {"slice": whole["slice"] | {"fixtures": {"100K": "fixtures/slices.json"}}}
+    with pytest.raises(ParamsError, match="tier 1M has no question set pinned yet"):
+        parse_params(unpinned | {"tier": "1M"})
+
+
+@pytest.mark.parametrize("tier", ["1M", "10M"])
+def test_a_tier_pinned_from_the_question_files_waits_for_its_slices_and_cut(tier: str) -> None:
+    fixture = load_fixture(REPO_ROOT / "fixtures" / f"slices-{tier}.json")
+    conversations = 35 if tier == "1M" else 10
+    assert len(fixture.modes["all"].conversations) == conversations
+    assert len(fixture.modes["all"].question_ids) == 20 * conversations
+    assert set(fixture.modes["lite"].question_ids) < set(fixture.modes["all"].question_ids)
+    assert fixture.modes["all"].slices == {} and fixture.modes["lite"].slices == {}
+    assert not has_official_cut(fixture)
+    with pytest.raises(ParamsError, match="official cut is not pinned yet"):
+        cut_points(fixture, "official")
+    assert cut_points(fixture, "full") == {}
 
 
 def test_each_tier_has_its_own_budget_and_ledger(tmp_path: Path) -> None:
