@@ -39,6 +39,8 @@ def question_ids(chats: Path) -> dict[str, list[str]]:
     folders = sorted((p for p in chats.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     for folder in folders:
         path = folder / "probing_questions" / "probing_questions.json"
+        if not path.is_file():  # the layout of 100K and 500K
+            path = folder / "probing_questions.json"
         questions = json.loads(path.read_text(encoding="utf-8"))
         unknown = sorted(set(questions) - set(ABILITIES))
         if unknown:
