@@ -124,8 +124,15 @@ def conversation_row(table: pa.Table, conversation_id: str, source: str) -> int:
     return int(ids.index(conversation_id))
 
 
-def find_message(chat: list[list[dict[str, Any]]], message_id: int, where: str) -> dict[str, Any]:
-    for session in chat:
+def find_message(chat: object, message_id: int, where: str) -> dict[str, Any]:
+    """The message of a chat's sessions with this id (the dict itself, to cut in place)."""
+    if isinstance(chat, dict):
+        raise DataError(
+            f"{where}: the chat is held as plans (the 10M layout), and a repair of a message in a "
+            "plan is not supported yet; leave it unrepaired (the data check reports it) until "
+            "the repair stage reads plans"
+        )
+    for session in chat:  # type: ignore[attr-defined]
         for message in session:
             if message.get("id") == message_id:
                 return message

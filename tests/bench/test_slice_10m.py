@@ -16,9 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.data_check import Finding
+from bench.repair import repair_table
 from bench.slice import plan_sessions
 from clients.files import read_jsonl, write_json
 from schemas.errors import DataError
+from schemas.params import Repair
 from schemas.records import ChatSlice, Rubric
 from stages.slice import make_slices, repin
 
@@ -213,3 +215,20 @@ def test_the_synthetic_file_has_the_10m_layout() -> None:
     table = pa.Table.from_pylist(rows(), schema=SCHEMA)
     assert table.schema.field("chat").type.num_fields == 10
     assert json.dumps(table.column("plans").to_pylist()).count(PLAN_SECRET) == PLANS
+
+
+def test_the_repair_passes_the_plans_through_and_refuses_a_cut_inside_one() -> None:
+    table = pa.Table.from_pylist(rows(), schema=SCHEMA)
+    kept, record = repair_table(table, [], "10M", "synthetic")
+    assert kept.equals(table) and record.messages_changed == 0
+    pin = Repair(
+        tier="10M",
+        conversation_id="5",
+        message_id=3,
+        original_sha256="0" * 64,
+        sound_chars=1,
+        rest="repeated_lines",
+        why="a cut a person chose",
+    )
+    with pytest.raises(DataError, match=r"10M layout.*not supported yet"):
+        repair_table(table, [pin], "10M", "synthetic")
