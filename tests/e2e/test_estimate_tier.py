@@ -6,8 +6,6 @@ copy's own params and data stay as they were."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,22 +20,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.beam]
 def test_the_estimate_of_another_tier_leaves_the_workspace_as_it_is(
     tmp_path: Path, hub_mirror: HubMirror
 ) -> None:
-    command = [sys.executable, "scripts/estimate_tier.py", "--tier", "500K", "--mode", "lite"]
     with repo_copy(tmp_path, hub_mirror, mode="lite", tier="500K") as repo:
         repo.update_params({"tier": "100K"})  # the 500K release pins stay the mirror's
         before = (repo.path / "params.yaml").read_bytes()
 
-        done = subprocess.run(
-            [*command, "--json"],
-            cwd=repo.path,
-            env=repo.env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        # the data stages' lines, then the JSON
+        printed = repo.python(
+            "scripts/estimate_tier.py", "--tier", "500K", "--mode", "lite", "--json", timeout=600
         )
-
-        assert done.returncode == 0, done.stdout + done.stderr
-        printed = done.stdout  # the data stages' lines, then the JSON
         assert "repair: 15 message(s) of tier 500K" in printed
         estimate = json.loads(printed[printed.index("\n{") + 1 :])
         assert (estimate["tier"], estimate["mode"], estimate["system"]) == (

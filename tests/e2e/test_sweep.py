@@ -109,16 +109,7 @@ def ledgers(repo: RepoCopy) -> list[Path]:
 
 
 def compare(repo: RepoCopy, *names: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "stages.compare", *names],
-        cwd=repo.path,
-        env=repo.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return repo.python("-m", "stages.compare", *names, timeout=300)
 
 
 def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(

@@ -197,15 +197,25 @@ class RepoCopy:
     record: Path
     """The scripted model's request log (BEAM_SCRIPTED_RECORD): one JSON line per model call."""
 
-    def dvc(self, *args: str, check: bool = True, timeout: float = COMMAND_TIMEOUT_SECONDS) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "dvc", *args],
+    def run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        """`python <args>` in the copy, with its environment."""
+        return subprocess.run(
+            [sys.executable, *args],
             cwd=self.path,
             env=self.env,
             capture_output=True,
             text=True,
             timeout=timeout,
         )
+
+    def python(self, *args: str, timeout: float = COMMAND_TIMEOUT_SECONDS) -> str:
+        """`python <args>` in the copy, which must succeed: what it printed."""
+        done = self.run(*args, timeout=timeout)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def dvc(self, *args: str, check: bool = True, timeout: float = COMMAND_TIMEOUT_SECONDS) -> str:
+        done = self.run("-m", "dvc", *args, timeout=timeout)
         output = done.stdout + done.stderr
         if check:
             assert done.returncode == 0, output
