@@ -125,8 +125,8 @@ Cut = Literal["full", "official"]
 
 class SliceParams(Record):
     fixtures: dict[Tier, str]
-    """Per tier, the fixture that pins question ids, message ids and slice hashes per mode (a
-    tier without one has no question set pinned yet, and the slice stage says so)."""
+    """Per tier, the fixture that pins question ids, message ids and slice hashes per mode (the
+    params refuse a tier without one)."""
     tokenizer: str
     conversations: list[str] = Field(default_factory=list)
     """Keep only these of the mode's conversations (ids as in the data: `[4]`, `["4", "17"]`),
