@@ -7,7 +7,8 @@ For every tier whose parquet the shared BEAM copy holds in the Hub's layout (../
 `all` of that tier does; its fixture pins the same), and prints the chat's messages and
 cl100k tokens, graphrag's chunks (`ingest.chunk_tokens`) and each system's estimated calls and
 tokens (the estimator's rates from settings.yaml; the judge's without its scorer prompts, as
-`make estimate` before a fetch). Full cut only (at 500K the official cut is the full chat; at
+`make estimate` before a fetch), and graphrag's expected graphs (the largest conversation's nodes,
+all nodes and chunk text). Full cut only (at 500K the official cut is the full chat; at
 100K, scripts/measure_repairs.py measures it). No model, no server; numbers only.
 Usage: `uv run python scripts/measure_tiers.py`.
 """
@@ -33,6 +34,7 @@ from schemas.params import Params, Tier  # noqa: E402
 from stages.common import read_params  # noqa: E402
 from stages.estimate import estimate_roles  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
+from systems.port import EstimatesMemory  # noqa: E402
 from systems.registry import load_system  # noqa: E402
 from tests.conftest import SHARED_BEAM  # noqa: E402
 
@@ -78,7 +80,20 @@ def size_and_estimates(params: Params, built: Built) -> dict[str, int]:
     return found
 
 
-def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, int]:
+def expected_graphs(params: Params, built: Built) -> dict[str, float]:
+    """graphrag's expected graph per conversation (`make estimate`'s table): the largest
+    conversation's nodes and the sum of nodes and of chunk text."""
+    system = load_system(params, "graphrag", mode="all", rates=params.estimate)
+    assert isinstance(system, EstimatesMemory)
+    graphs = system.estimate_memory([s.chat for s in built.slices]).values()
+    return {
+        "graph.largest_nodes": max(g["nodes"] for g in graphs),
+        "graph.nodes": sum(g["nodes"] for g in graphs),
+        "graph.chunk_text_mb": round(sum(g["chunk_text_mb"] for g in graphs), 1),
+    }
+
+
+def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, float]:
     table = load_table(parquet.read_bytes(), str(parquet))
     repaired, record = repair_table(table, params.repair.messages, tier, str(parquet))
     rows = rows_by_conversation(encode_table(repaired), parquet)
@@ -89,6 +104,7 @@ def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, int]:
         "questions": total["questions"],
         "repaired": record.messages_changed,
         **size_and_estimates(params, built),
+        **expected_graphs(params, built),
     }
 
 
