@@ -174,7 +174,7 @@ def main() -> None:
     )
     estimates = estimate_roles(
         memory_system,
-        [s.chat for s in built.slices],
+        chats,
         built.questions,
         built.rubrics,
         rates,

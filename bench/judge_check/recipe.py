@@ -22,19 +22,16 @@ MAKE_RECIPE_COMMAND = "uv run --frozen python -m stages.judge_check --make-recip
 
 def recipe_about(tier: str) -> str:
     """The recipe's `about`: what it holds, where it was drawn from and how to draw it again."""
-    return RECIPE_ABOUT.replace("BEAM 100K", f"BEAM {tier}")
-
-
-RECIPE_ABOUT = (
-    "Facts, not code: the judge check's calibration recipe (stages/judge_check.py says how each "
-    "kind is built and why its label holds). Each case names a rubric item of the BEAM 100K "
-    "release by question id and item index, its kind, the seed of its random choices and, for "
-    "other_fact and buried, the donor items [question id, item index]; sha256 is that of the "
-    "built case. No dataset text is kept here: the cases are built at run time from the repaired "
-    "release. Drawn from the public repository's copy of the data (../shared/beam, BEAM "
-    "commit b2a3ee8ba12d68f83143dda191097dc3e028ddd3). On a hash mismatch, after a person has "
-    f"looked, draw it again with `{MAKE_RECIPE_COMMAND}`."
-)
+    return (
+        "Facts, not code: the judge check's calibration recipe (stages/judge_check.py says how "
+        "each kind is built and why its label holds). Each case names a rubric item of the BEAM "
+        f"{tier} release by question id and item index, its kind, the seed of its random "
+        "choices and, for other_fact and buried, the donor items [question id, item index]; "
+        "sha256 is that of the built case. No dataset text is kept here: the cases are built at "
+        "run time from the repaired release. Drawn from the public repository's copy of the data "
+        "(../shared/beam, BEAM commit b2a3ee8ba12d68f83143dda191097dc3e028ddd3). On a hash "
+        f"mismatch, after a person has looked, draw it again with `{MAKE_RECIPE_COMMAND}`."
+    )
 
 
 class RecipeEntry(Record):

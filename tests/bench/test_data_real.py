@@ -34,6 +34,7 @@ from stages.repair import repair
 from stages.slice import make_slices
 from stages.verify_hash import verify
 from tests.conftest import MIRROR_PARQUET, REPO_ROOT, SHARED_BEAM
+from tests.support.e2e_repo import mirror_release
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror, hub_mirror_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.beam, pytest.mark.usefixtures("mirror_parquet")]
@@ -50,13 +51,7 @@ KNOWN_BAD = {
 
 def mirror_pins() -> Release:
     """The 100K release pins with the mirror's size and sha256 in place of the release's."""
-    manifest = json.loads((SHARED_BEAM / "MANIFEST.json").read_text())
-    sha = manifest["sha256"]["mirror/datasets/Mohammadta/BEAM/data/100K-00000-of-00001.parquet"]
-    real = real_release()
-    file = real.files[0].model_copy(
-        update={"size_bytes": MIRROR_PARQUET.stat().st_size, "sha256": sha}
-    )
-    return real.model_copy(update={"files": [file]})
+    return Release.model_validate(mirror_release(real_release().model_dump(), "100K"))
 
 
 def real_release() -> Release:
