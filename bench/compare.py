@@ -491,7 +491,9 @@ def render_svg(table: Comparison) -> bytes:
     from matplotlib.figure import Figure
 
     scores = [r for r in table.rows if r.group == "score"]
-    calls = [r for r in table.rows if r.group == "cost_calls" and r.key != "total"]
+    calls = [r for r in table.rows if r.group == "cost_calls" and r.key != "total"] or [
+        r for r in table.rows if r.group == "cost_calls"
+    ]  # the headline keeps only the total of calls
     tokens = [r for r in table.rows if r.group == "cost_tokens" and r.key != "total"]
     n_cols = len(table.columns)
     height = max(4.0, 0.22 * max(len(scores), len(calls)) * n_cols + 1.8)
@@ -501,7 +503,7 @@ def render_svg(table: Comparison) -> bytes:
         colours = [matplotlib.colormaps["tab10"](i % 10) for i in range(n_cols)]
         _bars(axes[0], scores, table.columns, colours, "score (95% interval)", interval=True)
         axes[0].set_xlim(0, 1)
-        _bars(axes[1], calls, table.columns, colours, "model calls per phase")
+        _bars(axes[1], calls, table.columns, colours, "model calls")
         _bars(axes[2], tokens, table.columns, colours, "tokens per phase")
         handles, labels = axes[0].get_legend_handles_labels()
         figure.legend(handles, labels, loc="outside lower center", ncols=min(n_cols, 4))

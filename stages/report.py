@@ -32,6 +32,7 @@ from bench.report import (
     score_table,
     source_pins,
     stage_time,
+    sum_usage,
 )
 from clients.files import (
     read_chats,
@@ -124,7 +125,7 @@ def make_report() -> None:
     stages = (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)
     runs = [read_record(files.run, StageRun) for files in stages]
     run = run_info(*runs)
-    usage = {role: used for files in stages for role, used in read_json(files.usage).items()}
+    usage = sum_usage([read_json(files.usage) for files in stages])
     remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
 
     chats: list[ChatSlice] = read_chats(LAYOUT.slice.chats)
@@ -199,6 +200,7 @@ def make_report() -> None:
         confidence=params.confidence,
         judge_check=summary,
         min_agreement=min_agreement,
+        cost=cost,
     )
     write_atomic(VIEWER, render_run_page(page))
     overall = scores["overall"]

@@ -10,6 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from bench.judge_check.summary import judge_warning
 from schemas.base import Record
 from schemas.errors import DataError
@@ -156,12 +158,21 @@ def _messages(
     return out
 
 
-def _headline(report: Headline, events: Mapping[str, Any]) -> dict[str, Any]:
-    """From the report's headline metrics; a group it lacks shows as absent ("–"), never as a
-    crash."""
+def _headline(
+    report: Headline, events: Mapping[str, Any], table: Mapping[str, Mapping[str, int]]
+) -> dict[str, Any]:
+    """From the report's headline metrics, the cost per phase from the record's cost table
+    (`table`; the headline has only the total of calls); a group they lack shows as absent
+    ("–"), never as a crash."""
 
     def value(group: str, key: str) -> Any:
         return _num(report.group(group).get(key))
+
+    def spent(column: str, key: str) -> Any:
+        row = table.get(key)
+        if row is not None and column in row:
+            return _num(row[column])
+        return value(f"cost_{column}" if not column.startswith("estimate") else column, key)
 
     def scores(name: str) -> dict[str, Any]:
         return {
@@ -177,10 +188,10 @@ def _headline(report: Headline, events: Mapping[str, Any]) -> dict[str, Any]:
     cost = [
         {
             "phase": key,
-            "calls": value("cost_calls", key),
-            "tokens": value("cost_tokens", key),
-            "estimate_calls": value("estimate_calls", key),
-            "estimate_tokens": value("estimate_tokens", key),
+            "calls": spent("calls", key),
+            "tokens": spent("tokens", key),
+            "estimate_calls": spent("estimate_calls", key),
+            "estimate_tokens": spent("estimate_tokens", key),
         }
         for key in (*COST_KEYS, "total")
     ]
@@ -240,6 +251,9 @@ class PageInputs(Record):
     """None: the run has no judge check."""
     min_agreement: float | None = None
     """`judge_check.min_agreement`: below it the page shows the record's warning."""
+    cost: dict[str, dict[str, int]] = Field(default_factory=dict)
+    """The record's cost table: calls and tokens per phase and their estimates (empty: the
+    headline's)."""
 
 
 def page_data(inputs: PageInputs) -> dict[str, Any]:
@@ -279,7 +293,9 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         "judge_is_agent": any(m.role == "judge" and m.judge_is_agent for m in models),
         "models": [{"role": m.role, "model": m.model} for m in models],
         "confidence": inputs.confidence,
-        "headline": _headline(inputs.report, inputs.judge_summary.get("event_ordering", {})),
+        "headline": _headline(
+            inputs.report, inputs.judge_summary.get("event_ordering", {}), inputs.cost
+        ),
         "judge_check": _judge_check(inputs.judge_check, inputs.min_agreement),
         "system": next((run.system for run in runs if run.system), "graphrag"),
         "graphs": [

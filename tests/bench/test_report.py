@@ -20,6 +20,7 @@ from bench.report import (
     score_table,
     small_model_warning,
     source_pins,
+    sum_usage,
 )
 from clients.git import code_commit
 from schemas.estimate import RoleEstimate
@@ -210,7 +211,8 @@ def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:
         "estimate_tokens": 400,
     }
     assert cost["judge"]["estimate_calls"] == 4  # type: ignore[index]
-    assert set(cost) == {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}  # type: ignore[arg-type]
+    phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
+    assert set(cost) == phases  # type: ignore[arg-type]
 
 
 def _metrics(rows: list[JudgedQuestion]) -> dict[str, dict[str, float]]:
@@ -270,7 +272,8 @@ def test_metrics_are_the_headline_two_levels_of_numbers_without_null() -> None:
     assert metrics["score_beam_code"] == {"overall": 0.5}  # the 0.5 item truncated to 0
     assert metrics["judge_check"] == {"agreement": 0.6}
     phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
-    assert set(metrics["cost_calls"]) == set(metrics["cost_tokens"]) == phases
+    # tokens per phase; calls only in total (per phase: the record, the plots and the page)
+    assert set(metrics["cost_tokens"]) == phases and set(metrics["cost_calls"]) == {"total"}
     # no wall time: the stages' own metrics files hold their seconds
     assert not any("seconds" in key for values in metrics.values() for key in values)
 
@@ -412,3 +415,15 @@ def test_a_local_model_is_flagged_as_measuring_nothing_about_memory() -> None:
     warning = small_model_warning("local/smollm2-135m-instruct")
     assert "a model this small measures nothing about memory" in warning
     assert "`local/smollm2-135m-instruct`, a 98 MB model" in warning
+
+
+def test_usage_of_a_role_called_in_two_stages_is_summed() -> None:
+    ingest = {"embedding": {"calls": 3, "prompt_tokens": 300, "completion_tokens": 0}}
+    answer = {
+        "embedding": {"calls": 2, "prompt_tokens": 20, "completion_tokens": 0},
+        "agent": {"calls": 2, "prompt_tokens": 900, "completion_tokens": 40},
+    }
+    assert sum_usage([ingest, answer]) == {
+        "embedding": {"calls": 5, "prompt_tokens": 320, "completion_tokens": 0},
+        "agent": {"calls": 2, "prompt_tokens": 900, "completion_tokens": 40},
+    }

@@ -61,7 +61,7 @@ HEADLINE_KEYS = {
     "evidence_recall": {"overall"},
     "agent": {"context_tokens_p95"},
     "failures": {"model_calls", "questions_in_error", "tool_errors"},
-    "cost_calls": {*COST_KEYS, "total"},
+    "cost_calls": {"total"},  # per phase: the record, the plots and the run's page
     "cost_tokens": {*COST_KEYS, "total"},
     "judge_check": {"agreement"},
 }

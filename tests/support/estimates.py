@@ -14,6 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
+from bench.report import sum_usage
 from schemas.roles import ROLES, cost_key
 from tests.support.e2e_repo import RepoCopy
 
@@ -43,10 +44,18 @@ def estimate_of(
 
 
 def actual_of(repo: RepoCopy) -> dict[str, dict[str, int]]:
-    """{cost key: {calls, tokens}} the run took, from metrics/report.json."""
+    """{cost key: {calls, tokens}} the run took: the tokens from metrics/report.json, the calls
+    from metrics/usage/ (the headline keeps only their total)."""
     report = repo.read_json("metrics/report.json")
+    usage = usage_of(repo)
+    calls = {
+        cost_key(role): int(usage.get(role, {}).get("calls", 0)) for role in ROLES
+    }  # 0: unused
     return {
-        key: {"calls": report["cost_calls"][key], "tokens": report["cost_tokens"][key]}
+        key: {
+            "calls": report["cost_calls"]["total"] if key == "total" else calls[key],
+            "tokens": report["cost_tokens"][key],
+        }
         for key in ROLE_OF
     }
 
@@ -54,7 +63,6 @@ def actual_of(repo: RepoCopy) -> dict[str, dict[str, int]]:
 def usage_of(repo: RepoCopy) -> dict[str, dict[str, int]]:
     """{role: {calls, prompt_tokens, completion_tokens}} of the pipeline's phases (not the judge
     check's), from metrics/usage/."""
-    usage: dict[str, dict[str, int]] = {}
-    for stage in ("ingest", "answer", "judge"):
-        usage |= repo.read_json(f"metrics/usage/{stage}.json")
-    return usage
+    return sum_usage(
+        [repo.read_json(f"metrics/usage/{stage}.json") for stage in ("ingest", "answer", "judge")]
+    )
