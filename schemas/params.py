@@ -201,11 +201,19 @@ class ModelRef(Record):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider options sent as they are (litellm's `extra_body`), e.g. `{top_k: 1}` for a
     llama.cpp or vLLM server; for Ollama, entries of `options` join its request options."""
+    dimensions: int | None = Field(default=None, ge=1)
+    """The embedding role only: the vector length asked of a provider that can shorten its
+    vectors (OpenAI's text-embedding-3); null: the model's own. Part of the call cache's key."""
+    batch_size: int = Field(default=32, ge=1, le=2048)
+    """The embedding role only: texts per request (settings.yaml)."""
 
 
 class ModelsParams(Record):
     extraction: ModelRef
     resolution: ModelRef
+    embedding: ModelRef = ModelRef(model=None)
+    """The embedder of the systems that retrieve by meaning (clients/llm/embeddings.py); model
+    null: none (a system that needs one refuses to start)."""
     agent: ModelRef
     judge: ModelRef
     """model null: the agent's model, endpoint and provider options (its own max_tokens,

@@ -126,7 +126,7 @@ from schemas.params import (
     Tier,
     budget_scope,
 )
-from schemas.roles import ROLES, Role
+from schemas.roles import CHAT_ROLES, ROLES, Role
 from schemas.runs import ModelUse
 
 # --------------------------------------------------------------------------------------------
@@ -206,8 +206,8 @@ class LlmClient:
     ) -> None:
         """`local_context`: the context a `local/` model's server starts with when several roles
         share it (build_model passes the largest of theirs); None: this role's own."""
-        if role not in ROLES:
-            raise ParamsError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        if role not in CHAT_ROLES:
+            raise ParamsError(f"unknown role {role!r}; expected one of {', '.join(CHAT_ROLES)}")
         if ref.model is None:
             raise ParamsError(f"models.{role}.model is null (only the judge may fall back)")
         self.role: Role = role
@@ -524,6 +524,11 @@ def resolve_model(models: ModelsParams, role: Role) -> ModelRef:
     provider options, with its own max_tokens, temperature and seed (a verdict is short)."""
     ref: ModelRef = getattr(models, role)
     if ref.model is None:
+        if role == "embedding":
+            raise ParamsError(
+                "params.yaml models.embedding.model is null, and the run needs an embedder: "
+                "name one (e.g. ollama/embeddinggemma)"
+            )
         if role != "judge":
             raise ParamsError(f"params.yaml models.{role}.model is null; only the judge may be")
         return models.agent.model_copy(
@@ -538,7 +543,7 @@ def local_context_tokens(models: ModelsParams, model: str | None) -> int | None:
     spec = LOCAL_MODELS.get(model or "")
     if spec is None:
         return None
-    refs = [ref for ref in (resolve_model(models, r) for r in ROLES) if ref.model == model]
+    refs = [ref for ref in (resolve_model(models, r) for r in CHAT_ROLES) if ref.model == model]
     return max(ref.context_tokens or spec.max_context_tokens for ref in refs)
 
 
@@ -548,14 +553,43 @@ def judge_is_agent(models: ModelsParams) -> bool:
     return judge.model == agent.model and (judge.api_base or None) == (agent.api_base or None)
 
 
+def configured_roles(models: ModelsParams) -> tuple[Role, ...]:
+    """The roles the params give a model: every chat role, and the embedder when one is named."""
+    return tuple(r for r in ROLES if r != "embedding" or models.embedding.model is not None)
+
+
 def run_identity(models: ModelsParams) -> dict[str, dict[str, str | None]]:
-    """Every role's model and endpoint as the run uses them (the judge's fallback resolved): what
-    names a run for its spend ledger."""
+    """Every configured role's model and endpoint as the run uses them (the judge's fallback
+    resolved): what names a run for its spend ledger."""
     return {
         role: {"model": ref.model, "api_base": ref.api_base}
-        for role in ROLES
+        for role in configured_roles(models)
         for ref in [resolve_model(models, role)]
     }
+
+
+def run_budget(
+    *, models: ModelsParams, llm: LlmParams, budget: BudgetParams | None, mode: Mode, tier: Tier
+) -> Budget | None:
+    """The run's spend cap (the tier's mode's), shared by every role through its ledger; None
+    when the params set no cap."""
+    cap = budget.cap(tier, mode) if budget is not None else None
+    if cap is None or budget is None:
+        return None
+    scope = budget_scope(tier, mode)
+    return Budget(
+        scope,
+        cap.calls,
+        cap.tokens,
+        shared_path(llm.cache_dir),  # one cache and ledger for every DVC experiment
+        run_key=run_key_of(scope, run_identity(models)),
+        over_estimate=budget.max_over_estimate,
+    )
+
+
+def run_cache(llm: LlmParams) -> LlmCache | None:
+    """The call cache every DVC experiment of the checkout shares (None: `llm.cache` is off)."""
+    return LlmCache(shared_path(llm.cache_dir)) if llm.cache else None
 
 
 def build_model(
@@ -570,26 +604,14 @@ def build_model(
 ) -> LlmClient:
     """An LlmClient for one role from params sections (pure apart from the cache directory);
     spend is capped by the tier's mode's budget."""
-    cache_dir = shared_path(llm.cache_dir)  # one cache and ledger for every DVC experiment
-    cap = budget.cap(tier, mode) if budget is not None else None
-    scope = budget_scope(tier, mode)
     ref = resolve_model(models, role)
     return LlmClient(
         role,
         ref,
         llm,
         accounting=accounting,
-        budget=None
-        if cap is None
-        else Budget(
-            scope,
-            cap.calls,
-            cap.tokens,
-            cache_dir,
-            run_key=run_key_of(scope, run_identity(models)),
-            over_estimate=budget.max_over_estimate if budget is not None else None,
-        ),
-        cache=LlmCache(cache_dir) if llm.cache else None,
+        budget=run_budget(models=models, llm=llm, budget=budget, mode=mode, tier=tier),
+        cache=run_cache(llm),
         judge_is_agent=role == "judge" and judge_is_agent(models),
         local_context=local_context_tokens(models, ref.model),
     )
@@ -608,12 +630,12 @@ def open_model(role: Role, params: Params, *, accounting: Accounting | None = No
     )
 
 
-def check_all_endpoints(models: ModelsParams) -> None:
-    """Preflight of every role at once, each distinct model and endpoint checked once: one
-    ServiceError listing every role whose model is unusable (so a user fixes them all in one go,
-    before any download)."""
+def check_all_endpoints(models: ModelsParams, roles: Sequence[Role] | None = None) -> None:
+    """Preflight of every role (or of `roles`: those the run uses) at once, each distinct model
+    and endpoint checked once: one ServiceError listing every role whose model is unusable (so a
+    user fixes them all in one go, before any download)."""
     by_ref: dict[tuple[str | None, str | None, str | None, int | None], list[Role]] = {}
-    for role in ROLES:
+    for role in roles if roles is not None else configured_roles(models):
         ref = resolve_model(models, role)
         # context_tokens too: a local model checks it against the length it was trained for
         key = (ref.model, ref.api_base, ref.api_key_env, ref.context_tokens)

@@ -46,6 +46,10 @@ def _import_litellm() -> ModuleType:
 
         litellm.suppress_debug_info = True
         litellm.telemetry = False
+        # Retries are the door's own (counted, bounded). litellm's OpenAI embedding path reads
+        # `max_retries or DEFAULT_MAX_RETRIES`, so the 0 every call sends became 2 silent retries
+        # inside one attempt (seen in tests/clients/llm/test_embeddings.py).
+        litellm.DEFAULT_MAX_RETRIES = 0  # type: ignore[misc]
         _litellm = litellm
     return _litellm
 
@@ -321,10 +325,93 @@ class LitellmBackend:
         )
 
 
+class LitellmEmbeddingBackend:
+    """The embedding role through `litellm.aembedding`: Ollama's embedding endpoint
+    (`ollama/<model>`), any provider's, or an OpenAI-compatible server (`openai/<name>` with
+    `api_base`), with the same keys, timeout and error classes as a chat call."""
+
+    test_model = False
+
+    def __init__(self, ref: ModelRef, params: LlmParams) -> None:
+        if ref.model is None:
+            raise ParamsError("models.embedding.model is null: no embedder is configured")
+        self.ref = ref
+        self.params = params
+        self.model = ref.model
+        self._extra: dict[str, Any] | None = None
+        self._key_source: str | None = None
+
+    def prepare(self) -> None:
+        self._static_kwargs()
+
+    def _static_kwargs(self) -> dict[str, Any]:
+        if self._extra is None:
+            self._key_source = key_source("embedding", self.ref)
+            _import_litellm()
+            extra: dict[str, Any] = {}
+            if self.ref.api_base:
+                extra["api_base"] = self.ref.api_base
+            if self.ref.dimensions is not None:
+                extra["dimensions"] = self.ref.dimensions
+            if self.ref.extra_body:
+                extra["extra_body"] = dict(self.ref.extra_body)
+            self._extra = extra
+        out = dict(self._extra)
+        if self._key_source == "env" and self.ref.api_key_env:
+            key = os.environ.get(self.ref.api_key_env)
+            if not key:
+                raise ServiceError(
+                    f"models.embedding.api_key_env names {self.ref.api_key_env}, which is not "
+                    "set in the environment: export it (keys never go in params.yaml)"
+                )
+            out["api_key"] = key
+        elif self._key_source == "dummy":
+            out["api_key"] = LOCAL_KEY
+        return out
+
+    async def send(self, texts: list[str]) -> Any:
+        from clients.llm.embeddings import RawEmbeddings
+
+        litellm = _import_litellm()
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "input": texts,
+            "timeout": self.params.timeout_seconds,
+            "num_retries": 0,
+            "max_retries": 0,
+            "encoding_format": "float",
+            **self._static_kwargs(),
+        }
+        _record_request("embedding", "embed", {"model": self.model, "input": texts})
+        try:
+            response = await _on_litellm_loop(litellm.aembedding(**kwargs))
+        except Exception as exc:
+            raise _classify(exc, self.model, self.ref.api_base, "embedding") from exc
+        rows = sorted(response.data, key=lambda row: _field(row, "index"))
+        usage = getattr(response, "usage", None)
+        return RawEmbeddings(
+            [list(_field(row, "embedding")) for row in rows],
+            getattr(usage, "prompt_tokens", None) or None,
+        )
+
+
+def _field(row: Any, name: str) -> Any:
+    """A field of a response row, which litellm gives as a dict or as an object."""
+    return row[name] if isinstance(row, dict) else getattr(row, name)
+
+
 RECORD_ENV = "BEAM_LLM_RECORD"
 """Opt-in: a file each request's body is appended to (one JSON line, before it is sent), for
 tests that check what reaches a real server (clients/scripted's BEAM_SCRIPTED_RECORD's twin)."""
-RECORDED_KEYS = ("model", "messages", "tools", "tool_choice", "response_format", "max_tokens")
+RECORDED_KEYS = (
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "max_tokens",
+    "input",
+)
 
 
 def _record_request(role: str, task: str, kwargs: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from schemas.estimate import RoleEstimate
 from schemas.judging import JudgedQuestion
 from schemas.params import ReportParams
 from schemas.records import ABILITIES, RepairedMessage, SliceSource
-from schemas.roles import ROLES
+from schemas.roles import CHAT_ROLES, ROLES
 from schemas.runs import MemorySizes, ModelUse, RunSummary, StageRun
 from schemas.traces import AnswerSummary
 from stages.report import read_times
@@ -125,7 +125,7 @@ def _inputs() -> dict[str, object]:
         system="graphrag",
         models=[
             ModelUse(role=r, model="scripted/rules", test_model=True, judge_is_agent=r == "judge")
-            for r in ROLES
+            for r in CHAT_ROLES
         ],
         test_model=True,
         small_models=[],
@@ -205,13 +205,13 @@ def test_the_record_pins_the_chat_cut_and_the_repaired_messages() -> None:
 def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:
     cost = _inputs()["cost"]
     assert cost["total"] == {  # type: ignore[index]
-        "calls": 12,
-        "tokens": 480,
-        "estimate_calls": 16,
-        "estimate_tokens": 400,
+        "calls": 15,
+        "tokens": 600,
+        "estimate_calls": 20,
+        "estimate_tokens": 500,
     }
     assert cost["judge"]["estimate_calls"] == 4  # type: ignore[index]
-    phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
+    phases = {"ingest_extraction", "ingest_resolution", "embedding", "agent", "judge", "total"}
     assert set(cost) == phases  # type: ignore[arg-type]
 
 
@@ -271,7 +271,7 @@ def test_metrics_are_the_headline_two_levels_of_numbers_without_null() -> None:
     assert metrics["failures"] == {"model_calls": 3, "questions_in_error": 0, "tool_errors": 3}
     assert metrics["score_beam_code"] == {"overall": 0.5}  # the 0.5 item truncated to 0
     assert metrics["judge_check"] == {"agreement": 0.6}
-    phases = {"ingest_extraction", "ingest_resolution", "agent", "judge", "total"}
+    phases = {"ingest_extraction", "ingest_resolution", "embedding", "agent", "judge", "total"}
     # tokens per phase; calls only in total (per phase: the record, the plots and the page)
     assert set(metrics["cost_tokens"]) == phases and set(metrics["cost_calls"]) == {"total"}
     # no wall time: the stages' own metrics files hold their seconds

@@ -14,6 +14,6 @@ def test_params_configure_every_role_in_pipeline_order() -> None:
 def test_cost_keys_name_the_build_roles_by_the_ingest_stage() -> None:
     # The keys of metrics/report.json, the record, the viewer's page and dvc.yaml's plots:
     # written out here so that a change to them is a decision, not a side effect.
-    assert COST_KEYS == ("ingest_extraction", "ingest_resolution", "agent", "judge")
+    assert COST_KEYS == ("ingest_extraction", "ingest_resolution", "embedding", "agent", "judge")
     assert [cost_key(role) for role in INGEST_ROLES] == ["ingest_extraction", "ingest_resolution"]
     assert cost_key("judge") == "judge"

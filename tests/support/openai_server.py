@@ -1,8 +1,10 @@
 """A loopback OpenAI-compatible chat server with scripted faults, for driving the real litellm path.
 
 Bound to 127.0.0.1 on a free port; `/v1/chat/completions` answers with plain text, tool calls or
-JSON, reports `usage`, and can be told to misbehave: 429 with `Retry-After`, 500, a hang past the
-client's timeout, malformed JSON content, a tool call with invalid arguments, an empty reply.
+JSON, `/v1/embeddings` with the test embedder's vectors (clients/llm/embeddings.py's
+`hashed_words`), both report `usage`, and can be told to misbehave: 429 with `Retry-After`, 500,
+a hang past the client's timeout, malformed JSON content (for embeddings: a vector short), a tool
+call with invalid arguments, an empty reply.
 `GET /v1/models` (and Ollama's `GET /api/tags`) list one model, for the preflight check.
 Every request is logged in memory.
 
@@ -26,7 +28,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from clients.llm.embeddings import hashed_words
+
 MODEL_ID = "test-model"
+EMBED_DIMENSIONS = 64
+"""The length of the vectors `/v1/embeddings` answers with."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             self._send(400, {"error": {"message": "request body is not JSON"}})
             return
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        embeddings = self.path.rstrip("/").endswith("/embeddings")
+        if not embeddings and not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
         entry = LoggedRequest(self.path, body, authorized="Authorization" in self.headers)
@@ -210,6 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
             self._counted = state.generation
         try:
+            if embeddings:
+                self._embed(action, body)
+                return
             if action is None:
                 action = state.responder(body)
             if state.latency:
@@ -218,6 +228,37 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self._leave()
             entry.seconds = time.perf_counter() - started
+
+    def _embed(self, action: Action | None, body: dict[str, Any]) -> None:
+        """`/v1/embeddings`: the test embedder's vectors (a hashed bag of words, EMBED_DIMENSIONS
+        long), or a queued fault (rate_limit, server_error, hang, status, and `malformed`: one
+        vector fewer than texts)."""
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        if action is not None and action.kind == "malformed":
+            texts = texts[:-1]
+        elif action is not None and action.kind != "hang":
+            self._act(action, body)
+            return
+        elif action is not None:
+            self.server.state.stopping.wait(action.hang_seconds)
+        words = sum(len(str(t).split()) for t in texts)
+        self._send(
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "object": "embedding",
+                        "index": i,
+                        "embedding": hashed_words(str(t), EMBED_DIMENSIONS),
+                    }
+                    for i, t in enumerate(texts)
+                ],
+                "model": body.get("model", MODEL_ID),
+                "usage": {"prompt_tokens": words, "total_tokens": words},
+            },
+        )
 
     def _act(self, action: Action, body: dict[str, Any]) -> None:
         kind = action.kind
