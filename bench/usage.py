@@ -14,10 +14,12 @@ metrics file.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
-from clients.llm.port import ChatModel, ChatRequest, Completion
+from clients.llm.port import ChatModel, ChatRequest, Completion, EmbeddingModel, Embeddings
 from schemas.roles import Role
+from schemas.runs import ModelUse
 
 
 class CountedModel:
@@ -64,3 +66,55 @@ class CountedModel:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }
+
+
+class CountedEmbedder:
+    """An `EmbeddingModel` opened on its first use (a run that never embeds makes none, and so
+    checks no embedding endpoint) that counts what its vectors took: each call's distinct texts
+    in batches, their tokens by the harness's count (`Embeddings.usage_requests`,
+    `usage_tokens`), the same whether the vectors came from the model or the call cache.
+    Thread-safe: questions are answered concurrently."""
+
+    def __init__(self, opener: Callable[[], EmbeddingModel]) -> None:
+        self._opener = opener
+        self._model: EmbeddingModel | None = None
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.prompt_tokens = 0
+
+    @property
+    def opened(self) -> bool:
+        return self._model is not None
+
+    def _open(self) -> EmbeddingModel:
+        with self._lock:
+            if self._model is None:
+                self._model = self._opener()
+            return self._model
+
+    @property
+    def model(self) -> str:
+        return self._open().model
+
+    @property
+    def test_model(self) -> bool:
+        return self._open().test_model
+
+    def metadata(self) -> ModelUse:
+        return self._open().metadata()
+
+    def _count(self, found: Embeddings) -> Embeddings:
+        with self._lock:
+            self.calls += found.usage_requests
+            self.prompt_tokens += found.usage_tokens
+        return found
+
+    def embed(self, texts: Sequence[str], *, task: str) -> Embeddings:
+        return self._count(self._open().embed(texts, task=task))
+
+    async def aembed(self, texts: Sequence[str], *, task: str) -> Embeddings:
+        return self._count(await self._open().aembed(texts, task=task))
+
+    def usage(self) -> dict[str, int]:
+        """{calls, prompt_tokens, completion_tokens}: what metrics/usage/ records for the role."""
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": 0}

@@ -428,11 +428,18 @@ class JudgeCheckParams(Record):
     a reply still unusable) before the stage stops (exit 3), as in every stage."""
 
 
+Retriever = Literal["bm25", "dense", "hybrid"]
+RETRIEVERS: tuple[Retriever, ...] = get_args(Retriever)
+
+
 class RagParams(Record):
-    """The `rag` baseline (systems/rag.py): BM25 over the chat's chunks."""
+    """The `rag` baseline (systems/rag.py): retrieval over the chat's chunks."""
 
     top_k: int = Field(ge=1, le=100)
     """Chunks (the same chunks as graphrag's, `ingest.chunk_tokens` each) in the answer prompt."""
+    retriever: Retriever = "bm25"
+    """bm25: keywords (bm25s); dense: the cosine of `models.embedding`'s vectors; hybrid: both
+    rankings fused by reciprocal rank (systems/retrieval.py)."""
 
 
 class FullContextParams(Record):

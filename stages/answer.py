@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.answers import agent_usage, summarize_answers
+from bench.usage import CountedEmbedder
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
@@ -31,8 +32,8 @@ from schemas.records import Question
 from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
-from systems.port import Memory, MemorySystem, memory_file
-from systems.registry import load_system
+from systems.port import EmbedsQuestions, Memory, MemorySystem, memory_file
+from systems.registry import lazy_embedder, load_system
 
 STAGE_IO = StageIO(
     deps=(LAYOUT.slice.folder, LAYOUT.ingest.folder),
@@ -96,7 +97,8 @@ def main() -> None:
         by_conversation[question.conversation_id].append(question)
     accounting = Accounting()
     agent = open_model("agent", run, accounting=accounting)
-    system = load_system(run, answer_model=agent)
+    embedder = CountedEmbedder(lazy_embedder(run, accounting))
+    system = load_system(run, answer_model=agent, embedder=lambda: embedder)
     missing = [c for c in by_conversation if not memory_file(MEMORIES, c).is_file()]
     if missing:
         raise DataError(
@@ -107,6 +109,8 @@ def main() -> None:
 
     agent.check_endpoint()
     estimate = system.estimate_answer([], questions, MEMORIES)  # from the built memories
+    if isinstance(system, EmbedsQuestions):  # the questions' embeddings, charged to one cap
+        estimate += system.estimate_query_embedding(questions)
     if agent.budget is not None:
         agent.budget.check_estimate(
             estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name})"
@@ -125,12 +129,18 @@ def main() -> None:
     )
     write_jsonl(FILES.traces, ordered)
     (FILES.folder / "NOTICE").write_text(NOTICE, encoding="utf-8")
+    models = [agent.metadata(), *([embedder.metadata()] if embedder.opened else [])]
     record = StageRun(
-        mode=mode, system=system.name, models=[agent.metadata()], test_model=agent.test_model
+        mode=mode,
+        system=system.name,
+        models=models,
+        test_model=any(m.test_model for m in models),
     )
     write_json(FILES.run, record.to_json())
     write_json(FILES.summary, summarize_answers(ordered).to_json())
-    write_json(FILES.usage, {"agent": agent_usage(ordered)})
+    usage = {"agent": agent_usage(ordered)}
+    usage |= {"embedding": embedder.usage()} if embedder.opened else {}
+    write_json(FILES.usage, usage)
     # The model layer's wait on the agent's calls (none for cache hits): wall time only.
     write_json(
         FILES.wall_time,

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.usage import CountedModel
+from bench.usage import CountedEmbedder, CountedModel
 from clients.files import read_chats, remove_outputs, write_json
 from clients.llm.accounting import Accounting
-from clients.llm.client import LlmClient, open_model
+from clients.llm.client import LlmClient, open_budget, open_model
 from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import check_failed_share
@@ -35,7 +35,7 @@ from schemas.roles import INGEST_ROLES, Role, cost_key
 from schemas.runs import MemorySizes, StageRun
 from stages.common import ProgressBar, read_params, run_stage, stage_seconds
 from systems.port import BuiltMemory, MemorySystem, memory_file
-from systems.registry import load_system
+from systems.registry import lazy_embedder, load_system
 
 STAGE_IO = StageIO(
     deps=(LAYOUT.slice.folder,),
@@ -48,18 +48,20 @@ FILES = LAYOUT.ingest
 def main() -> None:
     run = read_params()
     mode, params = run.mode, run.ingest
-    system = load_system(run)
+    accounting = Accounting()
+    embedder = CountedEmbedder(lazy_embedder(run, accounting))
+    system = load_system(run, embedder=lambda: embedder)
     # first: a missing slice must not leave the last run's memory
     remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
     chats = read_chats(LAYOUT.slice.chats)
 
-    accounting = Accounting()
     clients = [open_model(role, run, accounting=accounting) for role in system.build_roles]
     for client in clients:
         client.check_endpoint()
     estimate = system.estimate_build(chats)
-    if clients and clients[0].budget is not None:
-        clients[0].budget.check_estimate(
+    budget = clients[0].budget if clients else open_budget(run)
+    if budget is not None and estimate:
+        budget.check_estimate(
             sum(e.calls for e in estimate.values()),
             sum(e.tokens for e in estimate.values()),
             what=f"ingest ({mode}, {system.name}: {len(chats)} conversations)",
@@ -80,7 +82,7 @@ def main() -> None:
         # no half-made set of memories (finished calls are cached)
         remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
         raise
-    write_records(memories, mode, system, clients, list(counted.values()), accounting)
+    write_records(memories, mode, system, clients, list(counted.values()), accounting, embedder)
 
 
 def build_all(
@@ -120,11 +122,13 @@ def write_records(
     clients: list[LlmClient],
     counted: list[CountedModel],
     accounting: Accounting,
+    embedder: CountedEmbedder,
 ) -> None:
     """The stage's data outs (results only: byte-identical when re-run from the call cache) and
     its metrics (seconds per build role under its `cost_key`: the model layer's wait, none for
     cache hits)."""
     models = [client.metadata() for client in clients]
+    models += [embedder.metadata()] if embedder.opened else []
     notes: dict[str, dict[str, Any]] = {}
     for memory in memories:
         for key, value in memory.notes.items():
@@ -139,7 +143,9 @@ def write_records(
     write_json(FILES.run, record.to_json())
     sizes = MemorySizes.of((m.conversation_id, m.counts) for m in memories)
     write_json(FILES.graphs, sizes.to_json())
-    write_json(FILES.usage, {model.role: model.usage() for model in counted})
+    usage = {model.role: model.usage() for model in counted}
+    usage |= {"embedding": embedder.usage()} if embedder.opened else {}
+    write_json(FILES.usage, usage)
     llm = accounting.to_metrics()
     seconds = {cost_key(r): llm[r]["seconds"] if r in llm else 0.0 for r in INGEST_ROLES}
     write_json(FILES.wall_time, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})

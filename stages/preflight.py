@@ -13,12 +13,23 @@ from __future__ import annotations
 import sys
 
 from clients.llm.client import check_all_endpoints
+from schemas.roles import Role
 from stages.common import read_params, run_stage
+from systems.port import MemorySystem
+from systems.registry import load_system
+
+
+def run_roles(system: MemorySystem) -> tuple[Role, ...]:
+    """The roles a run of `system` calls: its build's, the embedder where it embeds, the agent
+    and the judge."""
+    embeds = ("embedding",) if getattr(system, "embeds", False) else ()
+    return (*system.build_roles, *embeds, "agent", "judge")
 
 
 def main() -> None:
-    check_all_endpoints(read_params().models)
-    print("preflight: every role's model endpoint answers", file=sys.stderr)
+    params = read_params()
+    check_all_endpoints(params.models, run_roles(load_system(params)))
+    print("preflight: every model endpoint the run uses answers", file=sys.stderr)
 
 
 if __name__ == "__main__":

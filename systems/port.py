@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from clients.llm.port import ChatModel
+from clients.llm.port import ChatModel, EmbeddingModel
+from schemas.errors import ParamsError
 from schemas.estimate import ZERO, FinishedRun, Origins, RateOrigin, RoleEstimate
 from schemas.params import AgentRates, EstimateParams, Mode, Params
 from schemas.records import ChatSlice, Question
@@ -40,6 +41,7 @@ from schemas.traces import Trace
 ENTRY_POINTS = "beam_memory.systems"
 """The entry-point group every memory system registers its `SystemEntry` under."""
 ANSWER_ROLE: Role = "agent"
+EMBEDDING_ROLE: Role = "embedding"
 """The model role every system answers with (so systems differ only in their memory)."""
 
 Progress = Callable[[int, int], None]
@@ -47,9 +49,11 @@ Progress = Callable[[int, int], None]
 
 __all__ = [
     "ANSWER_ROLE",
+    "EMBEDDING_ROLE",
     "ENTRY_POINTS",
     "ZERO",
     "BuiltMemory",
+    "EmbedsQuestions",
     "FinishedRun",
     "Memory",
     "MemorySystem",
@@ -97,6 +101,8 @@ class SystemEstimate:
     """Per role its build calls (graphrag: extraction, resolution; the baselines: none)."""
     answer: RoleEstimate
     """The answer model's calls (role `agent`) over all the questions."""
+    query_embedding: RoleEstimate = ZERO
+    """The embedder's calls at answer time (the questions), for a system that embeds them."""
 
     @property
     def build_calls(self) -> int:
@@ -110,6 +116,7 @@ class SystemEstimate:
         """By model role, every role of the run present (zero where the system uses none)."""
         return {
             **{role: self.build.get(role, ZERO) for role in INGEST_ROLES},
+            EMBEDDING_ROLE: self.build.get(EMBEDDING_ROLE, ZERO) + self.query_embedding,
             ANSWER_ROLE: self.answer,
         }
 
@@ -121,6 +128,10 @@ class Memory(Protocol):
         """The answer with how it was reached; a model call that failed after its retries sets
         `Trace.error` (never raised: the stage counts failures against `max_failed_share`)."""
         ...
+
+
+def _no_embedder() -> EmbeddingModel:
+    raise ParamsError("this run has no embedder (systems/registry.py load_system makes one)")
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,9 @@ class SystemContext:
     """The estimator's rates (params `estimate`, or rates taken from a run)."""
     answer_window: Callable[[], int | None]
     """The answer model's context window in tokens (None: unknown), asked on first call."""
+    embedder: Callable[[], EmbeddingModel] = _no_embedder
+    """The run's embedder (`models.embedding`), made on first call and shared by the stage's
+    accounting; ParamsError when params name none."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +239,16 @@ class EstimatesMemory(Protocol):
         ...
 
 
+@runtime_checkable
+class EmbedsQuestions(Protocol):
+    """A system that embeds each question at answer time (an optional part of the port): its
+    embedder's calls then count in the answer stage's estimate."""
+
+    def estimate_query_embedding(self, questions: Sequence[Question]) -> RoleEstimate:
+        """Expected embedder calls and tokens for `questions`."""
+        ...
+
+
 def estimate_system(
     system: MemorySystem,
     chats: Sequence[ChatSlice],
@@ -235,6 +259,11 @@ def estimate_system(
     return SystemEstimate(
         build=system.estimate_build(chats),
         answer=system.estimate_answer(chats, questions, memory_dir),
+        query_embedding=(
+            system.estimate_query_embedding(questions)
+            if isinstance(system, EmbedsQuestions)
+            else ZERO
+        ),
     )
 
 

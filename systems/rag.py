@@ -1,13 +1,19 @@
-"""rag: BM25 over the chat's chunks, the top k in the answer prompt.
+"""rag: retrieval over the chat's chunks, the top k in the answer prompt.
 
 Its memory is the conversation's chunks, the same ones graphrag extracts from (about
 `ingest.chunk_tokens` tokens each, never across sessions: systems/chunking.py), one JSON
-line each. For a question, every chunk is scored by BM25 (bm25s: Lucene's variant, k1 1.5,
-b 0.75, English stopwords, no stemming) over its message texts (the `[message ...]` headers are
-not indexed) against the question; the `top_k` best go in the prompt, in chat order, each under
-its session's date. Ties are broken by chat order (the earlier chunk first), so the same chat and
-question always give the same prompt. The evidence is the chunks in the prompt and their
-messages.
+line each. For a question the chunks are ranked by `rag.retriever`:
+- bm25: BM25 (bm25s: Lucene's variant, k1 1.5, b 0.75, English stopwords, no stemming) over their
+  message texts (the `[message ...]` headers are not indexed) against the question;
+- dense: the cosine of their vectors (`models.embedding`, the same header-less texts) to the
+  question's;
+- hybrid: both rankings fused by reciprocal rank (systems/retrieval.py; BM25's ranking holds only
+  the chunks that share a word with the question).
+The `top_k` best go in the prompt, in chat order, each under its session's date. Ties are broken
+by chat order (the earlier chunk first), so the same chat and question always give the same
+prompt. The evidence is the chunks in the prompt and their messages. With an embedder the build
+embeds every chunk (the ingest stage's embedding calls) and the memory file holds each chunk with
+its vector (`EmbeddedChunk`); the answer embeds the question (the answer stage's).
 
 bm25s rather than rank_bm25: it is maintained (releases through 2026; rank_bm25's last is from
 2022), needs only numpy and scipy, and scores every document of a query at once.
@@ -15,17 +21,20 @@ bm25s rather than rank_bm25: it is maintained (releases through 2026; rank_bm25'
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from clients.files import read_jsonl, write_atomic
-from clients.llm.port import ChatModel, ChatRequest
+from clients.llm.port import ChatModel, ChatRequest, EmbeddingModel, Embeddings
 from clients.tokens import count_tokens
+from schemas.base import Record
+from schemas.errors import DataError, ParamsError
 from schemas.estimate import RoleEstimate
-from schemas.params import AgentRates
+from schemas.params import AgentRates, Retriever
 from schemas.records import ChatSlice, Chunk, Question
 from schemas.roles import Role
 from schemas.traces import Trace
@@ -38,12 +47,25 @@ from systems.port import (
     SystemEntry,
     memory_file,
 )
+from systems.retrieval import dense_ranking, ranking, reciprocal_rank_fusion
 
 PROMPT_VERSION = "rag-v1"
 INSTRUCTIONS = system_prompt(
     "Below are the excerpts of the chat that a keyword search found for the question, in chat "
     "order, each under its session's date; each message is headed by its id and role."
 )
+SEARCH_NOUN: dict[Retriever, str] = {
+    "bm25": "a keyword search",
+    "dense": "a search by meaning",
+    "hybrid": "a search by keywords and meaning",
+}
+
+
+def instructions(retriever: Retriever) -> str:
+    """The answer prompt's instructions (bm25's text as it always was)."""
+    return INSTRUCTIONS.replace("a keyword search", SEARCH_NOUN[retriever])
+
+
 STOPWORDS = "en"
 _HEADER = re.compile(r"^\[message \d+ · [^\]]*\]$", re.MULTILINE)
 
@@ -82,9 +104,24 @@ class ChunkIndex:
 
     def top(self, query: str, k: int) -> list[Chunk]:
         """The k best chunks, best first; equal scores in chat order."""
-        scores = self.scores(query)
-        ranked = sorted(range(len(self.chunks)), key=lambda i: (-scores[i], i))
-        return [self.chunks[i] for i in ranked[:k]]
+        return [self.chunks[i] for i in ranking(self.scores(query))[:k]]
+
+
+def rank_chunks(
+    retriever: Retriever,
+    keyword_scores: Sequence[float],
+    vectors: Sequence[Sequence[float]],
+    query_vector: Sequence[float] | None,
+) -> list[int]:
+    """Chunk indexes, best first, by the retriever (dense and hybrid need the vectors)."""
+    if retriever == "bm25":
+        return ranking(keyword_scores)
+    if query_vector is None:
+        raise ValueError(f"the {retriever} retriever needs the question's vector")
+    by_meaning = dense_ranking(vectors, query_vector)
+    if retriever == "dense":
+        return by_meaning
+    return reciprocal_rank_fusion([ranking(keyword_scores, keep_zero=False), by_meaning])
 
 
 def render_chunks(chunks: Sequence[Chunk]) -> str:
@@ -95,23 +132,72 @@ def render_chunks(chunks: Sequence[Chunk]) -> str:
     )
 
 
-def rag_request(question: Question, chunks: Sequence[Chunk]) -> ChatRequest:
+def rag_request(
+    question: Question, chunks: Sequence[Chunk], retriever: Retriever = "bm25"
+) -> ChatRequest:
     return answer_request(
-        question, render_chunks(chunks), instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION
+        question,
+        render_chunks(chunks),
+        instructions=instructions(retriever),
+        prompt_version=PROMPT_VERSION,
     )
+
+
+def embedding_failed(question: Question, error: str | None, test_model: bool) -> Trace:
+    """The trace of a question whose embedding failed after its retries: no answer call."""
+    return Trace(
+        question_id=question.id,
+        answer="",
+        tool_calls=[],
+        turn_texts=[],
+        reached_ids=[],
+        reached_message_ids=[],
+        steps=0,
+        calls=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        max_context_tokens=0,
+        test_model=test_model,
+        error=f"the question's embedding failed: {error}",
+    )
+
+
+class EmbeddedChunk(Record):
+    """A line of a dense or hybrid memory file: the chunk and its vector."""
+
+    chunk: Chunk
+    vector: tuple[float, ...]
 
 
 @dataclass(frozen=True)
 class RetrievalMemory:
     index: ChunkIndex
     top_k: int
+    retriever: Retriever = "bm25"
+    vectors: tuple[tuple[float, ...], ...] = ()
+    embedder: EmbeddingModel | None = None
+
+    def ranked(self, question: str) -> list[int] | Embeddings:
+        """The chunk indexes for a question, best first (or the failed embedding)."""
+        query_vector = None
+        if self.retriever != "bm25":
+            if self.embedder is None:
+                raise ParamsError(f"rag.retriever {self.retriever} needs models.embedding")
+            found = self.embedder.embed([question], task="query")
+            if not found.ok:
+                return found
+            (query_vector,) = found.vectors
+        return rank_chunks(self.retriever, self.index.scores(question), self.vectors, query_vector)
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
-        found = self.index.top(question.question, self.top_k)
+        ranked = self.ranked(question.question)
+        if isinstance(ranked, Embeddings):
+            return embedding_failed(question, ranked.error, ranked.test_model)
+        found = [self.index.chunks[i] for i in ranked[: self.top_k]]
         return answer_once(
             question,
             model,
-            rag_request(question, found),
+            rag_request(question, found, self.retriever),
             reached_ids=sorted(c.id for c in found),
             reached_message_ids=[m for c in found for m in c.message_ids],
         )
@@ -121,19 +207,61 @@ def read_chunks(memory: Path) -> list[Chunk]:
     return read_jsonl(memory, Chunk)
 
 
+def read_embedded_chunks(memory: Path, retriever: Retriever) -> list[EmbeddedChunk]:
+    """A dense or hybrid memory file; a DataError that says to rebuild when it is a bm25 one."""
+    try:
+        return read_jsonl(memory, EmbeddedChunk)
+    except ParamsError as exc:
+        raise DataError(
+            f"{memory} holds no vectors ({exc}): it was built for another retriever than "
+            f"rag.retriever {retriever}; run `dvc repro ingest`"
+        ) from exc
+
+
 @dataclass(frozen=True)
 class Rag(OneShotRates):
-    """BM25 retrieval over the chat's chunks; the top k in the prompt."""
+    """Retrieval over the chat's chunks (BM25, dense or both); the top k in the prompt."""
 
     chunk_tokens: int
     top_k: int
     agent_rates: AgentRates
+    retriever: Retriever = "bm25"
+    embedder: Callable[[], EmbeddingModel] | None = None
+    embedding_model: str | None = None
+    """`models.embedding.model` as params name it (the record shows it; no endpoint is asked)."""
+    embedding_batch: int = 32
     name: str = "rag"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "chunks"
 
+    @property
+    def embeds(self) -> bool:
+        """Whether it calls the embedder (dense and hybrid)."""
+        return self.retriever != "bm25"
+
     def record_settings(self) -> Mapping[str, object]:
-        return {"chunk size (tokens)": self.chunk_tokens, "chunks in the prompt": self.top_k}
+        settings: dict[str, object] = {
+            "chunk size (tokens)": self.chunk_tokens,
+            "chunks in the prompt": self.top_k,
+            "retriever": self.retriever,
+        }
+        if self.embeds:
+            settings["embedder"] = self.embedding_model
+        return settings
+
+    def _embedder(self) -> EmbeddingModel:
+        if self.embedder is None:
+            raise ParamsError(f"rag.retriever {self.retriever} needs models.embedding")
+        return self.embedder()
+
+    def memory_chunks(self, memory: Path) -> list[Chunk]:
+        """The chunks of a memory file (with vectors for dense and hybrid)."""
+        if not self.embeds:
+            return read_chunks(memory)
+        return [line.chunk for line in read_embedded_chunks(memory, self.retriever)]
+
+    def embed_chunks(self, chunks: Sequence[Chunk]) -> Embeddings:
+        return self._embedder().embed([index_text(c) for c in chunks], task="chunk")
 
     def build(
         self,
@@ -144,19 +272,65 @@ class Rag(OneShotRates):
         progress: Progress | None = None,
     ) -> BuiltMemory:
         chunks = chunk_conversation(chat, self.chunk_tokens)
-        write_atomic(out, "".join(c.model_dump_json() + "\n" for c in chunks))
         counts = {"chunks": len(chunks), "tokens": sum(c.tokens for c in chunks)}
         summary = f"{counts['chunks']} chunks, {counts['tokens']} tokens"
-        return BuiltMemory(chat.conversation_id, counts, summary=summary)
+        if not self.embeds or not chunks:
+            write_atomic(out, "".join(c.model_dump_json() + "\n" for c in chunks))
+            return BuiltMemory(chat.conversation_id, counts, summary=summary)
+        embedded = self.embed_chunks(chunks)
+        if not embedded.ok:  # nothing written: the stage stops, or counts it where tolerated
+            return BuiltMemory(
+                chat.conversation_id,
+                counts,
+                summary=f"{summary}; their embedding failed",
+                model_calls=embedded.usage_requests,
+                failed_calls=1,
+                last_error=embedded.error,
+            )
+        lines = (
+            EmbeddedChunk(chunk=c, vector=v).model_dump_json() + "\n"
+            for c, v in zip(chunks, embedded.vectors, strict=True)
+        )
+        write_atomic(out, "".join(lines))
+        return BuiltMemory(
+            chat.conversation_id,
+            counts,
+            summary=f"{summary}, embedded by {embedded.model}",
+            model_calls=embedded.usage_requests,
+        )
 
     @contextmanager
     def open_memory(
         self, conversation_id: str, memory: Path, workdir: Path
     ) -> Iterator[RetrievalMemory]:
-        yield RetrievalMemory(ChunkIndex(read_chunks(memory)), self.top_k)
+        if not self.embeds:
+            yield RetrievalMemory(ChunkIndex(read_chunks(memory)), self.top_k)
+            return
+        lines = read_embedded_chunks(memory, self.retriever)
+        yield RetrievalMemory(
+            ChunkIndex([line.chunk for line in lines]),
+            self.top_k,
+            self.retriever,
+            tuple(line.vector for line in lines),
+            self._embedder(),
+        )
 
     def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, RoleEstimate]:
-        return {}
+        """Nothing without an embedder; with one, the chunks' embedding requests and tokens."""
+        if not self.embeds:
+            return {}
+        texts = [
+            index_text(c) for chat in chats for c in chunk_conversation(chat, self.chunk_tokens)
+        ]
+        per_chat = [len(chunk_conversation(chat, self.chunk_tokens)) for chat in chats]
+        calls = sum(math.ceil(n / self.embedding_batch) for n in per_chat)
+        return {"embedding": RoleEstimate(calls, sum(count_tokens(t) for t in texts), 0)}
+
+    def estimate_query_embedding(self, questions: Sequence[Question]) -> RoleEstimate:
+        """One embedding request per question (none for bm25)."""
+        if not self.embeds:
+            return RoleEstimate(0, 0, 0)
+        return RoleEstimate(len(questions), sum(count_tokens(q.question) for q in questions), 0)
 
     def estimate_answer(
         self,
@@ -164,7 +338,8 @@ class Rag(OneShotRates):
         questions: Sequence[Question],
         memory_dir: Path | None = None,
     ) -> RoleEstimate:
-        """One call per question, its prompt counted exactly (retrieval needs no model), from
+        """One call per question, its prompt counted exactly for bm25 (for dense and hybrid,
+        which need the question's vector, BM25's choice of as many chunks stands in), from
         the built chunks (`memory_dir`) or else from the chats."""
         chunks_of = {
             c.conversation_id: (lambda chat=c: chunk_conversation(chat, self.chunk_tokens))
@@ -176,13 +351,13 @@ class Rag(OneShotRates):
             conversation = question.conversation_id
             if conversation not in indexes:
                 chunks = (
-                    read_chunks(memory_file(memory_dir, conversation))
+                    self.memory_chunks(memory_file(memory_dir, conversation))
                     if memory_dir is not None
                     else chunks_of[conversation]()
                 )
                 indexes[conversation] = ChunkIndex(chunks)
             found = indexes[conversation].top(question.question, self.top_k)
-            messages = rag_request(question, found).messages
+            messages = rag_request(question, found, self.retriever).messages
             prompt += count_tokens("\n".join(m.content or "" for m in messages))
         calls = len(questions)
         return RoleEstimate(
@@ -191,12 +366,17 @@ class Rag(OneShotRates):
 
 
 def build_system(context: SystemContext) -> Rag:
-    """BM25 over the chat's chunks: params `rag` and `ingest.chunk_tokens`."""
+    """Retrieval over the chat's chunks: params `rag`, `ingest.chunk_tokens` and, for dense and
+    hybrid, `models.embedding`."""
     params = context.params
     return Rag(
         chunk_tokens=params.ingest.chunk_tokens,
         top_k=params.rag.top_k,
         agent_rates=context.rates.agent,
+        retriever=params.rag.retriever,
+        embedder=context.embedder,
+        embedding_model=params.models.embedding.model,
+        embedding_batch=params.models.embedding.batch_size,
     )
 
 

@@ -20,9 +20,13 @@ Only the picked system's module is imported, so a baseline never imports the Neo
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
+from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_model
+from clients.llm.embeddings import EmbeddingClient, EmbeddingModel, open_embedder
 from schemas.errors import ParamsError
 from schemas.params import EstimateParams, Mode, Params
 from systems.port import ANSWER_ROLE, ENTRY_POINTS, MemorySystem, SystemContext, SystemEntry
@@ -72,6 +76,25 @@ def system_entry(name: str) -> SystemEntry:
     return entry
 
 
+def lazy_embedder(
+    params: Params, accounting: Accounting | None = None
+) -> Callable[[], EmbeddingClient]:
+    """The run's embedder (`models.embedding`), made and its endpoint checked on the first call
+    only (ParamsError when params name none), its calls counted in `accounting`."""
+    made: list[EmbeddingClient] = []
+    lock = threading.Lock()
+
+    def embedder() -> EmbeddingClient:
+        with lock:
+            if not made:
+                client = open_embedder(params, accounting=accounting)
+                client.check_endpoint()  # before its first call, as for every model
+                made.append(client)
+            return made[0]
+
+    return embedder
+
+
 def load_system(
     params: Params,
     name: str | None = None,
@@ -79,12 +102,14 @@ def load_system(
     answer_model: LlmClient | None = None,
     mode: Mode | None = None,
     rates: EstimateParams | None = None,
+    embedder: Callable[[], EmbeddingModel] | None = None,
 ) -> MemorySystem:
     """The system `name` (default: params `system`) configured from the run's params.
     `answer_model` gives full_context the context window when `full_context.context_tokens` is
     null (default: the agent's model as params name it, asked without a call). `mode` and `rates`
     replace params' `mode` and `estimate` (the estimate of another mode, or with rates taken from
-    a run: stages/estimate.py)."""
+    a run: stages/estimate.py). `embedder` gives a system that embeds the stage's embedder
+    (default: the params' `models.embedding`, opened on first use: `lazy_embedder`)."""
     entry = system_entry(name or system_name(params))
     model = answer_model
 
@@ -99,5 +124,6 @@ def load_system(
         mode=mode or params.mode,
         rates=rates or params.estimate,
         answer_window=answer_window,
+        embedder=embedder or lazy_embedder(params),
     )
     return entry.build(context)

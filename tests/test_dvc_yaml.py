@@ -50,17 +50,20 @@ EXPECTED_PARAMS = {
         "system",  # which memory is built (systems/registry.py)
         # chunking and resolution shape the graph (rag's chunks too)
         "ingest",
+        "rag.retriever",  # dense and hybrid embed the chunks in the build
         "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
+        "models.embedding",  # the vectors of a build that embeds
         "llm.seed",  # sent with every request and part of its cache key
     ],
     "answer": [
         "mode",  # written in run.json
         "system",  # which memory answers, and how
         "answer",  # step limit, result size, calls written as text
-        "rag",  # top_k: the chunks in rag's prompt
+        "rag",  # top_k and the retriever: the chunks in rag's prompt
         "full_context",  # the context window and the reply's room decide what the prompt holds
         "models.agent",
+        "models.embedding",  # the questions' vectors
         "llm.seed",
         "graph.row_limit",  # the most rows a read of the agent returns
     ],
@@ -88,6 +91,7 @@ EXPECTED_PARAMS = {
         "ingest.candidates_per_statement",
         "ingest.pairs_per_call",
         "answer.max_steps",
+        "rag.retriever",  # rag's embedding calls
     ],
 }
 PINNED = {"fetch", "verify-hash", "repair", "slice", "judge", "judge-check", "report"}
@@ -131,6 +135,8 @@ OPERATIONAL = (
     "models.agent.max_tokens",
     "models.judge.api_base",
     "models.judge.max_tokens",
+    "models.embedding.api_base",
+    "models.embedding.batch_size",  # texts per request: the same vectors in any batch
     # the record's bootstrap: the intervals beside the score, read by the report only
     "report",
 )

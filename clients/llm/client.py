@@ -630,6 +630,18 @@ def open_model(role: Role, params: Params, *, accounting: Accounting | None = No
     )
 
 
+def open_budget(params: Params) -> Budget | None:
+    """The run's spend cap (its ledger is the one every role's calls are charged to), for a stage
+    that checks an estimate before it has opened a model."""
+    return run_budget(
+        models=params.models,
+        llm=params.llm,
+        budget=params.budget,
+        mode=params.mode,
+        tier=params.tier,
+    )
+
+
 def check_all_endpoints(models: ModelsParams, roles: Sequence[Role] | None = None) -> None:
     """Preflight of every role (or of `roles`: those the run uses) at once, each distinct model
     and endpoint checked once: one ServiceError listing every role whose model is unusable (so a

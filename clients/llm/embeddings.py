@@ -41,7 +41,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from clients.llm.accounting import Accounting, Budget
 from clients.llm.cache import LlmCache, cache_key
@@ -54,64 +54,24 @@ from clients.llm.client import (
     run_budget,
     run_cache,
 )
-from clients.llm.port import SCRIPTED_PREFIX, PermanentError, TransientError
+from clients.llm.port import (
+    SCRIPTED_PREFIX,
+    EmbeddingBackend,
+    EmbeddingModel,
+    Embeddings,
+    PermanentError,
+    RawEmbeddings,
+    TransientError,
+)
 from clients.tokens import count_tokens
-from schemas.base import Record
 from schemas.errors import ModelFailures, ParamsError
 from schemas.params import BudgetParams, LlmParams, Mode, ModelRef, ModelsParams, Params, Tier
 from schemas.roles import Role
+from schemas.runs import ModelUse
 
 EMBEDDING_ROLE: Role = "embedding"
 HASHED_DIMENSIONS = 256
 """The test embedder's vector length unless `models.embedding.dimensions` sets one."""
-
-
-class Embeddings(Record):
-    """One `embed` call's outcome: a vector per text, in order, or the error that stopped it."""
-
-    vectors: tuple[tuple[float, ...], ...] = ()
-    error: str | None = None
-    """Set when a request of the call failed after its attempts; `vectors` is then empty."""
-    failure: Literal["transport", "refused", "unusable"] | None = None
-    model: str
-    prompt_tokens: int = 0
-    """The tokens of the texts sent (cache hits: 0)."""
-    cached: int = 0
-    """Texts served from the cache."""
-    requests: int = 0
-    """Requests the texts not in the cache took (each batch once; its retries are counted by
-    the accounting)."""
-    test_model: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True)
-class RawEmbeddings:
-    vectors: list[list[float]]
-    prompt_tokens: int | None = None
-
-
-class EmbeddingBackend(Protocol):
-    test_model: bool
-
-    def prepare(self) -> None:
-        """Slow one-time set-up (importing litellm, starting a local server)."""
-
-    async def send(self, texts: list[str]) -> RawEmbeddings: ...
-
-
-class EmbeddingModel(Protocol):
-    """The port systems use. `EmbeddingClient` implements it (real and test embedders alike)."""
-
-    model: str
-    test_model: bool
-
-    def embed(self, texts: Sequence[str], *, task: str) -> Embeddings: ...
-
-    async def aembed(self, texts: Sequence[str], *, task: str) -> Embeddings: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,6 +169,16 @@ class EmbeddingClient:
             self.backend = LitellmEmbeddingBackend(ref, params)
         self.test_model = self.backend.test_model
 
+    def metadata(self) -> ModelUse:
+        """What run metadata and the report say about the embedder."""
+        return ModelUse(
+            role=EMBEDDING_ROLE,
+            model=self.model,
+            api_base=self.ref.api_base,
+            test_model=self.test_model,
+            judge_is_agent=False,
+        )
+
     def check_endpoint(self) -> None:
         """Preflight: a ServiceError naming the model and endpoint when it cannot answer."""
         from clients.llm.litellm_door import check_endpoint_ref
@@ -242,6 +212,8 @@ class EmbeddingClient:
         depend on it)."""
         found: dict[str, tuple[float, ...]] = {}
         keys = {text: self._key(text) for text in texts}
+        usage_requests = math.ceil(len(keys) / self.ref.batch_size)
+        usage_tokens = sum(count_tokens(text) for text in keys)
         if self.cache is not None:
             for text, key in keys.items():
                 hit = self.cache.get(key)
@@ -269,7 +241,13 @@ class EmbeddingClient:
                 if self.cache is not None:
                     self.cache.put(keys[text], {"vector": list(found[text])})
         if failed is not None:
-            return failed.model_copy(update={"requests": len(outcomes)})
+            return failed.model_copy(
+                update={
+                    "requests": len(outcomes),
+                    "usage_requests": usage_requests,
+                    "usage_tokens": usage_tokens,
+                }
+            )
         return Embeddings(
             vectors=tuple(found[text] for text in texts),
             model=self.model,
@@ -277,6 +255,8 @@ class EmbeddingClient:
             cached=cached,
             requests=len(outcomes),
             test_model=self.test_model,
+            usage_requests=usage_requests,
+            usage_tokens=usage_tokens,
         )
 
     def _failure(

@@ -25,6 +25,7 @@ from clients.llm.port import (
     SCRIPTED_PREFIX,
     ChatRequest,
     PermanentError,
+    RawEmbeddings,
     RawReply,
     RequestSettings,
     TransientError,
@@ -369,9 +370,7 @@ class LitellmEmbeddingBackend:
             out["api_key"] = LOCAL_KEY
         return out
 
-    async def send(self, texts: list[str]) -> Any:
-        from clients.llm.embeddings import RawEmbeddings
-
+    async def send(self, texts: list[str]) -> RawEmbeddings:
         litellm = _import_litellm()
         kwargs: dict[str, Any] = {
             "model": self.model,

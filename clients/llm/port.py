@@ -14,6 +14,7 @@ from schemas.base import Record
 from schemas.errors import ParamsError
 from schemas.params import ROLE_MAX_TOKENS, LlmParams, ModelRef
 from schemas.roles import Role
+from schemas.runs import ModelUse
 
 SCRIPTED_PREFIX = "scripted/"
 OLLAMA_DEFAULT_BASE = "http://localhost:11434"
@@ -269,3 +270,64 @@ class ChatModel(Protocol):
     ) -> list[Completion]: ...
 
     async def acomplete(self, request: ChatRequest) -> Completion: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Embeddings (the door: clients/llm/embeddings.py)
+# --------------------------------------------------------------------------------------------
+class Embeddings(Record):
+    """One `embed` call's outcome: a vector per text, in order, or the error that stopped it."""
+
+    vectors: tuple[tuple[float, ...], ...] = ()
+    error: str | None = None
+    """Set when a request of the call failed after its attempts; `vectors` is then empty."""
+    failure: Literal["transport", "refused", "unusable"] | None = None
+    model: str
+    prompt_tokens: int = 0
+    """The tokens of the texts sent (cache hits: 0)."""
+    cached: int = 0
+    """Texts served from the cache."""
+    requests: int = 0
+    """Requests the texts not in the cache took (each batch once; its retries are counted by
+    the accounting)."""
+    usage_requests: int = 0
+    """Requests these vectors take with nothing cached (each distinct text once, in batches):
+    what the result took, the same for a fresh run and a replay (metrics/usage/)."""
+    usage_tokens: int = 0
+    """The distinct texts' tokens, counted by the harness (clients/tokens.py), for the same use."""
+    test_model: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class RawEmbeddings:
+    vectors: list[list[float]]
+    prompt_tokens: int | None = None
+
+
+class EmbeddingBackend(Protocol):
+    test_model: bool
+
+    def prepare(self) -> None:
+        """Slow one-time set-up (importing litellm, starting a local server)."""
+
+    async def send(self, texts: list[str]) -> RawEmbeddings: ...
+
+
+class EmbeddingModel(Protocol):
+    """The port systems use. `EmbeddingClient` implements it (real and test embedders alike)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def test_model(self) -> bool: ...
+
+    def metadata(self) -> ModelUse: ...
+
+    def embed(self, texts: Sequence[str], *, task: str) -> Embeddings: ...
+
+    async def aembed(self, texts: Sequence[str], *, task: str) -> Embeddings: ...

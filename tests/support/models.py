@@ -26,9 +26,10 @@ def scripted_client(role: Role, cache_dir: Path, *, cache: bool = False) -> LlmC
 
 def scripted_models() -> dict[str, dict[str, str | None]]:
     """The `models` params of a test run: `scripted/rules` everywhere, the judge falling back to
-    the agent's model."""
+    the agent's model, the test embedder (`scripted/hash`) for a system that embeds."""
     roles = ("extraction", "resolution", "agent")
     return {
         **{role: {"model": "scripted/rules", "api_base": None} for role in roles},
         "judge": {"model": None, "api_base": None},
+        "embedding": {"model": "scripted/hash", "api_base": None},
     }

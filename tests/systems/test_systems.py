@@ -88,6 +88,7 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
     assert shown["rag"] == {
         "chunk size (tokens)": params["ingest"]["chunk_tokens"],
         "chunks in the prompt": params["rag"]["top_k"],
+        "retriever": params["rag"]["retriever"],
     }
     assert shown["full_context"]["reply tokens kept free"] == params["full_context"]["reply_tokens"]
     assert shown["no_memory"] == {}
