@@ -16,10 +16,11 @@ thread exits" mean "the process is gone", whichever thread asked for the server.
 Chosen over a watchdog wrapper process because it adds no process, no pipe to leak into other
 children, and keeps the server's pid the one the stop path signals.
 
-The launchers (clients/graph/server.py for Neo4j, clients/local_model/server.py for llama-server)
-also share the wait for readiness (`wait_ready`: poll with a deadline, stop at once when the
-process is gone) and the stop (`stop_process`: SIGTERM, SIGKILL after a grace period); each keeps
-its own probe, timeouts and messages.
+The launchers (clients/graph/server.py for Neo4j, clients/local_model/server.py for llama-server,
+clients/local_embedder/server.py for the embedding server) also share the wait for readiness
+(`wait_ready`: poll with a deadline, stop at once when the process is gone; `http_probe` for a
+server with a health URL) and the stop (`stop_process`: SIGTERM, SIGKILL after a grace period);
+each keeps its own timeouts and messages.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -215,6 +218,22 @@ def wait_ready(
         if time.monotonic() >= deadline:
             raise StartFailed(timeout_message(last))
         time.sleep(poll_seconds)
+
+
+def http_probe(url: str, timeout: float = 2.0) -> Callable[[], str | None]:
+    """A readiness probe for `wait_ready`: None once GET `url` answers 200, else what it saw
+    (an HTTP status, such as llama-server's 503 while it loads, or the connection error)."""
+
+    def probe() -> str | None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return None if response.status == 200 else f"HTTP {response.status}"
+        except urllib.error.HTTPError as exc:
+            return f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    return probe
 
 
 def stop_process(

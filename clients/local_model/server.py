@@ -21,6 +21,7 @@ from clients.child_servers import (
     LiveServers,
     StartFailed,
     find_free_port,
+    http_probe,
     install_sigterm_handler,
     spawn_child,
     stop_process,
@@ -210,21 +211,8 @@ class LlamaServer:
         self._wait_healthy(started)
 
     def _wait_healthy(self, started: float) -> None:
-        url = f"http://127.0.0.1:{self.port}/health"
-
-        def probe() -> str | None:
-            try:
-                with urllib.request.urlopen(url, timeout=2.0) as response:
-                    if response.status == 200:
-                        return None
-                    return f"HTTP {response.status}"
-            except urllib.error.HTTPError as exc:  # 503 while the model loads
-                return f"HTTP {exc.code}"
-            except (urllib.error.URLError, OSError) as exc:
-                return f"{type(exc).__name__}: {exc}"
-
         wait_ready(
-            probe,
+            http_probe(f"http://127.0.0.1:{self.port}/health"),  # 503 while the model loads
             failure=self.failure,
             deadline=started + self.start_timeout,
             poll_seconds=HEALTH_POLL_SECONDS,
