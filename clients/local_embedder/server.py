@@ -1,0 +1,228 @@
+"""The embedding server process: started on a free loopback port, checked healthy, always
+stopped (the same lifecycle as llama-server's in clients/local_model/server.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from clients.child_servers import (
+    LiveServers,
+    StartFailed,
+    find_free_port,
+    http_probe,
+    install_sigterm_handler,
+    spawn_child,
+    stop_process,
+    tail,
+    wait_ready,
+)
+from clients.local_embedder.pins import local_embedder
+from clients.local_embedder.weights import ensure_embedder
+from clients.local_model.build import server_environment
+from clients.local_model.cache import cache_root
+from clients.local_model.server import LocalEndpoint
+from clients.workdir import make_workdir
+from schemas.errors import ServiceError
+
+START_TIMEOUT_SECONDS = 60.0
+STOP_GRACE_SECONDS = 10.0
+HEALTH_POLL_SECONDS = 0.1
+PORT_ATTEMPTS = 3
+HOME_PREFIX = "beam-embedder-server-"
+API_KEY_ENV = "BEAM_EMBEDDER_API_KEY"
+"""The variable the server process reads its key from (set in the environment built for it)."""
+BIND_FAILED_EXIT = 3
+"""The server's exit code when its port is taken (the start then tries another)."""
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+"""The folder holding this `clients` package: the server runs the same code as its starter
+(a DVC experiment's copy, not the checkout the environment was installed from)."""
+
+_LIVE: LiveServers[EmbedderServer] = LiveServers()
+
+
+def live_servers() -> list[EmbedderServer]:
+    """Embedding servers started by this process and not yet stopped."""
+    return _LIVE.list()
+
+
+def stop_all() -> None:
+    """Stop every embedding server this process started (atexit does too; so can a test)."""
+    _LIVE.stop_all()
+
+
+def server_command(model: str, *, port: int, threads: int, batch_size: int) -> list[str]:
+    """The server's command line (no key: it is in the environment)."""
+    return [
+        sys.executable,
+        "-m", "clients.local_embedder",
+        "serve",
+        "--model", model,
+        "--port", str(port),
+        "--threads", str(threads),
+        "--batch-size", str(batch_size),
+    ]  # fmt: skip
+
+
+def embedder_environment(home: Path, environ: Mapping[str, str], api_key: str) -> dict[str, str]:
+    """The server's whole environment, built as llama-server's is (clients/local_model/build.py
+    server_environment: PATH, locale, HOME and TMPDIR in its folder), plus its key, the cache
+    it reads the files from and the source it runs; nothing else of this process's."""
+    env = server_environment(home, environ)
+    env[API_KEY_ENV] = api_key
+    env["BEAM_LOCAL_CACHE"] = str(cache_root())
+    env["PYTHONPATH"] = str(SOURCE_ROOT)
+    return env
+
+
+class EmbedderServer:
+    """One embedding server process on a loopback port, with its log in a temporary folder."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        threads: int | None = None,
+        batch_size: int | None = None,
+        start_timeout: float = START_TIMEOUT_SECONDS,
+    ) -> None:
+        """`threads`, `batch_size` None: the model's own settings (LocalEmbedder)."""
+        self.spec = local_embedder(model)
+        self.threads = self.spec.threads if threads is None else threads
+        self.batch_size = self.spec.batch_size if batch_size is None else batch_size
+        if self.threads < 1 or self.batch_size < 1:
+            raise ServiceError(
+                f"threads ({self.threads}) and batch_size ({self.batch_size}) must be >= 1"
+            )
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.home: Path | None = None
+        self.api_key = secrets.token_urlsafe(32)
+        self.exit_code: int | None = None
+        self.load_seconds: float | None = None
+        """Seconds from the process start to the first healthy answer."""
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def endpoint(self) -> LocalEndpoint:
+        return LocalEndpoint(self.base_url, self.api_key)
+
+    @property
+    def log_path(self) -> Path:
+        return (self.home or Path(tempfile.gettempdir())) / "server.log"
+
+    @property
+    def description(self) -> str:
+        return f"embedding server ({self.spec.name}, pid {self.pid}, 127.0.0.1:{self.port})"
+
+    def start(self) -> None:
+        ensure_embedder(self.spec)
+        install_sigterm_handler()
+        self.home = make_workdir(HOME_PREFIX)
+        failures: list[str] = []
+        try:
+            for _ in range(PORT_ATTEMPTS):
+                try:
+                    self._start_once(find_free_port())
+                    return
+                except StartFailed as exc:
+                    self.stop(keep_log=True)
+                    failures.append(str(exc))
+                    if self.exit_code != BIND_FAILED_EXIT:
+                        break
+        except BaseException:
+            self.stop(keep_log=True)
+            raise
+        raise ServiceError(
+            f"the embedding server did not start ({len(failures)} attempt(s); log kept in "
+            f"{self.home}):\n" + "\n---\n".join(failures)
+        )
+
+    def _start_once(self, port: int) -> None:
+        assert self.home is not None
+        self.port = port
+        self.exit_code = None
+        command = server_command(
+            self.spec.name, port=port, threads=self.threads, batch_size=self.batch_size
+        )
+        started = time.monotonic()
+        with self.log_path.open("ab") as log:
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            self.process = spawn_child(
+                command,
+                cwd=self.home,
+                env=embedder_environment(self.home, os.environ, self.api_key),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        _LIVE.add(self)
+        wait_ready(
+            http_probe(f"http://127.0.0.1:{port}/health"),
+            failure=self.failure,
+            deadline=started + self.start_timeout,
+            poll_seconds=HEALTH_POLL_SECONDS,
+            timeout_message=lambda last: (
+                f"{self.description} was not healthy within {self.start_timeout:.0f} s "
+                f"(last answer: {last}). Last lines of {self.log_path}:\n{tail(self.log_path)}"
+            ),
+        )
+        self.load_seconds = round(time.monotonic() - started, 3)
+
+    def failure(self) -> str | None:
+        """None while the server runs; otherwise what happened to it (with its log tail)."""
+        if self.process is None:
+            return f"{self.description} was never started"
+        code = self.process.poll()
+        if code is None:
+            return None
+        self.exit_code = code
+        return (
+            f"{self.description} exited with code {code}. "
+            f"Last lines of {self.log_path}:\n{tail(self.log_path)}"
+        )
+
+    def stop(self, *, keep_log: bool = False) -> None:
+        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_SECONDS."""
+        if self.process is not None:
+            self.exit_code = stop_process(self.process, STOP_GRACE_SECONDS, group=True)
+        _LIVE.remove(self)
+        if not keep_log and self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def local_embedder_server(
+    model: str,
+    *,
+    threads: int | None = None,
+    batch_size: int | None = None,
+    start_timeout: float = START_TIMEOUT_SECONDS,
+) -> Iterator[LocalEndpoint]:
+    """Start the embedding server of a local embedder, yield its OpenAI base URL and key, stop
+    it on every way out. Its files are fetched first if the cache lacks them."""
+    server = EmbedderServer(
+        model, threads=threads, batch_size=batch_size, start_timeout=start_timeout
+    )
+    try:
+        server.start()
+        yield server.endpoint
+    finally:
+        server.stop()

