@@ -1,5 +1,6 @@
 """The servers of the `local/` models this process uses: each started on its first request, one
-per model shared by every role that names it, all stopped when the process ends.
+per model shared by every role that names it, all stopped when the process ends. The same for
+the local embedders (`local_embedder_endpoint`; clients/local_embedder/).
 
 The model door serves a `local/<name>` model like any OpenAI-compatible endpoint (`openai/<name>`
 at the server's loopback URL, with the key that server checks); only the start lives here. The
@@ -33,7 +34,14 @@ class _Running:
 _LOCK = threading.Lock()
 _STACK = contextlib.ExitStack()
 _RUNNING: dict[str, _Running] = {}
+_EMBEDDERS: dict[str, LocalEndpoint] = {}
 _AT_EXIT = {"registered": False}
+
+
+def _register_at_exit() -> None:
+    if not _AT_EXIT["registered"]:
+        atexit.register(stop_local_servers)
+        _AT_EXIT["registered"] = True
 
 
 def local_endpoint(model: str, *, context_tokens: int, seed: int) -> LocalEndpoint:
@@ -52,14 +60,35 @@ def local_endpoint(model: str, *, context_tokens: int, seed: int) -> LocalEndpoi
                     "models.<role>.context_tokens"
                 )
             return running.endpoint
-        if not _AT_EXIT["registered"]:
-            atexit.register(stop_local_servers)
-            _AT_EXIT["registered"] = True
+        _register_at_exit()
         endpoint = _STACK.enter_context(
             local_model_server(model, context_tokens=context_tokens, seed=seed)
         )
         _RUNNING[model] = _Running(endpoint, context_tokens)
         return endpoint
+
+
+def local_embedder_endpoint(model: str) -> LocalEndpoint:
+    """The OpenAI base URL and key of the embedding server of `model` (a LOCAL_EMBEDDERS name),
+    started now with the model's own threads and batch size if this process has none yet (it
+    blocks until the server answers its health check; the first call fetches the files if the
+    cache lacks them)."""
+    from clients.local_embedder import local_embedder_server
+
+    with _LOCK:
+        running = _EMBEDDERS.get(model)
+        if running is not None:
+            return running
+        _register_at_exit()
+        endpoint = _STACK.enter_context(local_embedder_server(model))
+        _EMBEDDERS[model] = endpoint
+        return endpoint
+
+
+def running_local_embedders() -> dict[str, str]:
+    """Embedder name -> base URL of the embedding servers this process runs."""
+    with _LOCK:
+        return {model: endpoint.base_url for model, endpoint in _EMBEDDERS.items()}
 
 
 def running_local_models() -> dict[str, str]:
@@ -69,9 +98,10 @@ def running_local_models() -> dict[str, str]:
 
 
 def stop_local_servers() -> None:
-    """Stop every local model server this process started (atexit does it too)."""
+    """Stop every local model and embedding server this process started (atexit does it too)."""
     global _STACK
     with _LOCK:
         _RUNNING.clear()
+        _EMBEDDERS.clear()
         stack, _STACK = _STACK, contextlib.ExitStack()
     stack.close()
