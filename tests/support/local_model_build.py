@@ -1,13 +1,15 @@
-"""The local model in a test session (a pytest plugin, registered by tests/conftest.py): its tests
-run last, and its build overlaps the rest of the session.
+"""The local models in a test session (a pytest plugin, registered by tests/conftest.py): their
+tests run last, and their build overlaps the rest of the session.
 
 `local_model` tests need llama-server built and the weights of TEST_LOCAL_MODELS fetched (about
 4 minutes on 2 cores for the build, seconds to a minute for the weights, once per machine:
-clients/local_model/). When a session selects such tests and the cache lacks any of them,
-`python -m clients.local_model build` starts in the background as the session's tests begin (its
-own process group, output in a log file); the local_model tests, moved to the end of the
-session, wait for it before their timeout starts, and fail with the log's tail if it failed. A
-build still running when the session ends is stopped.
+clients/local_model/), and the files of TEST_LOCAL_EMBEDDERS (seconds: clients/local_embedder/).
+When a session selects such tests and the cache lacks any of them, `python -m
+clients.local_model build` and `python -m clients.local_embedder build`, whichever is needed,
+start in the background as the session's tests begin (each in its own process group, output in a
+log file); the local_model tests, moved to the end of the session, wait for them before their
+timeout starts, and fail with the log's tail if one failed. A build still running when the
+session ends is stopped.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,8 +34,23 @@ LOCAL_BUILD_STOP_GRACE_SECONDS = 40.0
 LOCAL_BUILD_LOG_TAIL_LINES = 40
 TEST_LOCAL_MODELS = ("local/smollm2-135m-instruct", "local/qwen2.5-coder-1.5b-instruct")
 """The local models the tests use (the Qwen one drives the agent's tools in the smoke test)."""
-_LOCAL_BUILD: dict[str, Any] = {}
-"""proc (Popen), log (Path), outcome (None, "ok" or the failure text) of the session's build."""
+TEST_LOCAL_EMBEDDERS = ("local/all-minilm-l6-v2",)
+
+
+@dataclass
+class _Build:
+    """One background build of the session."""
+
+    package: str
+    """clients.local_model or clients.local_embedder: `python -m <package> build`."""
+    proc: subprocess.Popen[bytes]
+    log: Path
+    outcome: str | None = None
+    """None while not waited for, "ok", or the failure text."""
+
+
+_LOCAL_BUILDS: list[_Build] = []
+_STARTED = {"checked": False}
 
 
 def _is_local_model_test(item: pytest.Item) -> bool:
@@ -49,23 +66,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the local model's build in the background when a selected test needs it."""
+    """Start the local models' builds in the background when a selected test needs them."""
+    from clients.local_embedder import installed_embedder
     from clients.local_model import installed_runtime, installed_weights
 
-    if not any(_is_local_model_test(i) for i in session.items) or _LOCAL_BUILD:
+    if not any(_is_local_model_test(i) for i in session.items) or _STARTED["checked"]:
         return
-    if installed_runtime() is not None and all(installed_weights(m) for m in TEST_LOCAL_MODELS):
-        return
-    log = Path(tempfile.mkdtemp(prefix="beam-local-model-build-")) / "build.log"
+    _STARTED["checked"] = True
+    if installed_runtime() is None or not all(installed_weights(m) for m in TEST_LOCAL_MODELS):
+        _start_build("clients.local_model", [*(f"--model={m}" for m in TEST_LOCAL_MODELS), "build"])
+    if not all(installed_embedder(m) for m in TEST_LOCAL_EMBEDDERS):
+        _start_build(
+            "clients.local_embedder", ["build", *(f"--model={m}" for m in TEST_LOCAL_EMBEDDERS)]
+        )
+
+
+def _start_build(package: str, args: list[str]) -> None:
+    """`python -m <package> <args>` in the background."""
+    prefix = f"beam-{package.rsplit('.', 1)[-1].replace('_', '-')}-build-"
+    log = Path(tempfile.mkdtemp(prefix=prefix)) / "build.log"
     with log.open("wb") as out:
-        _LOCAL_BUILD["proc"] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "clients.local_model",
-                *(f"--model={m}" for m in TEST_LOCAL_MODELS),
-                "build",
-            ],
+        proc = subprocess.Popen(
+            [sys.executable, "-m", package, *args],
             cwd=REPO_ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -73,8 +95,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             start_new_session=True,  # its own process group: stopped as a whole
             preexec_fn=_build_child_setup,
         )
-    _LOCAL_BUILD.update(log=log, outcome=None)
-    print(f"\nbuilding the local model in the background (log: {log})")
+    _LOCAL_BUILDS.append(_Build(package=package, proc=proc, log=log))
+    print(f"\n`python -m {package} build` runs in the background (log: {log})")
 
 
 def _build_child_setup() -> None:  # runs in the child between fork and exec
@@ -97,44 +119,47 @@ def _log_tail(log: Path) -> str:
     return "\n".join(lines[-LOCAL_BUILD_LOG_TAIL_LINES:])
 
 
-def _wait_for_local_build() -> str:
+def _wait_for_local_build(build: _Build) -> str:
     """ "ok", or why the build failed (with the log's tail); waits at most
     LOCAL_BUILD_WAIT_SECONDS in all."""
-    if _LOCAL_BUILD.get("outcome") is None:
-        proc: subprocess.Popen[bytes] = _LOCAL_BUILD["proc"]
+    if build.outcome is None:
         try:
-            code = proc.wait(timeout=LOCAL_BUILD_WAIT_SECONDS)
+            code: int | None = build.proc.wait(timeout=LOCAL_BUILD_WAIT_SECONDS)
         except subprocess.TimeoutExpired:
-            _stop_local_build()
+            _stop_local_build(build)
             code = None
         if code == 0:
-            _LOCAL_BUILD["outcome"] = "ok"
+            build.outcome = "ok"
         else:
             what = "timed out" if code is None else f"exited with {code}"
-            _LOCAL_BUILD["outcome"] = (
-                f"`python -m clients.local_model build` {what} (log {_LOCAL_BUILD['log']}):\n"
-                + _log_tail(_LOCAL_BUILD["log"])
+            build.outcome = (
+                f"`python -m {build.package} build` {what} (log {build.log}):\n"
+                + _log_tail(build.log)
             )
-    return str(_LOCAL_BUILD["outcome"])
+    return build.outcome
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """A local_model test waits for the background build here, outside its own timeout (this
+    """A local_model test waits for the background builds here, outside its own timeout (this
     wrapper runs before pytest-timeout's starts the timer)."""
-    if _is_local_model_test(item) and "proc" in _LOCAL_BUILD:
-        _wait_for_local_build()
+    if _is_local_model_test(item):
+        for build in _LOCAL_BUILDS:
+            _wait_for_local_build(build)
     yield
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if _is_local_model_test(item) and _LOCAL_BUILD.get("outcome") not in (None, "ok"):
-        pytest.fail(f"the local model's build failed: {_LOCAL_BUILD['outcome']}")
+    if not _is_local_model_test(item):
+        return
+    failed = [b.outcome for b in _LOCAL_BUILDS if b.outcome not in (None, "ok")]
+    if failed:
+        pytest.fail("a local models' build failed: " + "\n".join(str(f) for f in failed))
 
 
-def _stop_local_build() -> None:
-    proc: subprocess.Popen[bytes] | None = _LOCAL_BUILD.get("proc")
-    if proc is None or proc.poll() is not None:
+def _stop_local_build(build: _Build) -> None:
+    proc = build.proc
+    if proc.poll() is not None:
         return
     stops = ((signal.SIGINT, LOCAL_BUILD_STOP_GRACE_SECONDS), (signal.SIGKILL, 30.0))
     for sig, grace in stops:
@@ -149,4 +174,5 @@ def _stop_local_build() -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """No build outlives the session."""
-    _stop_local_build()
+    for build in _LOCAL_BUILDS:
+        _stop_local_build(build)
