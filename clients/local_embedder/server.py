@@ -59,7 +59,9 @@ def stop_all() -> None:
     _LIVE.stop_all()
 
 
-def server_command(model: str, *, port: int, threads: int, batch_size: int) -> list[str]:
+def server_command(
+    model: str, *, port: int, threads: int, batch_size: int, batch_tokens: int
+) -> list[str]:
     """The server's command line (no key: it is in the environment)."""
     return [
         sys.executable,
@@ -69,6 +71,7 @@ def server_command(model: str, *, port: int, threads: int, batch_size: int) -> l
         "--port", str(port),
         "--threads", str(threads),
         "--batch-size", str(batch_size),
+        "--batch-tokens", str(batch_tokens),
     ]  # fmt: skip
 
 
@@ -92,15 +95,19 @@ class EmbedderServer:
         *,
         threads: int | None = None,
         batch_size: int | None = None,
+        batch_tokens: int | None = None,
         start_timeout: float = START_TIMEOUT_SECONDS,
     ) -> None:
-        """`threads`, `batch_size` None: the model's own settings (LocalEmbedder)."""
+        """`threads`, `batch_size`, `batch_tokens` None: the model's own settings
+        (LocalEmbedder)."""
         self.spec = local_embedder(model)
         self.threads = self.spec.threads if threads is None else threads
         self.batch_size = self.spec.batch_size if batch_size is None else batch_size
-        if self.threads < 1 or self.batch_size < 1:
+        self.batch_tokens = self.spec.batch_tokens if batch_tokens is None else batch_tokens
+        if min(self.threads, self.batch_size, self.batch_tokens) < 1:
             raise ServiceError(
-                f"threads ({self.threads}) and batch_size ({self.batch_size}) must be >= 1"
+                f"threads ({self.threads}), batch_size ({self.batch_size}) and batch_tokens "
+                f"({self.batch_tokens}) must be >= 1"
             )
         self.start_timeout = start_timeout
         self.process: subprocess.Popen[bytes] | None = None
@@ -159,7 +166,11 @@ class EmbedderServer:
         self.port = port
         self.exit_code = None
         command = server_command(
-            self.spec.name, port=port, threads=self.threads, batch_size=self.batch_size
+            self.spec.name,
+            port=port,
+            threads=self.threads,
+            batch_size=self.batch_size,
+            batch_tokens=self.batch_tokens,
         )
         started = time.monotonic()
         with self.log_path.open("ab") as log:
@@ -214,12 +225,17 @@ def local_embedder_server(
     *,
     threads: int | None = None,
     batch_size: int | None = None,
+    batch_tokens: int | None = None,
     start_timeout: float = START_TIMEOUT_SECONDS,
 ) -> Iterator[LocalEndpoint]:
     """Start the embedding server of a local embedder, yield its OpenAI base URL and key, stop
     it on every way out. Its files are fetched first if the cache lacks them."""
     server = EmbedderServer(
-        model, threads=threads, batch_size=batch_size, start_timeout=start_timeout
+        model,
+        threads=threads,
+        batch_size=batch_size,
+        batch_tokens=batch_tokens,
+        start_timeout=start_timeout,
     )
     try:
         server.start()

@@ -131,17 +131,24 @@ def test_mean_pooling_ignores_padding_and_normalises() -> None:
 
 def test_batches_group_inputs_by_length_and_cover_each_once() -> None:
     lengths = [9, 3, 5, 3, 12]
-    batches = length_batches(lengths, 2)
+    batches = length_batches(lengths, 2, 1000)
     assert batches == [[1, 3], [2, 0], [4]]
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    assert length_batches([], 4) == []
+    assert length_batches([], 4, 1000) == []
+
+
+def test_a_pass_holds_at_most_batch_tokens_padded_pieces() -> None:
+    lengths = [3, 3, 3, 10, 10, 40, 8]
+    # 3+3+3 (9), then 8 alone would pad to 4 x 8 = 32 > 20, so a new pass: 8, 10 (20) ...
+    assert length_batches(lengths, 32, 20) == [[0, 1, 2], [6, 3], [4], [5]]
+    assert length_batches([300], 32, 20) == [[0]]  # longer than the budget: alone
 
 
 # --- the server process's command and environment ---------------------------------------------
 
 
 def test_the_command_carries_no_key_and_the_environment_is_built(tmp_path: Path) -> None:
-    command = server_command(NAME, port=4321, threads=2, batch_size=16)
+    command = server_command(NAME, port=4321, threads=2, batch_size=16, batch_tokens=512)
     assert command[1:4] == ["-m", "clients.local_embedder", "serve"]
     assert command[command.index("--port") + 1] == "4321"
     outside = {
