@@ -26,6 +26,12 @@ CONTRACTS: dict[str, str] = {
 PLANTS = [
     ("clients/files.py", "import litellm\n", "clients.files -> litellm", {"litellm-door"}),
     (
+        "clients/runs.py",
+        "import onnxruntime\n",
+        "clients.runs -> onnxruntime",
+        {"embedder-door"},
+    ),
+    (
         "clients/workdir.py",
         "from stages import common\n",
         "clients.workdir -> stages.common",
@@ -106,6 +112,7 @@ def test_the_contracts_are_the_layers_of_the_tree() -> None:
         "harness-no-graph",
         "cores-touch-no-files",
         "litellm-door",
+        "embedder-door",
         "neo4j-door",
         "stages-independent",
         "systems-behind-port",
