@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -167,3 +168,17 @@ def test_one_server_per_process_for_the_door() -> None:
         stop_local_servers()
     assert running_local_embedders() == {}
     assert not pid_alive(server.pid or 0)
+
+
+def test_a_taken_port_is_retried_on_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    if installed_embedder(MODEL) is None:
+        skip_or_fail(f"the files of {MODEL} are not in the cache: run `make local-model`")
+    from clients.local_embedder import server as embedder_server
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = [taken.getsockname()[1], embedder_server.find_free_port()]
+        monkeypatch.setattr(embedder_server, "find_free_port", lambda: ports.pop(0))
+        with local_embedder_server(MODEL) as end:
+            assert not ports and embed(end, [CAT]).shape == (1, 384)
