@@ -89,11 +89,8 @@ class Embedder:
         )
         self.input_names = {i.name for i in self.session.get_inputs()}
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Word pieces per text as the model reads it ([CLS] and [SEP] included, after the cut)."""
-        return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
-
     def embed(self, texts: Sequence[str]) -> Embeddings:
+        """A unit vector per text, and the word pieces read (see Embeddings)."""
         encodings = self.tokenizer.encode_batch(list(texts))
         lengths = [len(e.ids) for e in encodings]
         vectors = np.zeros((len(texts), self.spec.dims), dtype=np.float32)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clients.local_model.pins import LOCAL_PREFIX, WeightsPin, WheelPart
+from clients.local_model.pins import WeightsPin, WheelPart
 from schemas.errors import ServiceError
 
 
@@ -97,7 +97,7 @@ LOCAL_EMBEDDERS: dict[str, LocalEmbedder] = {
 def is_local_embedder(name: str | None) -> bool:
     """True for an embedder the harness serves itself. Its name starts with `local/` like the
     local chat models', so the table, not the prefix, decides."""
-    return bool(name) and str(name) in LOCAL_EMBEDDERS and str(name).startswith(LOCAL_PREFIX)
+    return name is not None and name in LOCAL_EMBEDDERS
 
 
 def local_embedder(name: str) -> LocalEmbedder:
