@@ -2,7 +2,8 @@
 
 On a tier's whole split (100K: 20 conversations, 400 questions, as mode `all`), with the tier's
 pinned repairs and graphrag's chunks (`ingest.chunk_tokens`), every question is ranked against its
-conversation's chunks by bm25, dense and hybrid exactly as systems/rag.py ranks them, and
+conversation's chunks by bm25, dense (a chunk's best message) and hybrid exactly as
+systems/rag.py ranks them, and
 recall@k is the share of its rubric's `source_chat_ids` among the messages of the first k chunks
 (systems/retrieval.py `recall_at_k`). Questions that cite no message (abstention's) have no
 recall and are left out of the means; their count is printed. No chat model is called: this is a
@@ -37,7 +38,7 @@ from schemas.records import ABILITIES, Question  # noqa: E402
 from scripts.measure_tiers import whole_split as every_question  # noqa: E402
 from stages.common import read_params  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
-from systems.rag import ChunkIndex, index_text, rank_chunks  # noqa: E402
+from systems.rag import ChunkIndex, message_texts, rank_chunks  # noqa: E402
 from systems.retrieval import recall_at_k  # noqa: E402
 from tests.conftest import SHARED_BEAM  # noqa: E402
 
@@ -79,19 +80,17 @@ def main() -> None:
     questions: dict[str, list[Question]] = defaultdict(list)
     for question in built.questions:
         questions[question.conversation_id].append(question)
-    texts = [index_text(c) for chunks in chunks_of.values() for c in chunks]
+    texts = [t for chunks in chunks_of.values() for c in chunks for t in message_texts(c)]
     texts += [q.question for q in built.questions]
     started = time.perf_counter()
     vectors: dict[str, tuple[float, ...]] = {}
     for conversation, chunks in chunks_of.items():
-        asked = [q.question for q in questions[conversation]]
-        found = embedder.embed([index_text(c) for c in chunks] + asked, task="measure")
+        batch = [t for c in chunks for t in message_texts(c)]
+        batch += [q.question for q in questions[conversation]]
+        found = embedder.embed(batch, task="measure")
         if not found.ok:
             raise SystemExit(f"conversation {conversation}: {found.error}")
-        for text, vector in zip(
-            [index_text(c) for c in chunks] + asked, found.vectors, strict=True
-        ):
-            vectors[text] = vector
+        vectors.update(zip(batch, found.vectors, strict=True))
     seconds = time.perf_counter() - started
     stats = embedder.accounting.stats("embedding")
     print(
@@ -107,7 +106,7 @@ def main() -> None:
     uncited = 0
     for conversation, chunks in chunks_of.items():
         index = ChunkIndex(chunks)
-        chunk_vectors = [vectors[index_text(c)] for c in chunks]
+        chunk_vectors = [[vectors[t] for t in message_texts(c)] for c in chunks]
         for question in questions[conversation]:
             if not cited[question.id]:
                 uncited += 1

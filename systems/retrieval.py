@@ -1,7 +1,8 @@
 """Ranking by meaning and by keywords together: the pure parts every retrieving system shares.
 
 - `dense_ranking`: documents by the cosine of their vectors to the query's (the embedder's
-  vectors, normalised here), best first.
+  vectors, normalised here), best first; `best_passage_cosines`: a document of several passages
+  scores as its best one (MaxP).
 - `reciprocal_rank_fusion`: several rankings into one, each document scoring Σ 1 / (k + rank)
   over the rankings it appears in (Cormack, Clarke and Büttcher, SIGIR 2009; k = 60 as there).
   Chosen over a weighted sum of scores because BM25 scores and cosines live on different scales
@@ -55,6 +56,21 @@ def ranking(scores: Sequence[float], *, keep_zero: bool = True) -> list[int]:
 
 def dense_ranking(documents: Sequence[Sequence[float]], query: Sequence[float]) -> list[int]:
     return ranking(cosines(documents, query))
+
+
+def best_passage_cosines(
+    documents: Sequence[Sequence[Sequence[float]]], query: Sequence[float]
+) -> list[float]:
+    """Each document's score as its best passage's cosine to the query (MaxP: Dai and Callan,
+    SIGIR 2019); a document without passages scores 0."""
+    flat = [vector for passages in documents for vector in passages]
+    scores = cosines(flat, query) if flat else []
+    out: list[float] = []
+    start = 0
+    for passages in documents:
+        out.append(max(scores[start : start + len(passages)], default=0.0))
+        start += len(passages)
+    return out
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:

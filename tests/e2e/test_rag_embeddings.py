@@ -11,10 +11,13 @@ leaves no memory behind.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from schemas.records import Chunk
+from systems.rag import message_texts
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 from tests.support.openai_server import Action, LoopbackServer
@@ -47,8 +50,11 @@ def test_hybrid_rag_embeds_chunks_and_questions_through_litellm(
         sent = embedding_requests(server)
         ingest = repo.read_json("metrics/usage/ingest.json")["embedding"]
         answer = repo.read_json("metrics/usage/answer.json")["embedding"]
-        chunks = repo.read_json("data/ingest/graphs.json")["total"]["chunks"]
-        assert ingest["calls"] == -(-chunks // 32) and ingest["prompt_tokens"] > 0
+        memory = (repo.path / "data" / "ingest" / "conv17.jsonl").read_text(encoding="utf-8")
+        lines = [json.loads(line) for line in memory.splitlines()]
+        messages = {t for line in lines for t in message_texts(Chunk.model_validate(line["chunk"]))}
+        assert sum(len(line["vectors"]) for line in lines) >= len(messages) > 0
+        assert ingest["calls"] == -(-len(messages) // 32) and ingest["prompt_tokens"] > 0
         assert answer["calls"] == 2  # one per question
         assert sent == ingest["calls"] + answer["calls"]
         runs = [repo.read_json(f"data/{stage}/run.json") for stage in ("ingest", "answer")]

@@ -15,10 +15,13 @@ from clients.llm.client import LlmClient
 from clients.llm.embeddings import EmbeddingClient
 from schemas.errors import DataError
 from schemas.params import AgentRates, LlmParams, ModelRef
+from schemas.records import Chunk
+from systems.chunking import chunk_conversation
 from systems.port import memory_file
-from systems.rag import Rag
+from systems.rag import Rag, message_texts
 from systems.retrieval import (
     RRF_K,
+    best_passage_cosines,
     dense_ranking,
     ranking,
     recall_at_k,
@@ -53,6 +56,18 @@ def test_rankings_keep_document_order_among_equals_and_can_leave_zeros_out() -> 
     assert dense_ranking(vectors, [0.0, 3.0]) == [1, 2, 0, 3]  # scale of the query: no matter
     with pytest.raises(ValueError, match="different models"):
         dense_ranking(vectors, [1.0, 0.0, 0.0])
+
+
+def test_a_document_of_passages_scores_as_its_best_passage() -> None:
+    documents = [[[1.0, 0.0], [0.0, 1.0]], [[0.6, 0.8]], []]
+    assert best_passage_cosines(documents, [0.0, 2.0]) == pytest.approx([1.0, 0.8, 0.0])
+
+
+def test_a_chunk_splits_into_its_messages_without_their_headers() -> None:
+    chunk = chunk_conversation(crafted_chat(), 120)[0]
+    texts = message_texts(chunk)
+    assert texts and all("[message" not in t for t in texts)
+    assert len(texts) == chunk.text.count("[message ")
 
 
 def test_recall_at_k_counts_the_cited_messages_among_the_first_k_documents() -> None:
@@ -93,25 +108,29 @@ def test_dense_and_hybrid_rag_embed_in_the_build_and_answer_from_the_stored_vect
     out = memory_file(tmp_path, "9")
     built = system.build(chat, {}, out, tmp_path)
     chunks = built.counts["chunks"]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == chunks
+    for line in lines:  # a vector per message (or piece of one) of the chunk
+        assert len(line["vectors"]) == len(message_texts(Chunk.model_validate(line["chunk"])))
+        assert {len(v) for v in line["vectors"]} == {256}
+    pieces = len({t for line in lines for t in message_texts(Chunk.model_validate(line["chunk"]))})
     assert counted.usage() == {
-        "calls": -(-chunks // 4),
+        "calls": -(-pieces // 4),
         "prompt_tokens": counted.prompt_tokens,
         "completion_tokens": 0,
     }
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(lines) == chunks and all(len(line["vector"]) == 256 for line in lines)
     first = out.read_bytes()
     system.build(chat, {}, out, tmp_path)  # again, from the call cache: the same bytes
     assert out.read_bytes() == first
     build_calls = counted.calls
-    assert build_calls == 2 * -(-chunks // 4)  # what the results took, cached or not
+    assert build_calls == 2 * -(-pieces // 4)  # what the results took, cached or not
     with system.open_memory("9", out, tmp_path) as memory:
         assert counted.calls == build_calls  # the vectors are read from the file, not embedded
         trace = memory.answer(DANA, agent)
     assert counted.calls == build_calls + 1  # the question's embedding
     best = next(line["chunk"] for line in lines if 10 in line["chunk"]["message_ids"])
     assert best["id"] in trace.reached_ids and "Lisbon" in trace.answer
-    assert system.estimate_build([chat])["embedding"].calls == -(-chunks // 4)
+    assert system.estimate_build([chat])["embedding"].calls == -(-pieces // 4)
     assert system.estimate_query_embedding([DANA]).calls == 1
 
 
