@@ -153,6 +153,50 @@ def backoff_seconds(attempt: int, retry_after: float | None) -> float:
     return min(BACKOFF_FIRST_SECONDS * 2 ** (attempt - 1), BACKOFF_MAX_SECONDS)
 
 
+class Pacing:
+    """The retry loop's waits and the endpoint-down rule of one client (chat or embedding)."""
+
+    def __init__(
+        self,
+        params: LlmParams,
+        what: str,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        self.params = params
+        self.what = what
+        """`<model> at <endpoint> (<role>)`, for the message that stops the stage."""
+        self.sleep = sleep or asyncio.sleep
+        self.waits: list[float] = []
+        """Backoff waits asked for, in order (for tests and logs)."""
+        self.failures_in_a_row = 0
+        """Requests in a row that spent every attempt on transport faults."""
+
+    def check_alive(self) -> None:
+        """Stop the stage once `llm.stop_after_failures` requests in a row have spent all their
+        attempts on transport faults: the endpoint is down, and every further request would
+        only wait through its own retries."""
+        if self.failures_in_a_row >= self.params.stop_after_failures:
+            raise ModelFailures(
+                f"{self.what} failed {self.failures_in_a_row} requests in a row, each after "
+                f"{self.params.max_attempts} attempts: the endpoint looks down or overloaded. "
+                "Run `dvc repro` again when it answers: finished calls are cached and only the "
+                "failed ones are repeated."
+            )
+
+    def request_done(self, transport_failures: int) -> None:
+        """After a request's last attempt: count it if every attempt was a transport fault."""
+        spent = transport_failures >= self.params.max_attempts
+        self.failures_in_a_row = self.failures_in_a_row + 1 if spent else 0
+
+    async def backoff(self, attempt: int, retry_after: float | None) -> None:
+        if attempt >= self.params.max_attempts:
+            return
+        wait = backoff_seconds(attempt, retry_after)
+        self.waits.append(wait)
+        if not _testing():
+            await self.sleep(wait)
+
+
 # --------------------------------------------------------------------------------------------
 # Semaphores per endpoint (and per event loop: asyncio primitives belong to one loop)
 # --------------------------------------------------------------------------------------------
@@ -220,9 +264,9 @@ class LlmClient:
         self.endpoint = endpoint_of(ref)
         self.settings = request_settings(role, ref, params)
         """max_tokens, temperature, seed, extra_body and context_tokens of every request."""
-        self.waits: list[float] = []
+        self.pacing = Pacing(params, f"{ref.model} at {self.endpoint} ({role})", sleep)
+        self.waits = self.pacing.waits
         """Backoff waits asked for, in order (for tests and logs)."""
-        self._sleep = sleep or asyncio.sleep
         self.backend: Backend
         if ref.model.startswith(SCRIPTED_PREFIX):
             from clients.scripted.backend import ScriptedBackend
@@ -234,9 +278,6 @@ class LlmClient:
             )
         self.test_model = self.backend.test_model
         self._native_schema: bool | None = None
-        self._failures_in_a_row = 0
-        """Requests in a row that spent every attempt on transport faults (see
-        _check_endpoint_alive)."""
 
     # -- metadata and preflight -------------------------------------------------------------
     def metadata(self) -> ModelUse:
@@ -338,7 +379,7 @@ class LlmClient:
         turn (the model sees its reply and the problem) instead of the same request again.
         Final at once: a 4xx other than 401/403/404/408/429, and a reply that stopped at
         max_tokens where JSON was due or with nothing written (it would stop there again)."""
-        self._check_endpoint_alive()
+        self.pacing.check_alive()
         base: dict[str, Any] = {"model": self.ref.model or "", "test_model": self.test_model}
         prompt_tokens = completion_tokens = 0
         sent = messages
@@ -354,10 +395,10 @@ class LlmClient:
                 transport_failures += 1
                 problem = f"{type(exc).__name__}: {exc}"
                 last_failure = "transport"
-                await self._backoff(attempt, exc.retry_after)
+                await self.pacing.backoff(attempt, exc.retry_after)
                 continue
             except PermanentError as exc:
-                self._failures_in_a_row = 0
+                self.pacing.request_done(0)
                 return Completion(
                     **base, error=f"request refused: {exc}", failure="refused", attempts=attempt
                 )
@@ -365,7 +406,7 @@ class LlmClient:
             completion_tokens += reply.completion_tokens or 0
             cut = cut_at_max_tokens(request, reply)
             if cut is not None:
-                self._failures_in_a_row = 0
+                self.pacing.request_done(0)
                 return Completion(
                     **base,
                     prompt_tokens=prompt_tokens,
@@ -380,7 +421,7 @@ class LlmClient:
             if unusable is None:
                 # The usage of the reply used: what a clean first attempt would have shown, so
                 # a recovered fault leaves no trace in the outputs (accounting has the totals).
-                self._failures_in_a_row = 0
+                self.pacing.request_done(0)
                 return Completion(
                     **base,
                     **completion,
@@ -410,11 +451,8 @@ class LlmClient:
             else:
                 sent = messages
             last_unusable = reply.text
-            await self._backoff(attempt, None)
-        if transport_failures == self.params.max_attempts:
-            self._failures_in_a_row += 1
-        else:
-            self._failures_in_a_row = 0
+            await self.pacing.backoff(attempt, None)
+        self.pacing.request_done(transport_failures)
         return Completion(
             **base,
             prompt_tokens=prompt_tokens,
@@ -424,27 +462,6 @@ class LlmClient:
             f"{self.endpoint}: {problem}",
             failure=last_failure,
         )
-
-    def _check_endpoint_alive(self) -> None:
-        """Stop the stage once `llm.stop_after_failures` requests in a row have spent all their
-        attempts on transport faults: the endpoint is down, and every further request would
-        only wait through its own retries."""
-        if self._failures_in_a_row >= self.params.stop_after_failures:
-            raise ModelFailures(
-                f"{self.ref.model} at {self.endpoint} ({self.role}) failed "
-                f"{self._failures_in_a_row} requests in a row, each after "
-                f"{self.params.max_attempts} attempts: the endpoint looks down or overloaded. "
-                "Run `dvc repro` again when it answers: finished calls are cached and only the "
-                "failed ones are repeated."
-            )
-
-    async def _backoff(self, attempt: int, retry_after: float | None) -> None:
-        if attempt >= self.params.max_attempts:
-            return
-        wait = backoff_seconds(attempt, retry_after)
-        self.waits.append(wait)
-        if not _testing():
-            await self._sleep(wait)
 
     async def _send_once(
         self, request: ChatRequest, messages: list[dict[str, Any]], native: bool, attempt: int

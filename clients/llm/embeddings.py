@@ -46,9 +46,8 @@ from typing import Any, Literal
 from clients.llm.accounting import Accounting, Budget
 from clients.llm.cache import LlmCache, cache_key
 from clients.llm.client import (
+    Pacing,
     _semaphore,
-    _testing,
-    backoff_seconds,
     endpoint_of,
     resolve_model,
     run_budget,
@@ -64,7 +63,7 @@ from clients.llm.port import (
     TransientError,
 )
 from clients.tokens import count_tokens
-from schemas.errors import ModelFailures, ParamsError
+from schemas.errors import ParamsError
 from schemas.params import BudgetParams, LlmParams, Mode, ModelRef, ModelsParams, Params, Tier
 from schemas.roles import Role
 from schemas.runs import ModelUse
@@ -157,8 +156,7 @@ class EmbeddingClient:
         self.budget = budget
         self.cache = cache
         self.endpoint = endpoint_of(ref)
-        self.waits: list[float] = []
-        self._failures_in_a_row = 0
+        self.pacing = Pacing(params, f"{ref.model} at {self.endpoint} (embedding)")
         if backend is not None:
             self.backend = backend
         elif ref.model.startswith(SCRIPTED_PREFIX):
@@ -274,7 +272,7 @@ class EmbeddingClient:
     async def _send(self, batch: list[str]) -> RawEmbeddings | Embeddings:
         """One request's attempts; a failure comes back as an `Embeddings` with `error`."""
         async with _semaphore(self.endpoint, self.params.concurrency):
-            self._check_endpoint_alive()
+            self.pacing.check_alive()
             problem = ""
             kind: Literal["transport", "unusable"] = "transport"
             transport_failures = 0
@@ -285,22 +283,19 @@ class EmbeddingClient:
                 except TransientError as exc:
                     transport_failures += 1
                     problem, kind = f"{type(exc).__name__}: {exc}", "transport"
-                    await self._backoff(attempt, exc.retry_after)
+                    await self.pacing.backoff(attempt, exc.retry_after)
                     continue
                 except PermanentError as exc:
-                    self._failures_in_a_row = 0
+                    self.pacing.request_done(0)
                     return self._failure(f"request refused: {exc}", "refused", tokens)
                 tokens += raw.prompt_tokens or 0
                 unusable = check_vectors(raw, len(batch), self.ref.dimensions)
                 if unusable is None:
-                    self._failures_in_a_row = 0
+                    self.pacing.request_done(0)
                     return raw
                 problem, kind = f"unusable reply: {unusable}", "unusable"
-                await self._backoff(attempt, None)
-            if transport_failures == self.params.max_attempts:
-                self._failures_in_a_row += 1
-            else:
-                self._failures_in_a_row = 0
+                await self.pacing.backoff(attempt, None)
+            self.pacing.request_done(transport_failures)
             return self._failure(
                 f"gave up after {self.params.max_attempts} attempts on {self.model} at "
                 f"{self.endpoint}: {problem}",
@@ -331,23 +326,6 @@ class EmbeddingClient:
             self.accounting.add_seconds(EMBEDDING_ROLE, time.perf_counter() - started)
             if self.budget is not None:
                 self.budget.settle(estimate, used)
-
-    def _check_endpoint_alive(self) -> None:
-        if self._failures_in_a_row >= self.params.stop_after_failures:
-            raise ModelFailures(
-                f"{self.model} at {self.endpoint} (embedding) failed {self._failures_in_a_row} "
-                f"requests in a row, each after {self.params.max_attempts} attempts: the "
-                "endpoint looks down or overloaded. Run `dvc repro` again when it answers: "
-                "finished calls are cached and only the failed ones are repeated."
-            )
-
-    async def _backoff(self, attempt: int, retry_after: float | None) -> None:
-        if attempt >= self.params.max_attempts:
-            return
-        wait = backoff_seconds(attempt, retry_after)
-        self.waits.append(wait)
-        if not _testing():
-            await asyncio.sleep(wait)
 
 
 def build_embedder(
