@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from clients.child_servers import (
+    HttpServerProcess,
     LiveServers,
     StartFailed,
     find_free_port,
-    http_probe,
     install_sigterm_handler,
-    spawn_child,
-    stop_process,
-    tail,
-    wait_ready,
 )
 from clients.local_embedder.pins import local_embedder
 from clients.local_embedder.weights import ensure_embedder
@@ -34,8 +26,6 @@ from clients.workdir import make_workdir
 from schemas.errors import ServiceError
 
 START_TIMEOUT_SECONDS = 60.0
-STOP_GRACE_SECONDS = 10.0
-HEALTH_POLL_SECONDS = 0.1
 PORT_ATTEMPTS = 3
 HOME_PREFIX = "beam-embedder-server-"
 API_KEY_ENV = "BEAM_EMBEDDER_API_KEY"
@@ -86,7 +76,7 @@ def embedder_environment(home: Path, environ: Mapping[str, str], api_key: str) -
     return env
 
 
-class EmbedderServer:
+class EmbedderServer(HttpServerProcess):
     """One embedding server process on a loopback port, with its log in a temporary folder."""
 
     def __init__(
@@ -109,18 +99,11 @@ class EmbedderServer:
                 f"threads ({self.threads}), batch_size ({self.batch_size}) and batch_tokens "
                 f"({self.batch_tokens}) must be >= 1"
             )
-        self.start_timeout = start_timeout
-        self.process: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.home: Path | None = None
-        self.api_key = secrets.token_urlsafe(32)
-        self.exit_code: int | None = None
-        self.load_seconds: float | None = None
-        """Seconds from the process start to the first healthy answer."""
+        super().__init__(start_timeout)
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def live(self) -> LiveServers[EmbedderServer]:
+        return _LIVE
 
     @property
     def base_url(self) -> str:
@@ -129,10 +112,6 @@ class EmbedderServer:
     @property
     def endpoint(self) -> LocalEndpoint:
         return LocalEndpoint(self.base_url, self.api_key)
-
-    @property
-    def log_path(self) -> Path:
-        return (self.home or Path(tempfile.gettempdir())) / "server.log"
 
     @property
     def description(self) -> str:
@@ -173,50 +152,7 @@ class EmbedderServer:
             batch_tokens=self.batch_tokens,
         )
         started = time.monotonic()
-        with self.log_path.open("ab") as log:
-            log.write(("$ " + " ".join(command) + "\n").encode())
-            log.flush()
-            self.process = spawn_child(
-                command,
-                cwd=self.home,
-                env=embedder_environment(self.home, os.environ, self.api_key),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        _LIVE.add(self)
-        wait_ready(
-            http_probe(f"http://127.0.0.1:{port}/health"),
-            failure=self.failure,
-            deadline=started + self.start_timeout,
-            poll_seconds=HEALTH_POLL_SECONDS,
-            timeout_message=lambda last: (
-                f"{self.description} was not healthy within {self.start_timeout:.0f} s "
-                f"(last answer: {last}). Last lines of {self.log_path}:\n{tail(self.log_path)}"
-            ),
-        )
-        self.load_seconds = round(time.monotonic() - started, 3)
-
-    def failure(self) -> str | None:
-        """None while the server runs; otherwise what happened to it (with its log tail)."""
-        if self.process is None:
-            return f"{self.description} was never started"
-        code = self.process.poll()
-        if code is None:
-            return None
-        self.exit_code = code
-        return (
-            f"{self.description} exited with code {code}. "
-            f"Last lines of {self.log_path}:\n{tail(self.log_path)}"
-        )
-
-    def stop(self, *, keep_log: bool = False) -> None:
-        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_SECONDS."""
-        if self.process is not None:
-            self.exit_code = stop_process(self.process, STOP_GRACE_SECONDS, group=True)
-        _LIVE.remove(self)
-        if not keep_log and self.home is not None:
-            shutil.rmtree(self.home, ignore_errors=True)
+        self.launch(command, embedder_environment(self.home, os.environ, self.api_key), started)
 
 
 @contextlib.contextmanager

@@ -58,7 +58,8 @@ Its stdout and stderr go to `server.log` in a private folder `<tmp>/beam-llama-s
 owner file (clients/workdir.py: a folder whose owner process is gone is removed by the next
 start); a failed start raises ServiceError with the log's tail (and keeps the folder).
 Readiness is GET /health answering 200 within `start_timeout` seconds. Stop: SIGTERM to the
-server's own process group, then SIGKILL after STOP_GRACE_SECONDS. Every server is registered
+server's own process group, then SIGKILL after 10 s (clients/child_servers.py
+`HttpServerProcess`, which the embedding server shares). Every server is registered
 for an atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
 SystemExit (so `with` blocks unwind), and the server is forked by clients/child_servers.py's
 `spawn_child` (PR_SET_PDEATHSIG from a thread that lives as long as the process), so even a

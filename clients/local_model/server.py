@@ -5,10 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
-import shutil
-import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -18,15 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from clients.child_servers import (
+    HttpServerProcess,
     LiveServers,
     StartFailed,
     find_free_port,
-    http_probe,
     install_sigterm_handler,
-    spawn_child,
-    stop_process,
-    tail,
-    wait_ready,
 )
 from clients.local_model.build import ensure_runtime, server_environment
 from clients.local_model.cache import template_path
@@ -36,8 +28,6 @@ from clients.workdir import make_workdir
 from schemas.errors import ServiceError
 
 START_TIMEOUT_SECONDS = 120.0
-STOP_GRACE_SECONDS = 10.0
-HEALTH_POLL_SECONDS = 0.1
 PORT_ATTEMPTS = 3
 HOME_PREFIX = "beam-llama-server-"
 
@@ -99,7 +89,7 @@ def server_command(
     ]  # fmt: skip
 
 
-class LlamaServer:
+class LlamaServer(HttpServerProcess):
     """One llama-server process on a loopback port, with its log in a temporary folder."""
 
     def __init__(
@@ -126,18 +116,11 @@ class LlamaServer:
         self.seed = seed
         self.threads = threads
         self.parallel = parallel
-        self.start_timeout = start_timeout
-        self.process: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.home: Path | None = None
-        self.api_key = secrets.token_urlsafe(32)
-        self.exit_code: int | None = None
-        self.load_seconds: float | None = None
-        """Seconds from the process start to the first healthy answer."""
+        super().__init__(start_timeout)
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def live(self) -> LiveServers[LlamaServer]:
+        return _LIVE
 
     @property
     def base_url(self) -> str:
@@ -146,10 +129,6 @@ class LlamaServer:
     @property
     def endpoint(self) -> LocalEndpoint:
         return LocalEndpoint(self.base_url, self.api_key)
-
-    @property
-    def log_path(self) -> Path:
-        return (self.home or Path(tempfile.gettempdir())) / "server.log"
 
     @property
     def description(self) -> str:
@@ -196,53 +175,7 @@ class LlamaServer:
             parallel=self.parallel,
         )
         started = time.monotonic()
-        with self.log_path.open("ab") as log:
-            log.write(("$ " + " ".join(command) + "\n").encode())
-            log.flush()
-            self.process = spawn_child(
-                command,
-                cwd=self.home,
-                env=server_environment(self.home, os.environ, self.api_key),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        _LIVE.add(self)
-        self._wait_healthy(started)
-
-    def _wait_healthy(self, started: float) -> None:
-        wait_ready(
-            http_probe(f"http://127.0.0.1:{self.port}/health"),  # 503 while the model loads
-            failure=self.failure,
-            deadline=started + self.start_timeout,
-            poll_seconds=HEALTH_POLL_SECONDS,
-            timeout_message=lambda last: (
-                f"{self.description} was not healthy within {self.start_timeout:.0f} s "
-                f"(last answer: {last}). Last lines of {self.log_path}:\n{tail(self.log_path)}"
-            ),
-        )
-        self.load_seconds = round(time.monotonic() - started, 3)
-
-    def failure(self) -> str | None:
-        """None while the server runs; otherwise what happened to it (with its log tail)."""
-        if self.process is None:
-            return f"{self.description} was never started"
-        code = self.process.poll()
-        if code is None:
-            return None
-        self.exit_code = code
-        return (
-            f"{self.description} exited with code {code}. "
-            f"Last lines of {self.log_path}:\n{tail(self.log_path)}"
-        )
-
-    def stop(self, *, keep_log: bool = False) -> None:
-        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_SECONDS."""
-        if self.process is not None:
-            self.exit_code = stop_process(self.process, STOP_GRACE_SECONDS, group=True)
-        _LIVE.remove(self)
-        if not keep_log and self.home is not None:
-            shutil.rmtree(self.home, ignore_errors=True)
+        self.launch(command, server_environment(self.home, os.environ, self.api_key), started)
 
 
 @contextlib.contextmanager
