@@ -42,6 +42,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -264,6 +265,18 @@ def stop_process(
     return process.returncode
 
 
+@dataclass(frozen=True)
+class LocalEndpoint:
+    """Where a running server answers, and the key it checks (kept out of repr and logs)."""
+
+    base_url: str
+    api_key: str = field(repr=False)
+
+
+PORT_ATTEMPTS = 3
+"""Free ports tried when another process takes the one picked before the server binds it."""
+
+
 class HttpServerProcess:
     """What a model server on a loopback port shares, whatever runs it (llama-server, the
     embedding server): its random key, its log in a private folder, the wait for GET /health,
@@ -288,6 +301,9 @@ class HttpServerProcess:
     def live(self) -> LiveServers[Any]:
         raise NotImplementedError
 
+    kind = "the server"
+    """What the server is, for messages (`llama-server`, `the embedding server`)."""
+
     @property
     def description(self) -> str:
         raise NotImplementedError
@@ -297,8 +313,47 @@ class HttpServerProcess:
         return self.process.pid if self.process else None
 
     @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def endpoint(self) -> LocalEndpoint:
+        return LocalEndpoint(self.base_url, self.api_key)
+
+    @property
     def log_path(self) -> Path:
         return (self.home or Path(tempfile.gettempdir())) / "server.log"
+
+    def start_on_a_free_port(
+        self, home: Path, launch_once: Callable[[int], None], retry: Callable[[str], bool]
+    ) -> None:
+        """`launch_once(port)` on a free port, in `home`; again on another port (at most
+        PORT_ATTEMPTS) while `retry(what failed)` says the port was taken before the server
+        bound it. ServiceError naming every attempt (the log kept) when it does not start."""
+        from schemas.errors import ServiceError
+
+        install_sigterm_handler()
+        self.home = home
+        failures: list[str] = []
+        try:
+            for _ in range(PORT_ATTEMPTS):
+                try:
+                    self.port = find_free_port()
+                    self.exit_code = None
+                    launch_once(self.port)
+                    return
+                except StartFailed as exc:
+                    self.stop(keep_log=True)
+                    failures.append(str(exc))
+                    if not retry(str(exc)):
+                        break
+        except BaseException:
+            self.stop(keep_log=True)
+            raise
+        raise ServiceError(
+            f"{self.kind} did not start ({len(failures)} attempt(s); log kept in "
+            f"{self.home}):\n" + "\n---\n".join(failures)
+        )
 
     def launch(self, command: Sequence[str], env: dict[str, str], started: float) -> None:
         """Start `command` in the home folder (its output to the log), register it, and wait

@@ -13,9 +13,6 @@ from pathlib import Path
 from clients.child_servers import (
     HttpServerProcess,
     LiveServers,
-    StartFailed,
-    find_free_port,
-    install_sigterm_handler,
 )
 from clients.local_embedder.pins import local_embedder
 from clients.local_embedder.weights import ensure_embedder
@@ -79,6 +76,8 @@ def embedder_environment(home: Path, environ: Mapping[str, str], api_key: str) -
 class EmbedderServer(HttpServerProcess):
     """One embedding server process on a loopback port, with its log in a temporary folder."""
 
+    kind = "the embedding server"
+
     def __init__(
         self,
         model: str,
@@ -106,44 +105,19 @@ class EmbedderServer(HttpServerProcess):
         return _LIVE
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def endpoint(self) -> LocalEndpoint:
-        return LocalEndpoint(self.base_url, self.api_key)
-
-    @property
     def description(self) -> str:
         return f"embedding server ({self.spec.name}, pid {self.pid}, 127.0.0.1:{self.port})"
 
     def start(self) -> None:
         ensure_embedder(self.spec)
-        install_sigterm_handler()
-        self.home = make_workdir(HOME_PREFIX)
-        failures: list[str] = []
-        try:
-            for _ in range(PORT_ATTEMPTS):
-                try:
-                    self._start_once(find_free_port())
-                    return
-                except StartFailed as exc:
-                    self.stop(keep_log=True)
-                    failures.append(str(exc))
-                    if self.exit_code != BIND_FAILED_EXIT:
-                        break
-        except BaseException:
-            self.stop(keep_log=True)
-            raise
-        raise ServiceError(
-            f"the embedding server did not start ({len(failures)} attempt(s); log kept in "
-            f"{self.home}):\n" + "\n---\n".join(failures)
+        self.start_on_a_free_port(
+            make_workdir(HOME_PREFIX),
+            self._start_once,
+            retry=lambda _failed: self.exit_code == BIND_FAILED_EXIT,
         )
 
     def _start_once(self, port: int) -> None:
         assert self.home is not None
-        self.port = port
-        self.exit_code = None
         command = server_command(
             self.spec.name,
             port=port,

@@ -9,16 +9,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clients.child_servers import (
     HttpServerProcess,
     LiveServers,
-    StartFailed,
-    find_free_port,
-    install_sigterm_handler,
+    LocalEndpoint,
 )
 from clients.local_model.build import ensure_runtime, server_environment
 from clients.local_model.cache import template_path
@@ -45,14 +42,6 @@ def live_servers() -> list[LlamaServer]:
 def stop_all() -> None:
     """Stop every server this process started (atexit does too; so can a test)."""
     _LIVE.stop_all()
-
-
-@dataclass(frozen=True)
-class LocalEndpoint:
-    """Where a running server answers, and the key it checks (kept out of repr and logs)."""
-
-    base_url: str
-    api_key: str = field(repr=False)
 
 
 def server_command(
@@ -92,6 +81,8 @@ def server_command(
 class LlamaServer(HttpServerProcess):
     """One llama-server process on a loopback port, with its log in a temporary folder."""
 
+    kind = "llama-server"
+
     def __init__(
         self,
         model: str,
@@ -123,14 +114,6 @@ class LlamaServer(HttpServerProcess):
         return _LIVE
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def endpoint(self) -> LocalEndpoint:
-        return LocalEndpoint(self.base_url, self.api_key)
-
-    @property
     def description(self) -> str:
         return f"llama-server ({self.spec.name}, pid {self.pid}, 127.0.0.1:{self.port})"
 
@@ -138,31 +121,14 @@ class LlamaServer(HttpServerProcess):
         binary = ensure_runtime()
         template = None if self.spec.gguf_template else template_path()
         gguf = ensure_weights(self.spec.weights)
-        install_sigterm_handler()
-        self.home = make_workdir(HOME_PREFIX)
-        failures: list[str] = []
-        try:
-            for _ in range(PORT_ATTEMPTS):
-                try:
-                    self._start_once(binary, gguf, template, find_free_port())
-                    return
-                except StartFailed as exc:
-                    self.stop(keep_log=True)
-                    failures.append(str(exc))
-                    if "couldn't bind" not in str(exc):
-                        break
-        except BaseException:
-            self.stop(keep_log=True)
-            raise
-        raise ServiceError(
-            f"llama-server did not start ({len(failures)} attempt(s); log kept in {self.home}):\n"
-            + "\n---\n".join(failures)
+        self.start_on_a_free_port(
+            make_workdir(HOME_PREFIX),
+            lambda port: self._start_once(binary, gguf, template, port),
+            retry=lambda failed: "couldn't bind" in failed,
         )
 
     def _start_once(self, binary: Path, gguf: Path, template: Path | None, port: int) -> None:
         assert self.home is not None
-        self.port = port
-        self.exit_code = None
         command = server_command(
             binary,
             gguf,
