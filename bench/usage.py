@@ -17,7 +17,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from clients.llm.port import ChatModel, ChatRequest, Completion, EmbeddingModel, Embeddings
+from clients.llm.port import (
+    RESTORE_TASK,
+    ChatModel,
+    ChatRequest,
+    Completion,
+    EmbeddingModel,
+    Embeddings,
+)
 from schemas.roles import Role
 from schemas.runs import ModelUse
 
@@ -73,7 +80,8 @@ class CountedEmbedder:
     checks no embedding endpoint) that counts what its vectors took: each call's distinct texts
     in batches, their tokens by the harness's count (`Embeddings.usage_requests`,
     `usage_tokens`), the same whether the vectors came from the model or the call cache.
-    Thread-safe: questions are answered concurrently."""
+    Vectors asked with the task `RESTORE_TASK` are passed on uncounted: the build that first made
+    them counted them already. Thread-safe: questions are answered concurrently."""
 
     def __init__(self, opener: Callable[[], EmbeddingModel]) -> None:
         self._opener = opener
@@ -110,10 +118,12 @@ class CountedEmbedder:
         return found
 
     def embed(self, texts: Sequence[str], *, task: str) -> Embeddings:
-        return self._count(self._open().embed(texts, task=task))
+        found = self._open().embed(texts, task=task)
+        return found if task == RESTORE_TASK else self._count(found)
 
     async def aembed(self, texts: Sequence[str], *, task: str) -> Embeddings:
-        return self._count(await self._open().aembed(texts, task=task))
+        found = await self._open().aembed(texts, task=task)
+        return found if task == RESTORE_TASK else self._count(found)
 
     def usage(self) -> dict[str, int]:
         """{calls, prompt_tokens, completion_tokens}: what metrics/usage/ records for the role."""

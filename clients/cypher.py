@@ -50,19 +50,42 @@ RANGE_INDEX_STATEMENTS = tuple(
 )
 
 
-def vector_index_statement(dimensions: int) -> str:
-    """The optional vector index over chunk embeddings (dimensions is a validated int)."""
+VECTOR_LABELS = ("Chunk", *ENTITY_LABELS, *STATEMENT_LABELS)
+"""The labels whose nodes carry an `embedding` (graph.retrieval hybrid): a Neo4j 5 vector index
+covers one label, so each has its own."""
+
+
+def vector_index_name(label: str) -> str:
+    """`chunk_embeddings`, `person_embeddings`, `fact_embeddings`, ..."""
+    if label not in VECTOR_LABELS:
+        raise ValueError(f"no vector index for label {label!r}")
+    return VECTOR_INDEX if label == "Chunk" else f"{label.lower()}_embeddings"
+
+
+def _checked_dimensions(dimensions: int) -> int:
     if (
         not isinstance(dimensions, int)
         or isinstance(dimensions, bool)
         or not 1 <= dimensions <= 4096
     ):
         raise ValueError(f"vector dimensions must be an int in 1..4096, got {dimensions!r}")
+    return dimensions
+
+
+def vector_index_statement(dimensions: int, label: str = "Chunk") -> str:
+    """The vector index (cosine) over one label's `embedding` (dimensions is a validated int)."""
+    size = _checked_dimensions(dimensions)
     return (
-        f"CREATE VECTOR INDEX {VECTOR_INDEX} IF NOT EXISTS FOR (n:Chunk) ON n.embedding "
-        f"OPTIONS {{indexConfig: {{`vector.dimensions`: {dimensions}, "
+        f"CREATE VECTOR INDEX {vector_index_name(label)} IF NOT EXISTS "
+        f"FOR (n:{label}) ON n.embedding "
+        f"OPTIONS {{indexConfig: {{`vector.dimensions`: {size}, "
         f"`vector.similarity_function`: 'cosine'}}}}"
     )
+
+
+def vector_index_statements(dimensions: int) -> tuple[str, ...]:
+    """The vector indexes over every embedded label (chunks, entities, statements)."""
+    return tuple(vector_index_statement(dimensions, label) for label in VECTOR_LABELS)
 
 
 AWAIT_INDEXES = "CALL db.awaitIndexes($seconds)"
@@ -115,6 +138,12 @@ def create_relationships(rel_type: str) -> str:
     )
 
 
+SET_EMBEDDINGS = (
+    f"UNWIND $rows AS row MATCH (n:{MEMORY_LABEL} {{id: row.id}}) "
+    "CALL db.create.setNodeVectorProperty(n, 'embedding', row.vector) RETURN count(n) AS written"
+)
+"""Vectors onto existing nodes; rows are {id, vector} (stored as a float array for the index)."""
+
 COUNT_MEMORY_NODES = f"MATCH (n:{MEMORY_LABEL}) RETURN count(n) AS n"
 
 DELETE_ALL_MEMORY = (
@@ -136,7 +165,19 @@ COUNT_RELATIONSHIPS_BY_TYPE = (
     "RETURN type(r) AS type, count(*) AS n ORDER BY type"
 )
 COUNT_ALL_NODES = "MATCH (n) RETURN count(n) AS n"
-EXPORT_NODES = f"MATCH (n:{MEMORY_LABEL}) RETURN labels(n) AS labels, properties(n) AS props"
+# The export leaves the vectors on the server (graph.retrieval hybrid re-embeds the texts on
+# import): props are [key, value] pairs of every other property.
+EXPORT_NODES = (
+    f"MATCH (n:{MEMORY_LABEL}) RETURN labels(n) AS labels, "
+    "[k IN keys(n) WHERE k <> 'embedding' | [k, n[k]]] AS props"
+)
+EMBEDDING_TEXTS = (
+    f"MATCH (n:{MEMORY_LABEL}) WHERE n:Chunk OR n:{' OR n:'.join(STATEMENT_LABELS)} "
+    f"OR n:{' OR n:'.join(ENTITY_LABELS)} "
+    "RETURN n.id AS id, [l IN labels(n) WHERE l <> 'Memory'][0] AS label, "
+    "coalesce(n.text, n.name) AS text ORDER BY id"
+)
+"""What graph.retrieval hybrid embeds: a chunk's and a statement's text, an entity's name."""
 EXPORT_RELATIONSHIPS = (
     f"MATCH (a:{MEMORY_LABEL})-[r]->(b:{MEMORY_LABEL}) "
     "RETURN type(r) AS type, a.id AS start, b.id AS end, properties(r) AS props"
@@ -220,6 +261,29 @@ AGENT_SEARCH_CHUNKS = (
     "s.date_iso AS date, s.number AS session, node.position AS position, score "
     "ORDER BY score DESC, id LIMIT $limit"
 )
+
+
+def _nearest(labels: tuple[str, ...]) -> str:
+    """The `$limit` nodes of `labels` whose embedding is nearest `$vector` (one vector index per
+    label, merged by score, ties by id), as `node, score`."""
+    branches = " UNION ALL ".join(
+        f"CALL db.index.vector.queryNodes('{vector_index_name(label)}', $limit, $vector) "
+        "YIELD node, score RETURN node, score"
+        for label in labels
+    )
+    return f"CALL {{ {branches} }} WITH node, score ORDER BY score DESC, node.id LIMIT $limit "
+
+
+# The same rows as the full-text searches above, found by meaning (graph.retrieval hybrid).
+_STATEMENT_ROWS = AGENT_SEARCH_STATEMENTS[AGENT_SEARCH_STATEMENTS.index("OPTIONAL") :]
+AGENT_NEAREST_STATEMENTS = _nearest(STATEMENT_LABELS) + _STATEMENT_ROWS
+AGENT_NEAREST_ENTITIES = (
+    _nearest(ENTITY_LABELS) + AGENT_SEARCH_ENTITIES[AGENT_SEARCH_ENTITIES.index("RETURN") :]
+)
+AGENT_NEAREST_CHUNKS = (
+    _nearest(("Chunk",)) + AGENT_SEARCH_CHUNKS[AGENT_SEARCH_CHUNKS.index("OPTIONAL") :]
+)
+
 AGENT_NEIGHBOURHOOD = (
     f"MATCH (e:{MEMORY_LABEL} {{id: $id}})-[r]-(n) WHERE NOT n:Chunk AND NOT n:Document "
     "AND NOT n:Conversation "

@@ -102,6 +102,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
+EMBEDDINGS_KEY = "embeddings"
+"""The key of an export's first line when its graph was embedded (model and dimensions)."""
+
+
 class _Gate:
     """Agent reads run side by side; a restart of the server waits until none runs and holds
     new ones back until the server and its graph are back."""
@@ -153,6 +157,9 @@ class Neo4jGraphStore:
         """Times a runaway agent read made the store restart its server (and re-import)."""
         self._gate = _Gate()
         self._vector_dimensions: int | None = None
+        self._embeddings: dict[str, list[float]] = {}
+        """The vectors written (`write_embeddings`): the export leaves them out, so a restart
+        writes them again."""
 
     def close(self) -> None:
         self.driver.close()
@@ -210,8 +217,8 @@ class Neo4jGraphStore:
 
     def create_schema(self, vector_dimensions: int | None = None) -> None:
         """Constraints and indexes, idempotently (IF NOT EXISTS); waits until they are online.
-        With `vector_dimensions`, also the vector index over `Chunk.embedding` (for a system
-        that writes embeddings of that size; graphrag writes none yet)."""
+        With `vector_dimensions`, also the vector indexes (cosine) over the `embedding` of chunks,
+        entities and statements (graph.retrieval hybrid writes vectors of that size)."""
         statements = [
             cypher.MEMORY_ID_CONSTRAINT,
             *cypher.FULLTEXT_INDEX_STATEMENTS,
@@ -219,7 +226,7 @@ class Neo4jGraphStore:
         ]
         self._vector_dimensions = vector_dimensions
         if vector_dimensions is not None:
-            statements.append(cypher.vector_index_statement(vector_dimensions))
+            statements += cypher.vector_index_statements(vector_dimensions)
         for statement in statements:
             self._run_auto(statement)
         self._run_auto(cypher.AWAIT_INDEXES, {"seconds": int(self.params.start_timeout_seconds)})
@@ -274,6 +281,24 @@ class Neo4jGraphStore:
             relationships=rels,
             missing_endpoints=len(batch.relationships) - rels,
         )
+
+    def write_embeddings(self, vectors: Mapping[str, Sequence[float]]) -> int:
+        """Set each node's `embedding` (by id) to its vector; the nodes written."""
+        plain = {node: [float(x) for x in v] for node, v in sorted(vectors.items())}
+        rows = [{"id": node, "vector": vector} for node, vector in plain.items()]
+        written = 0
+        for part in _chunks(rows, self.params.write_batch_size):
+            found = self._run(cypher.SET_EMBEDDINGS, {"rows": list(part)}, write=True)
+            written += int(found[0]["written"]) if found else 0
+        if written != len(rows):
+            raise IntegrityError(f"{len(rows) - written} of {len(rows)} embedded nodes are missing")
+        self._embeddings.update(plain)
+        return written
+
+    def embedding_texts(self) -> list[dict[str, Any]]:
+        """What graph.retrieval hybrid embeds: {id, label, text} of every chunk, statement and
+        entity (its name), by id."""
+        return self._run(cypher.EMBEDDING_TEXTS)
 
     def clear(self) -> None:
         """Delete every node of the memory graph (label Memory) and its relationships."""
@@ -441,6 +466,8 @@ class Neo4jGraphStore:
             self.driver = open_driver(self.server.uri, self.server.auth)
             nodes, rels = _parse_export(lines, "the graph before the restart")
             self._load(nodes, rels, self._vector_dimensions, schema=True)
+            if self._embeddings:
+                self.write_embeddings(dict(self._embeddings))
             self.restarts += 1
 
     def _read_once(
@@ -500,7 +527,8 @@ class Neo4jGraphStore:
                     f"node {row['props'].get('id')!r} has labels {row['labels']}: expected "
                     f"{MEMORY_LABEL} and exactly one of {', '.join(NODE_LABELS)}"
                 )
-            node = NODE_ADAPTER.validate_python({**row["props"], "label": labels[0]})
+            props = dict(row["props"])  # [key, value] pairs, the embedding left out
+            node = NODE_ADAPTER.validate_python({**props, "label": labels[0]})
             line = json.dumps(
                 {"node": node.model_dump(mode="json")}, sort_keys=True, ensure_ascii=False
             )
@@ -516,9 +544,13 @@ class Neo4jGraphStore:
             rels.append((rel.type, rel.start, rel.end, line))
         return [n[-1] for n in sorted(nodes)] + [r[-1] for r in sorted(rels)]
 
-    def export_jsonl(self, path: Path) -> GraphCounts:
-        """Write the deterministic export atomically (export -> import -> export is identical)."""
+    def export_jsonl(self, path: Path, embeddings: Mapping[str, Any] | None = None) -> GraphCounts:
+        """Write the deterministic export atomically (export -> import -> export is identical).
+        Vectors are never exported; `embeddings` (what embedded them: model, dimensions) becomes
+        the first line, `{"embeddings": {...}}` (`export_header` reads it back)."""
         lines = self.export_lines()
+        if embeddings is not None:
+            lines.insert(0, json.dumps({EMBEDDINGS_KEY: dict(embeddings)}, sort_keys=True))
         write_atomic(Path(path), "".join(line + "\n" for line in lines))
         return self.counts()
 
@@ -565,6 +597,18 @@ class Neo4jGraphStore:
         return WriteReceipt(nodes=written_nodes, relationships=written_rels, missing_endpoints=0)
 
 
+def export_header(path: Path) -> dict[str, Any] | None:
+    """What embedded an export's graph (its first line, written by `export_jsonl`), or None when
+    it was exported without vectors."""
+    try:
+        with Path(path).open(encoding="utf-8") as lines:
+            first = json.loads(lines.readline() or "{}")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"graph export {path} cannot be read: {exc}") from exc
+    found = first.get(EMBEDDINGS_KEY) if isinstance(first, dict) else None
+    return dict(found) if isinstance(found, dict) else None
+
+
 def _parse_export(lines: Iterable[str], source: str) -> tuple[list[GraphNode], list[Relationship]]:
     """The nodes and relationships of an export's lines (`source` names them in errors)."""
     nodes: list[GraphNode] = []
@@ -578,6 +622,8 @@ def _parse_export(lines: Iterable[str], source: str) -> tuple[list[GraphNode], l
                 nodes.append(NODE_ADAPTER.validate_python(obj["node"]))
             elif "relationship" in obj and len(obj) == 1:
                 rels.append(Relationship.model_validate(obj["relationship"]))
+            elif EMBEDDINGS_KEY in obj and len(obj) == 1 and number == 1:
+                continue  # what embedded the graph: export_header
             else:
                 raise ValueError("expected one key, `node` or `relationship`")
         except ValueError as exc:  # json and pydantic errors are ValueErrors

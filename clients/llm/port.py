@@ -317,6 +317,13 @@ class EmbeddingBackend(Protocol):
     async def send(self, texts: list[str]) -> RawEmbeddings: ...
 
 
+RESTORE_TASK = "restore"
+"""The embedding task of vectors a memory's build already took and counted, computed again to
+load that memory (graphrag's hybrid graph on import: its export holds no vectors). The call cache
+serves them where the build ran (its key has no task); the usage a stage's results took
+(bench/usage.py) leaves them out, the ledger counts whatever was really sent."""
+
+
 class EmbeddingModel(Protocol):
     """The port systems use. `EmbeddingClient` implements it (real and test embedders alike)."""
 
