@@ -148,6 +148,9 @@ class SliceParams(Record):
         return value
 
 
+GraphRetrieval = Literal["fulltext", "hybrid"]
+
+
 class GraphParams(Record):
     backend: Literal["local", "docker", "uri"]
     """local: jars from `make neo4j` launched with java; docker; uri: env BEAM_NEO4J_URI etc."""
@@ -162,6 +165,10 @@ class GraphParams(Record):
     """Most rows one read of the agent returns."""
     write_batch_size: int = Field(ge=1, le=100_000)
     docker_image: str
+    retrieval: GraphRetrieval = "fulltext"
+    """fulltext: the agent's search and the resolution candidates by keywords and names only;
+    hybrid: also by meaning (`models.embedding`'s vectors of chunks, statements and entity
+    names in Neo4j vector indexes), fused by reciprocal rank (systems/graphrag/system.py)."""
 
 
 ROLE_MAX_TOKENS: dict[str, int] = {

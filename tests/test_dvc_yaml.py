@@ -51,6 +51,7 @@ EXPECTED_PARAMS = {
         # chunking and resolution shape the graph (rag's chunks too)
         "ingest",
         "rag.retriever",  # dense and hybrid embed the chunks in the build
+        "graph.retrieval",  # hybrid embeds the graph's texts and pairs look-alikes by meaning
         "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
         "models.embedding",  # the vectors of a build that embeds
@@ -66,6 +67,7 @@ EXPECTED_PARAMS = {
         "models.embedding",  # the questions' vectors
         "llm.seed",
         "graph.row_limit",  # the most rows a read of the agent returns
+        "graph.retrieval",  # hybrid searches by meaning too (the questions' tool queries)
     ],
     "judge": [
         "mode",  # written in run.json
@@ -92,6 +94,7 @@ EXPECTED_PARAMS = {
         "ingest.pairs_per_call",
         "answer.max_steps",
         "rag.retriever",  # rag's embedding calls
+        "graph.retrieval",  # graphrag's embedding calls (hybrid)
     ],
 }
 PINNED = {"fetch", "verify-hash", "repair", "slice", "judge", "judge-check", "report"}

@@ -26,11 +26,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clients import cypher
 from clients.cypher import escape_fulltext
 from clients.graph.port import GraphStore, QueryFailed
-from clients.llm.port import ChatModel, ChatRequest, Message, Tool, ToolCall, tool_from_model
+from clients.llm.port import (
+    ChatModel,
+    ChatRequest,
+    EmbeddingModel,
+    Message,
+    Tool,
+    ToolCall,
+    tool_from_model,
+)
 from clients.llm.replies import text_tool_calls as read_text_calls
 from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
+from systems.retrieval import reciprocal_rank_fusion
 
 PROMPT_VERSION = "agent-v1"
 TASK = "agent"
@@ -46,7 +55,7 @@ class _Args(BaseModel):
 
 
 class SearchMemory(_Args):
-    """Full-text search over the memory: statements (facts, events, measures, preferences,
+    """Search over the memory: statements (facts, events, measures, preferences,
     instructions), entities and raw chat chunks. Start here. Returns ids, short texts, dates."""
 
     query: str = Field(description="keywords to look for")
@@ -182,12 +191,30 @@ def messages_in(text: str, wanted: set[int] | None) -> list[tuple[int, str]]:
     return out
 
 
+def fuse_rows(rankings: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows of several rankings of one kind (full text, vectors), each node once, by reciprocal
+    rank fusion (systems/retrieval.py, k = 60); equal fused scores by node id, so the same hits
+    always come in the same order. A node keeps the row of the first ranking that has it."""
+    ids = sorted({row["id"] for ranking in rankings for row in ranking})
+    index = {node: i for i, node in enumerate(ids)}
+    first: dict[str, dict[str, Any]] = {}
+    for ranking in rankings:
+        for row in ranking:
+            first.setdefault(row["id"], row)
+    fused = reciprocal_rank_fusion([[index[row["id"]] for row in r] for r in rankings])
+    return [first[ids[i]] for i in fused]
+
+
 class GraphTools:
     """The agent's tools over one conversation's store."""
 
-    def __init__(self, store: GraphStore, limit: int = RESULT_LIMIT) -> None:
+    def __init__(
+        self, store: GraphStore, limit: int = RESULT_LIMIT, embedder: EmbeddingModel | None = None
+    ) -> None:
         self.store = store
         self.limit = limit
+        self.embedder = embedder
+        """With one (graph.retrieval hybrid), search_memory searches by meaning too."""
         self._handlers: dict[str, Callable[[Any], ToolOutcome]] = {
             "search_memory": self.search_memory,
             "entity_neighbourhood": self.entity_neighbourhood,
@@ -211,6 +238,8 @@ class GraphTools:
         return ToolOutcome(json.dumps(payload, ensure_ascii=False, default=str), ids, messages)
 
     def search_memory(self, args: SearchMemory) -> ToolOutcome:
+        """Full-text hits per kind; with an embedder, fused with the nearest vectors of the
+        kind (`fuse_rows`), the query embedded with the task `query`."""
         text = escape_fulltext(args.query)
         if not text:
             return self._outcome([])
@@ -219,11 +248,25 @@ class GraphTools:
             "entities": cypher.AGENT_SEARCH_ENTITIES,
             "chunks": cypher.AGENT_SEARCH_CHUNKS,
         }
+        nearest = {
+            "statements": cypher.AGENT_NEAREST_STATEMENTS,
+            "entities": cypher.AGENT_NEAREST_ENTITIES,
+            "chunks": cypher.AGENT_NEAREST_CHUNKS,
+        }
+        vector: list[float] | None = None
+        if self.embedder is not None:
+            found_vector = self.embedder.embed([args.query], task="query")
+            if not found_vector.ok:
+                raise QueryFailed(f"the query's embedding failed: {found_vector.error}")
+            vector = list(found_vector.vectors[0])
         kinds = list(queries) if args.kind == "all" else [args.kind]
         rows: list[dict[str, Any]] = []
         for kind in kinds:
             limit = 3 if kind == "chunks" and args.kind == "all" else self.limit
             found = self._rows(queries[kind], {"text": text, "limit": limit})
+            if vector is not None:
+                near = self._rows(nearest[kind], {"vector": vector, "limit": limit})
+                found = fuse_rows([found, near])[:limit]
             rows += found
         return self._outcome(rows)
 

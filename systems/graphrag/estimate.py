@@ -34,6 +34,12 @@ from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
 from systems.graphrag.extract import extraction_messages
 from systems.graphrag.ingest import IngestSettings
 
+EMBEDDED_TOKENS_PER_STATEMENT = 20
+"""A statement's text as the embedder gets it (graph.retrieval hybrid), in tokens: an assumption
+(one short sentence), not a rate measured from a run."""
+EMBEDDED_TOKENS_PER_ENTITY = 4
+"""An entity's name as the embedder gets it, in tokens (the same kind of assumption)."""
+
 
 @dataclass(frozen=True)
 class GraphSize:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from clients.llm.port import ChatModel, ChatRequest, Completion, Message
+from clients.llm.port import ChatModel, ChatRequest, Completion, EmbeddingModel, Message
 from schemas.errors import check_failed_share
 from schemas.memory import (
     DROP_REASONS,
@@ -55,12 +55,15 @@ from systems.graphrag.extract import (
 from systems.graphrag.resolve import (
     CandidatePair,
     Mention,
+    Placed,
     StatementRef,
     batched,
     candidate_pairs,
     cap_per_label,
     merge_map,
+    nearest_pairs,
     statement_pairs,
+    union_pairs,
 )
 
 LINKED_LABELS = frozenset(UPDATABLE_LABELS)
@@ -103,14 +106,28 @@ class ConversationGraph:
     linking: PairStats = field(default_factory=PairStats)
     last_error: str | None = None
     """The last model failure (after retries) while building this graph."""
+    vectors: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """With an embedder (graph.retrieval hybrid): each chunk's, statement's and entity's vector
+    by node id (entities merged away by resolution are left out)."""
+    embedding_model: str | None = None
+    embedding_requests: int = 0
+    """The embedder's requests these vectors took (`Embeddings.usage_requests`)."""
+    failed_embeddings: int = 0
 
     @property
     def model_calls(self) -> int:
-        return len(self.chunks) + self.resolution.calls + self.linking.calls
+        return (
+            len(self.chunks) + self.resolution.calls + self.linking.calls + self.embedding_requests
+        )
 
     @property
     def failed_calls(self) -> int:
-        return len(self.failed_chunks) + self.resolution.failed_calls + self.linking.failed_calls
+        return (
+            len(self.failed_chunks)
+            + self.resolution.failed_calls
+            + self.linking.failed_calls
+            + self.failed_embeddings
+        )
 
     def counts(self) -> dict[str, Any]:
         """Numbers for data/ingest/graphs.json (every label and type always present)."""
@@ -333,7 +350,8 @@ def _extract(
 def _resolve(
     graph: ConversationGraph, memory: _Memory, settings: IngestSettings, model: ChatModel
 ) -> dict[tuple[str, str, str], Relationship]:
-    """Merge look-alike entities the model judged the same; the relationships, re-pointed."""
+    """Merge look-alike entities the model judged the same; the relationships, re-pointed.
+    Candidates are the names' look-alikes and, with vectors, the nearest names by meaning."""
     entities = memory.entities
     mentions = [
         Mention(e.id, e.label, e.name, memory.first_position[e.id]) for e in entities.values()
@@ -343,6 +361,15 @@ def _resolve(
         per_mention=settings.candidates_per_entity,
         min_similarity=settings.min_similarity,
     )
+    if graph.vectors:
+        placed = [Placed(m.id, m.label, m.position) for m in mentions]
+        by_meaning = nearest_pairs(
+            placed,
+            graph.vectors,
+            per_item=settings.candidates_per_entity,
+            min_similarity=settings.min_similarity,
+        )
+        pairs = union_pairs(pairs, by_meaning)
     names = {e.id: e.name for e in entities.values()}
     summaries = {e.id: e.summary for e in entities.values()}
 
@@ -393,6 +420,16 @@ def _link(
     candidates = statement_pairs(
         refs, labels=LINKED_LABELS, per_statement=settings.candidates_per_statement
     )
+    if graph.vectors:
+        placed = [Placed(r.id, r.label, r.position) for r in refs if r.label in LINKED_LABELS]
+        by_meaning = nearest_pairs(
+            placed,
+            graph.vectors,
+            per_item=settings.candidates_per_statement,
+            min_similarity=settings.min_similarity,
+            strictly_earlier=True,
+        )
+        candidates = union_pairs(candidates, by_meaning)
     session_dates = {x.number: x.date_iso for x in chat.sessions}
     dates = {s.id: session_dates[s.session_number] for s in statements.values()}
     texts = {s.id: s.text for s in statements.values()}
@@ -411,15 +448,54 @@ def _link(
             graph.linking.decided += 1
 
 
+EMBEDDING_TASKS = ("chunk", "statement", "entity")
+"""The embedder's task per kind of node (graph.retrieval hybrid)."""
+
+
+def embedding_task(label: str) -> str:
+    """What a node of `label` is to the embedder: a chunk, a statement or an entity (its name)."""
+    if label == "Chunk":
+        return "chunk"
+    return "statement" if label in STATEMENT_LABELS else "entity"
+
+
+def _embed(graph: ConversationGraph, memory: _Memory, embedder: EmbeddingModel) -> str | None:
+    """Every chunk's text, statement's text and entity's name as vectors (graph.vectors), one
+    call per kind; the error of a call that failed after its retries (then no vector is kept)."""
+    texts = {
+        "chunk": {c.id: c.text for c in graph.chunks},
+        "statement": {s.id: s.text for s in memory.statements.values()},
+        "entity": {e.id: e.name for e in memory.entities.values()},
+    }
+    graph.embedding_model = embedder.model
+    vectors: dict[str, tuple[float, ...]] = {}
+    for task in EMBEDDING_TASKS:
+        ids = sorted(texts[task])
+        if not ids:
+            continue
+        found = embedder.embed([texts[task][i] for i in ids], task=task)
+        graph.embedding_requests += found.usage_requests
+        if not found.ok:
+            graph.failed_embeddings += 1
+            return found.error
+        vectors.update(zip(ids, found.vectors, strict=True))
+    graph.vectors = vectors
+    return None
+
+
 def build_graph(
     chat: ChatSlice,
     settings: IngestSettings,
     extraction: ChatModel,
     resolution: ChatModel,
     on_chunk: ChunkProgress | None = None,
+    embedder: EmbeddingModel | None = None,
 ) -> ConversationGraph:
     """The whole graph of one conversation, validated, with what was dropped and decided.
-    `on_chunk` follows the extraction (the long part with a real model), chunk by chunk."""
+    `on_chunk` follows the extraction (the long part with a real model), chunk by chunk. With
+    an `embedder` (graph.retrieval hybrid) the chunks, statements and entity names are embedded
+    after the extraction, resolution and linking take candidates by meaning too, and the
+    vectors of the final nodes are in `graph.vectors`."""
     chunks = chunk_conversation(chat, settings.chunk_tokens)
     src_nodes, src_rels = source_layer(chat, chunks)
     src_batch, src_report = validate_batch(src_nodes, src_rels)
@@ -440,6 +516,17 @@ def build_graph(
         settings.max_failed_share,
         graph.last_error,
     )
+    if embedder is not None:
+        error = _embed(graph, memory, embedder)
+        graph.last_error = error or graph.last_error
+        check_failed_share(
+            "ingest",
+            f"embedding calls of {conversation}",
+            graph.failed_embeddings,
+            1,
+            settings.max_failed_share,
+            graph.last_error,
+        )
     rels = _resolve(graph, memory, settings, resolution)
     check_failed_share(
         "ingest",
@@ -462,4 +549,6 @@ def build_graph(
     all_nodes = [*src_batch.nodes, *sorted(memory_nodes, key=lambda n: n.id)]
     all_rels = [*src_batch.relationships, *sorted(rels.values(), key=lambda r: r.key)]
     graph.batch = GraphBatch(nodes=all_nodes, relationships=all_rels)
+    kept = {n.id for n in all_nodes}
+    graph.vectors = {k: v for k, v in graph.vectors.items() if k in kept}
     return graph

@@ -12,7 +12,7 @@ relationship and every provenance link.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
@@ -174,3 +174,66 @@ def statement_pairs(
         for entity in statement.entity_ids:
             by_entity[entity].append(statement)
     return pairs
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A node as the search by meaning sees it: id, label and first position."""
+
+    id: str
+    label: str
+    position: int
+
+
+def nearest_pairs(
+    items: Sequence[Placed],
+    vectors: Mapping[str, Sequence[float]],
+    *,
+    per_item: int,
+    min_similarity: float,
+    strictly_earlier: bool = False,
+) -> list[CandidatePair]:
+    """For each item in order (position, id), its `per_item` earlier items of the same label
+    whose vectors are nearest (cosine at least `min_similarity`; ties by id): the look-alikes
+    that share no word. `strictly_earlier`: only items of an earlier position (statements: a
+    newer fact meets older ones). Exact over every earlier item of the label (one matrix
+    product each): no model call, and the pairs stay bounded by `per_item`."""
+    import numpy as np
+
+    ordered = [i for i in sorted(items, key=lambda i: (i.position, i.id)) if i.id in vectors]
+    by_label: dict[str, list[Placed]] = defaultdict(list)
+    for item in ordered:
+        by_label[item.label].append(item)
+    pairs: list[CandidatePair] = []
+    for label in sorted(by_label):
+        group = by_label[label]
+        matrix = np.asarray([vectors[i.id] for i in group], dtype=np.float64)
+        norms = np.linalg.norm(matrix, axis=1)
+        norms[norms == 0] = 1.0
+        unit = matrix / norms[:, None]
+        for j, item in enumerate(group[1:], start=1):
+            scores = unit[:j] @ unit[j]
+            ranked = sorted(
+                (
+                    (round(float(scores[k]), 4), group[k].id)
+                    for k in range(j)
+                    if not strictly_earlier or group[k].position < item.position
+                ),
+                key=lambda pair: (-pair[0], pair[1]),
+            )
+            pairs.extend(
+                CandidatePair(item.id, other, label, score)
+                for score, other in ranked[:per_item]
+                if score >= min_similarity
+            )
+    return sorted(pairs, key=lambda p: (p.label, p.newer, p.older))
+
+
+def union_pairs(*sources: Iterable[CandidatePair]) -> list[CandidatePair]:
+    """The pairs of every source, each (newer, older) once, as the first source that names it
+    has it: the name (or shared-entity) candidates first, then those only meaning found."""
+    seen: dict[tuple[str, str], CandidatePair] = {}
+    for source in sources:
+        for pair in source:
+            seen.setdefault((pair.newer, pair.older), pair)
+    return list(seen.values())

@@ -5,19 +5,32 @@ own Neo4j server and export it to the conversation's memory file (deterministic 
 open_memory: a fresh server with that file imported; each question is answered by the
 tool-using agent (systems/graphrag/agent.py). The estimate is systems/graphrag/estimate.py's and
 cost.py's.
+
+graph.retrieval hybrid: the build embeds every chunk's and statement's text and every entity's
+name (`context.embedder`, tasks chunk, statement, entity: counted as the ingest's embedding
+usage), resolution takes candidates by meaning too, and the vectors go onto the nodes under
+Neo4j vector indexes (cosine, one per label). The memory file holds no vector (384 floats on
+every node would make a large export hundreds of MB): its first line names the embedder and the
+dimensions, and open_memory embeds the imported texts again with the task RESTORE_TASK, which
+the stage's usage count passes over (the build counted them; on the machine that built the
+graph the call cache serves them, elsewhere the ledger counts the requests really sent). The
+agent's search_memory then fuses full-text and vector hits per kind by reciprocal rank (the
+question's tool query embedded with the task `query`: the answer stage's embedding usage).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from clients.graph.store import start_graph
-from clients.llm.port import ChatModel
-from schemas.errors import ParamsError
+from clients.graph.store import Neo4jGraphStore, export_header, start_graph
+from clients.llm.port import RESTORE_TASK, ChatModel, EmbeddingModel
+from clients.tokens import count_tokens
+from schemas.errors import DataError, ParamsError, ServiceError
 from schemas.estimate import FinishedRun, Origins, RoleEstimate
 from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
 from schemas.params import (
@@ -30,11 +43,24 @@ from schemas.params import (
 from schemas.records import ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
+from systems.chunking import chunk_conversation
 from systems.graphrag.agent import SYSTEM_PROMPT, GraphTools, answer_question
 from systems.graphrag.cost import estimate_answer
-from systems.graphrag.estimate import RUN_FILES, estimate_ingest, rates_from_run
+from systems.graphrag.estimate import (
+    EMBEDDED_TOKENS_PER_ENTITY,
+    EMBEDDED_TOKENS_PER_STATEMENT,
+    RUN_FILES,
+    estimate_ingest,
+    rates_from_run,
+)
 from systems.graphrag.ingest import IngestSettings, build_graph
-from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
+from systems.port import (
+    BuiltMemory,
+    Progress,
+    SystemContext,
+    SystemEntry,
+    memory_file,
+)
 
 SEARCHABLE = frozenset({"Chunk", *ENTITY_LABELS, *STATEMENT_LABELS})
 
@@ -94,6 +120,21 @@ class GraphRag:
     name: str = "graphrag"
     build_roles: tuple[Role, ...] = ("extraction", "resolution")
     memory_noun: str = "graph"
+    embedder: Callable[[], EmbeddingModel] | None = None
+    """The run's embedder (graph.retrieval hybrid), opened on first use."""
+    embedding_model: str | None = None
+    """`models.embedding.model` as params name it (the record shows it; no endpoint is asked)."""
+    embedding_batch: int = 32
+
+    @property
+    def embeds(self) -> bool:
+        """Whether it calls the embedder (graph.retrieval hybrid)."""
+        return self.graph.retrieval == "hybrid"
+
+    def _embedder(self) -> EmbeddingModel:
+        if self.embedder is None:
+            raise ParamsError("graph.retrieval hybrid needs models.embedding")
+        return self.embedder()
 
     @property
     def run_files(self) -> Mapping[str, str]:
@@ -120,11 +161,15 @@ class GraphRag:
         )
 
     def record_settings(self) -> Mapping[str, object]:
-        return {
+        settings: dict[str, object] = {
             "chunk size (tokens)": self.settings.chunk_tokens,
             "max_llm_pairs (per label and conversation)": self.settings.max_llm_pairs,
             "agent step limit": self.max_steps,
+            "graph retrieval": self.graph.retrieval,
         }
+        if self.embeds:
+            settings["embedder"] = self.embedding_model
+        return settings
 
     def build(
         self,
@@ -134,21 +179,31 @@ class GraphRag:
         workdir: Path,
         progress: Progress | None = None,
     ) -> BuiltMemory:
+        embedder = self._embedder() if self.embeds else None
         graph = build_graph(
-            chat, self.settings, models["extraction"], models["resolution"], progress
+            chat, self.settings, models["extraction"], models["resolution"], progress, embedder
         )
+        dimensions = len(next(iter(graph.vectors.values()))) if graph.vectors else None
         with start_graph(self.graph, workdir, name=f"conv{chat.conversation_id}") as store:
-            store.create_schema()
+            store.create_schema(dimensions)
             store.write(graph.batch)
-            store.export_jsonl(out)
+            if graph.vectors:
+                store.write_embeddings(graph.vectors)
+            header = (
+                {"model": graph.embedding_model, "dimensions": dimensions}
+                if embedder is not None
+                else None
+            )
+            store.export_jsonl(out, header)
         counts = graph.counts()
+        embedded = f", embedded by {graph.embedding_model}" if graph.vectors else ""
         return BuiltMemory(
             conversation_id=chat.conversation_id,
             counts=counts,
             summary=(
                 f"{counts['chunks']} chunks, {counts['entities']} entities, "
                 f"{counts['statements']} statements, {counts['supersedes']} supersedes, "
-                f"{counts['contradicts']} contradicts"
+                f"{counts['contradicts']} contradicts{embedded}"
             ),
             model_calls=graph.model_calls,
             failed_calls=graph.failed_calls,
@@ -165,13 +220,82 @@ class GraphRag:
     ) -> Iterator[GraphMemory]:
         with start_graph(self.graph, workdir, name=f"conv{conversation_id}") as store:
             store.import_jsonl(memory)
+            embedder = self._restore_vectors(store, memory) if self.embeds else None
             yield GraphMemory(
-                GraphTools(store, limit=self.result_limit), self.max_steps, self.text_tool_calls
+                GraphTools(store, limit=self.result_limit, embedder=embedder),
+                self.max_steps,
+                self.text_tool_calls,
             )
+
+    def _restore_vectors(self, store: Neo4jGraphStore, memory: Path) -> EmbeddingModel:
+        """Embed the imported graph's texts again (RESTORE_TASK: not counted as the answer's
+        usage), write the vectors onto their nodes, then build the vector indexes."""
+        header = export_header(memory)
+        if header is None:
+            raise DataError(
+                f"{memory} was built with graph.retrieval fulltext (it names no embedder): "
+                "run `dvc repro ingest` for hybrid"
+            )
+        embedder = self._embedder()
+        if header.get("model") != embedder.model:
+            raise DataError(
+                f"{memory} was embedded by {header.get('model')!r}, models.embedding is "
+                f"{embedder.model!r}: run `dvc repro ingest`"
+            )
+        rows = store.embedding_texts()
+        if not rows:
+            return embedder
+        found = embedder.embed([row["text"] for row in rows], task=RESTORE_TASK)
+        if not found.ok:
+            raise ServiceError(f"embedding the graph of {memory} again failed: {found.error}")
+        dimensions = len(found.vectors[0])
+        if dimensions != header.get("dimensions"):
+            raise DataError(
+                f"{memory} was embedded with {header.get('dimensions')} dimensions, the embedder "
+                f"gives {dimensions}: run `dvc repro ingest`"
+            )
+        store.write_embeddings(
+            {row["id"]: vector for row, vector in zip(rows, found.vectors, strict=True)}
+        )
+        store.create_schema(dimensions)
+        return embedder
 
     def estimate_build(self, chats: Sequence[ChatSlice]) -> dict[Role, RoleEstimate]:
         ingest = estimate_ingest(chats, self.settings, self.ingest_rates)
-        return {"extraction": ingest.extraction, "resolution": ingest.resolution}
+        estimate: dict[Role, RoleEstimate] = {
+            "extraction": ingest.extraction,
+            "resolution": ingest.resolution,
+        }
+        if self.embeds:
+            estimate["embedding"] = self._estimate_embedding(chats)
+        return estimate
+
+    def _estimate_embedding(self, chats: Sequence[ChatSlice]) -> RoleEstimate:
+        """The build's embedding: every chunk's text exactly; the expected statements and
+        entities (the estimator's rates) at EMBEDDED_TOKENS_PER_STATEMENT / _PER_ENTITY tokens
+        each; one request per `batch_size` texts of each kind and conversation."""
+        graphs = estimate_ingest(chats, self.settings, self.ingest_rates).graphs
+        calls = tokens = 0.0
+        for chat in chats:
+            graph = graphs[chat.conversation_id]
+            chunks = chunk_conversation(chat, self.settings.chunk_tokens)
+            tokens += sum(count_tokens(c.text) for c in chunks)
+            tokens += graph.statements * EMBEDDED_TOKENS_PER_STATEMENT
+            tokens += graph.entities * EMBEDDED_TOKENS_PER_ENTITY
+            for texts in (len(chunks), graph.statements, graph.entities):
+                calls += math.ceil(round(texts) / self.embedding_batch)
+        return RoleEstimate(round(calls), round(tokens), 0)
+
+    def estimate_query_embedding(self, questions: Sequence[Question]) -> RoleEstimate:
+        """Approximate (the agent decides how often it searches): every agent call but the
+        final answer is taken as one search_memory whose query is as long as the question,
+        one request each. Nothing for fulltext."""
+        if not self.embeds:
+            return RoleEstimate(0, 0, 0)
+        searches = max(self.agent_rates.calls_per_question - 1, 0)
+        calls = round(len(questions) * searches)
+        tokens = round(searches * sum(count_tokens(q.question) for q in questions))
+        return RoleEstimate(calls, tokens, 0)
 
     def estimate_memory(self, chats: Sequence[ChatSlice]) -> Mapping[str, Mapping[str, float]]:
         """Each conversation's expected graph (systems/port.py `EstimatesMemory`): its sessions
@@ -207,6 +331,9 @@ def build_system(context: SystemContext) -> GraphRag:
         text_tool_calls=params.answer.text_tool_calls,
         ingest_rates=context.rates.ingest,
         agent_rates=context.rates.agent,
+        embedder=context.embedder,
+        embedding_model=params.models.embedding.model,
+        embedding_batch=params.models.embedding.batch_size,
     )
 
 
