@@ -227,9 +227,10 @@ class GraphRag:
                 self.text_tool_calls,
             )
 
-    def _restore_vectors(self, store: Neo4jGraphStore, memory: Path) -> EmbeddingModel:
+    def _restore_vectors(self, store: Neo4jGraphStore, memory: Path) -> EmbeddingModel | None:
         """Embed the imported graph's texts again (RESTORE_TASK: not counted as the answer's
-        usage), write the vectors onto their nodes, then build the vector indexes."""
+        usage), write the vectors onto their nodes, then build the vector indexes; the embedder
+        for the tools' queries (None for a graph with nothing to embed: full text alone)."""
         header = export_header(memory)
         if header is None:
             raise DataError(
@@ -244,7 +245,7 @@ class GraphRag:
             )
         rows = store.embedding_texts()
         if not rows:
-            return embedder
+            return None
         found = embedder.embed([row["text"] for row in rows], task=RESTORE_TASK)
         if not found.ok:
             raise ServiceError(f"embedding the graph of {memory} again failed: {found.error}")
