@@ -283,6 +283,12 @@ AGENT_NEAREST_ENTITIES = (
 AGENT_NEAREST_CHUNKS = (
     _nearest(("Chunk",)) + AGENT_SEARCH_CHUNKS[AGENT_SEARCH_CHUNKS.index("OPTIONAL") :]
 )
+NEAREST_QUERIES = frozenset(
+    {AGENT_NEAREST_STATEMENTS, AGENT_NEAREST_ENTITIES, AGENT_NEAREST_CHUNKS}
+)
+"""The only queries `GraphStore.nearest` runs (the agent's Cypher may not call the procedure)."""
+MAX_NEAREST = 50
+"""The most nodes one vector search asks for (its `k`)."""
 
 AGENT_NEIGHBOURHOOD = (
     f"MATCH (e:{MEMORY_LABEL} {{id: $id}})-[r]-(n) WHERE NOT n:Chunk AND NOT n:Document "

@@ -67,7 +67,6 @@ WRITE_KEYWORDS = frozenset(
 READ_PROCEDURE_NAMES = (
     "db.index.fulltext.queryNodes",
     "db.index.fulltext.queryRelationships",
-    "db.index.vector.queryNodes",
     "db.labels",
     "db.relationshipTypes",
     "db.propertyKeys",
@@ -79,7 +78,15 @@ READ_PROCEDURES = frozenset(name.lower() for name in READ_PROCEDURE_NAMES)
 # `dbms.security.procedures.allowlist` of the server: the agent's read procedures and what the
 # project's own Cypher calls. Neo4j 5.26 Community applies it to plugin procedures only; built-in
 # ones such as dbms.listConfig stay callable (verified), which is why `check_plan` exists.
-SERVER_PROCEDURE_ALLOWLIST = (*READ_PROCEDURE_NAMES, "db.awaitIndexes")
+SERVER_PROCEDURE_ALLOWLIST = (
+    *READ_PROCEDURE_NAMES,
+    "db.awaitIndexes",
+    "db.index.vector.queryNodes",
+    "db.create.setNodeVectorProperty",
+)
+# Not the agent's: db.index.vector.queryNodes takes its `k` from the query, and on the real server
+# k = 10^8 ran the JVM out of memory inside the call (graph.retrieval hybrid builds the indexes).
+# The project's own vector searches run through GraphStore.nearest, with our query and a bounded k.
 _STRING_OR_COMMENT = re.compile(
     r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`(?:[^`]|``)*`|//[^\n]*|/\*.*?\*/""", re.DOTALL
 )

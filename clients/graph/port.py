@@ -5,7 +5,7 @@ Imports no driver, so a system (and its unit tests, with a fake store) needs no 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from schemas.base import Record
@@ -51,3 +51,7 @@ class GraphStore(Protocol):
     def write(self, batch: GraphBatch) -> WriteReceipt: ...
 
     def read(self, query: str, params: Mapping[str, object] | None = None) -> Rows: ...
+
+    def nearest(self, query: str, vector: Sequence[float], limit: int) -> Rows:
+        """The project's own vector search (one of `clients.cypher.NEAREST_QUERIES`)."""
+        ...

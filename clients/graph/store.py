@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import secrets
 import sys
@@ -375,6 +376,19 @@ class Neo4jGraphStore:
         mode, timed out, cut at the row limit."""
         check_read_only(query)
         return self._read_checked(query, params or {})
+
+    def nearest(self, query: str, vector: Sequence[float], limit: int) -> Rows:
+        """The project's own vector search: one of `cypher.NEAREST_QUERIES`, `k` at most
+        `cypher.MAX_NEAREST`, run like a read of the agent's but outside its guard, which
+        refuses db.index.vector.queryNodes to the agent's own Cypher (an unbounded `k` can run
+        the server out of memory)."""
+        if query not in cypher.NEAREST_QUERIES:
+            raise ValueError("nearest runs only the project's vector searches (cypher.py)")
+        if not 0 < limit <= cypher.MAX_NEAREST:
+            raise ValueError(f"limit must be in 1..{cypher.MAX_NEAREST}, got {limit}")
+        if not all(isinstance(x, float) and math.isfinite(x) for x in vector):
+            raise ValueError("the query vector must hold finite floats")
+        return self._read_unguarded(query, {"vector": list(vector), "limit": limit})
 
     def _read_checked(self, query: str, params: Mapping[str, object]) -> Rows:
         """Without our guard: `EXPLAIN` first and refuse unless Neo4j's plan is a plain read

@@ -265,7 +265,7 @@ class GraphTools:
             limit = 3 if kind == "chunks" and args.kind == "all" else self.limit
             found = self._rows(queries[kind], {"text": text, "limit": limit})
             if vector is not None:
-                near = self._rows(nearest[kind], {"vector": vector, "limit": limit})
+                near = list(self.store.nearest(nearest[kind], vector, limit))
                 found = fuse_rows([found, near])[:limit]
             rows += found
         return self._outcome(rows)

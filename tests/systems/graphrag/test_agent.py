@@ -49,6 +49,10 @@ class FakeStore:
     def write(self, batch: GraphBatch) -> WriteReceipt:
         raise AssertionError("the agent must never write")
 
+    def nearest(self, query: str, vector: Sequence[float], limit: int) -> Rows:
+        self.asked.append((query, {"vector": list(vector), "limit": limit}))
+        return Rows(self.rows.get(query, [])[:limit])
+
     def read(self, query: str, params: Mapping[str, object] | None = None) -> Rows:
         check_read_only(query)  # as Neo4jGraphStore.read does before the server sees it
         self.asked.append((query, dict(params or {})))

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from bench.usage import CountedEmbedder
+from clients import cypher
+from clients.graph.guard import QueryRejected
 from clients.llm.accounting import Accounting
 from clients.llm.cache import LlmCache
 from clients.llm.embeddings import EmbeddingClient
-from clients.llm.port import EmbeddingModel
+from clients.llm.port import EmbeddingModel, ToolCall
 from schemas.params import AgentRates, GraphParams, LlmParams, ModelRef
 from systems.graphrag.agent import GraphTools, SearchMemory
 from systems.graphrag.system import GraphRag
@@ -96,6 +98,31 @@ def test_hybrid_builds_vector_indexes_and_fuses_search_deterministically(
             results.append(search(opened.tools, "sister Dana moved to Lisbon"))
             plain = GraphTools(store, limit=system.result_limit)
             assert search(plain, "sister Dana moved to Lisbon") != results[-1]
+            # the agent's own Cypher may not call the vector procedure (an unbounded k ran the
+            # server out of memory); the project's searches go through store.nearest, bounded
+            hostile = (
+                "CALL db.index.vector.queryNodes('chunk_embeddings', 100000000, $v) "
+                "YIELD node RETURN node.id AS id",
+                "CALL `db`.`index`.`vector`.`queryNodes`('chunk_embeddings', 100000000, $v) "
+                "YIELD node RETURN node.id AS id",
+            )
+            for query in hostile:
+                with pytest.raises(QueryRejected):
+                    store.read(query, {"v": [0.1] * 256})
+            arguments = {"query": hostile[0], "params": {"v": [0.1] * 256}}
+            call = ToolCall(
+                id="c0",
+                name="read_only_cypher",
+                raw_arguments=json.dumps(arguments),
+                arguments=arguments,
+            )
+            outcome = opened.tools.run(call)
+            assert outcome.error is not None and "not allowed" in outcome.error
+            with pytest.raises(ValueError, match="limit must be"):
+                store.nearest(cypher.AGENT_NEAREST_CHUNKS, [0.1] * 256, 100_000_000)
+            with pytest.raises(ValueError, match="only the project's"):
+                store.nearest(hostile[0], [0.1] * 256, 5)
+            assert store.read("RETURN 1 AS ok") == [{"ok": 1}]  # the server is fine
     assert results[0] == results[1]
     assert any("Lisbon" in str(row.get("text", "")) for row in results[0])
     # the re-embedding on import is not the answer's usage; only the two tool queries are
