@@ -545,6 +545,13 @@ def ability_plot(scores: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_cost_plot(text: str) -> dict[str, dict[str, int]]:
+    """The calls and tokens per phase of `cost_plot`'s CSV (the page reads the run's cost from
+    it, so the report's page and `python -m stages.viewer`'s are the same bytes)."""
+    rows = [line.split(",") for line in text.splitlines()[1:] if line]
+    return {phase: {"calls": int(calls), "tokens": int(tokens)} for phase, calls, tokens in rows}
+
+
 def cost_plot(cost: Mapping[str, Mapping[str, int]]) -> str:
     """The data of the two cost plots (CSV): calls and tokens per phase."""
     lines = ["phase,calls,tokens"]

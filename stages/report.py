@@ -25,6 +25,7 @@ from bench.report import (
     failure_counts,
     failure_line,
     fmt,
+    read_cost_plot,
     release_pins,
     render_record,
     render_times,
@@ -200,7 +201,7 @@ def make_report() -> None:
         confidence=params.confidence,
         judge_check=summary,
         min_agreement=min_agreement,
-        cost=cost,
+        cost=read_cost_plot(cost_plot(cost)),  # as stages/viewer.py reads it back
     )
     write_atomic(VIEWER, render_run_page(page))
     overall = scores["overall"]

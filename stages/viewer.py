@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.report import read_cost_plot
 from bench.viewer.data import PageInputs
 from bench.viewer.page import render_run_page
 from clients.files import read_chats, read_json, read_record, read_records, write_atomic
@@ -49,6 +50,9 @@ def read_page_inputs(params: Params) -> PageInputs:
         confidence=params.report.confidence,
         judge_check=read_record(check, JudgeCheckSummary) if check.is_file() else None,
         min_agreement=params.judge_check.min_agreement,
+        cost=read_cost_plot(LAYOUT.report.cost_plot.read_text(encoding="utf-8"))
+        if LAYOUT.report.cost_plot.is_file()
+        else {},
     )
 
 

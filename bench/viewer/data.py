@@ -161,8 +161,8 @@ def _messages(
 def _headline(
     report: Headline, events: Mapping[str, Any], table: Mapping[str, Mapping[str, int]]
 ) -> dict[str, Any]:
-    """From the report's headline metrics, the cost per phase from the record's cost table
-    (`table`; the headline has only the total of calls); a group they lack shows as absent
+    """From the report's headline metrics, the calls and tokens per phase from the cost plot's
+    data (`table`; the headline has only the total of calls); a group they lack shows as absent
     ("–"), never as a crash."""
 
     def value(group: str, key: str) -> Any:
@@ -252,8 +252,8 @@ class PageInputs(Record):
     min_agreement: float | None = None
     """`judge_check.min_agreement`: below it the page shows the record's warning."""
     cost: dict[str, dict[str, int]] = Field(default_factory=dict)
-    """The record's cost table: calls and tokens per phase and their estimates (empty: the
-    headline's)."""
+    """Calls and tokens per phase (metrics/plots/cost.csv, which the report writes); empty: the
+    headline's."""
 
 
 def page_data(inputs: PageInputs) -> dict[str, Any]:
