@@ -173,6 +173,23 @@ def key_source(role: str, ref: ModelRef) -> str | None:
     )
 
 
+def api_key(role: str, ref: ModelRef, source: str | None, local_key: str | None) -> dict[str, str]:
+    """The `api_key` argument of a call: the harness's own server's key, the variable
+    `api_key_env` names (read per call, never stored), the dummy key of a loopback endpoint, or
+    nothing (litellm reads the provider's own variable)."""
+    if local_key is not None:
+        return {"api_key": local_key}
+    if source == "env" and ref.api_key_env:
+        key = os.environ.get(ref.api_key_env)
+        if not key:
+            raise ServiceError(
+                f"models.{role}.api_key_env names {ref.api_key_env}, which is not set in the "
+                "environment: export it (keys never go in params.yaml)"
+            )
+        return {"api_key": key}
+    return {"api_key": LOCAL_KEY} if source == "dummy" else {}
+
+
 class LitellmBackend:
     test_model = False
 
@@ -259,20 +276,7 @@ class LitellmBackend:
             if body:
                 extra["extra_body"] = body
             self._extra = extra
-        out = dict(self._extra)
-        if self._local_key is not None:  # the key the harness's own server checks
-            out["api_key"] = self._local_key
-        elif self._key_source == "env" and self.ref.api_key_env:  # read per call, never stored
-            key = os.environ.get(self.ref.api_key_env)
-            if not key:
-                raise ServiceError(
-                    f"models.{self.role}.api_key_env names {self.ref.api_key_env}, which is not "
-                    "set in the environment: export it (keys never go in params.yaml)"
-                )
-            out["api_key"] = key
-        elif self._key_source == "dummy":
-            out["api_key"] = LOCAL_KEY
-        return out
+        return {**self._extra, **api_key(self.role, self.ref, self._key_source, self._local_key)}
 
     def supports_schema(self) -> bool:
         if self.ref.structured_output != "auto":
@@ -385,20 +389,7 @@ class LitellmEmbeddingBackend:
             if self.ref.extra_body:
                 extra["extra_body"] = dict(self.ref.extra_body)
             self._extra = extra
-        out = dict(self._extra)
-        if self._local_key is not None:
-            out["api_key"] = self._local_key
-        elif self._key_source == "env" and self.ref.api_key_env:
-            key = os.environ.get(self.ref.api_key_env)
-            if not key:
-                raise ServiceError(
-                    f"models.embedding.api_key_env names {self.ref.api_key_env}, which is not "
-                    "set in the environment: export it (keys never go in params.yaml)"
-                )
-            out["api_key"] = key
-        elif self._key_source == "dummy":
-            out["api_key"] = LOCAL_KEY
-        return out
+        return {**self._extra, **api_key("embedding", self.ref, self._key_source, self._local_key)}
 
     async def send(self, texts: list[str]) -> RawEmbeddings:
         litellm = _import_litellm()
