@@ -314,10 +314,22 @@ class PerMode(Record):
     all: int = Field(ge=0)
 
 
+class LiteOrWhole(Record):
+    """One value for lite and one for the modes that read whole conversations (full and all:
+    the same conversation builds the same graph in both)."""
+
+    lite: int = Field(ge=0)
+    full: int = Field(ge=0)
+    """Full and all."""
+
+    def of(self, mode: str) -> int:
+        return self.lite if mode == "lite" else self.full
+
+
 class IngestParams(Record):
     chunk_tokens: int = Field(ge=16)
     """About this many tokens per chunk (cl100k); a message is split only if it alone is larger."""
-    max_llm_pairs: PerMode
+    max_llm_pairs: LiteOrWhole
     """Per label and conversation: at most this many entity (or statement) pairs reach the model."""
     candidates_per_entity: int = Field(ge=1)
     candidates_per_statement: int = Field(ge=1)

@@ -69,7 +69,7 @@ def ingest_settings(params: IngestParams, mode: str) -> IngestSettings:
     """The write path's settings from params `ingest` (the pair cap is per mode)."""
     return IngestSettings(
         chunk_tokens=params.chunk_tokens,
-        max_llm_pairs=getattr(params.max_llm_pairs, mode),
+        max_llm_pairs=params.max_llm_pairs.of(mode),
         candidates_per_entity=params.candidates_per_entity,
         min_similarity=params.min_similarity,
         pairs_per_call=params.pairs_per_call,

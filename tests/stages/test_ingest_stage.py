@@ -110,7 +110,7 @@ def test_settings_take_the_pair_cap_of_the_mode() -> None:
     params = read_params(PARAMS).ingest
     assert ingest_settings(params, "lite").max_llm_pairs == params.max_llm_pairs.lite
     assert ingest_settings(params, "full").max_llm_pairs == params.max_llm_pairs.full
-    assert ingest_settings(params, "all").max_llm_pairs == params.max_llm_pairs.all
+    assert ingest_settings(params, "all").max_llm_pairs == params.max_llm_pairs.full
     assert ingest_settings(params, "full").chunk_tokens == params.chunk_tokens
 
 
