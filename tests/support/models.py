@@ -10,9 +10,11 @@ from schemas.params import LlmParams, ModelRef
 from schemas.roles import Role
 
 
-def scripted_client(role: Role, cache_dir: Path, *, cache: bool = False) -> LlmClient:
-    """`scripted/rules` for one role; without a cache by default, so every request reaches the
-    model and is kept in its history."""
+def scripted_client(
+    role: Role, cache_dir: Path, *, cache: bool = False, model: str = "scripted/rules"
+) -> LlmClient:
+    """`scripted/rules` (or another `scripted/` name with rules of its own) for one role;
+    without a cache by default, so every request reaches the model and is kept in its history."""
     params = LlmParams(
         timeout_seconds=60,
         max_attempts=1,
@@ -21,7 +23,7 @@ def scripted_client(role: Role, cache_dir: Path, *, cache: bool = False) -> LlmC
         cache=cache,
         cache_dir=str(cache_dir),
     )
-    return LlmClient(role, ModelRef(model="scripted/rules"), params)
+    return LlmClient(role, ModelRef(model=model), params)
 
 
 def scripted_models() -> dict[str, dict[str, str | None]]:

@@ -2,8 +2,10 @@
 on a real Neo4j: search_memory finds a statement that shares no word with the query, which the
 full-text search misses, and resolution offers the topics "Physician" / "Doctor" (no shared name
 token or prefix, so the name candidates miss them; MiniLM's cosine 0.86) as a candidate pair to
-the model (the scripted extraction makes a sentence's first content word its Topic). It checks
-the plumbing with real vectors; it measures no memory quality."""
+the model (the scripted extraction makes a sentence's first content word its Topic), and a
+model that knows the two words mean one thing (`scripted/synonyms`, below) merges them, where
+full-text candidates leave two topics. It checks the plumbing with real vectors; it measures no
+memory quality."""
 
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ from clients.llm.accounting import Accounting
 from clients.llm.cache import LlmCache
 from clients.llm.embeddings import EmbeddingClient
 from clients.llm.local_servers import stop_local_servers
+from clients.llm.port import ChatRequest
 from clients.scripted.backend import ScriptedBackend
+from clients.scripted.rules import ScriptedReply, register_rule
 from schemas.params import GraphParams, LlmParams, ModelRef, Params
 from schemas.records import ChatMessage, ChatSlice, Session
 from systems.graphrag.agent import GraphTools, SearchMemory
+from systems.graphrag.decide import RESOLVE_TASK
 from systems.graphrag.ingest import build_graph
 from systems.graphrag.system import GraphRag
 from systems.registry import load_system
@@ -128,3 +133,36 @@ def test_resolution_offers_a_paraphrased_entity_pair_to_the_model(
         assert {"Physician", "Doctor"} <= names | aliases
     assert "Physician" not in prompts["fulltext"]
     assert re.search(r'A: "Doctor".*B: "Physician"', prompts["hybrid"]), prompts["hybrid"]
+
+
+SYNONYMS = frozenset({"Doctor", "Physician"})
+_PAIR = re.compile(r'^(\d+)\. \[\w+\] A: "([^"]*)"[^|]*\| B: "([^"]*)"', re.MULTILINE)
+
+
+def _synonyms_rule(request: ChatRequest) -> ScriptedReply:
+    """A resolution model that knows one thing: "Doctor" and "Physician" name the same."""
+    text = "\n".join(m.content or "" for m in request.messages)
+    decisions = [{"pair": int(n), "same": {a, b} == SYNONYMS} for n, a, b in _PAIR.findall(text)]
+    return ScriptedReply(value={"decisions": decisions})
+
+
+register_rule(RESOLVE_TASK, _synonyms_rule, model="scripted/synonyms")
+
+
+def test_resolution_merges_a_paraphrased_entity_that_keywords_miss(
+    graph_params: GraphParams, tmp_path: Path, embedder: EmbeddingClient
+) -> None:
+    graphrag = system(graph_params, embedder)
+    topics = {}
+    for mode, used in (("fulltext", None), ("hybrid", embedder)):
+        extraction = scripted_client("extraction", tmp_path / mode)
+        resolution = scripted_client("resolution", tmp_path / mode, model="scripted/synonyms")
+        graph = build_graph(chat(), graphrag.settings, extraction, resolution, embedder=used)
+        topics[mode] = {
+            n.name: set(n.aliases)
+            for n in graph.batch.nodes
+            if getattr(n, "name", None) in SYNONYMS or SYNONYMS & set(getattr(n, "aliases", []))
+        }
+    assert topics["fulltext"] == {"Physician": set(), "Doctor": set()}
+    (kept,) = topics["hybrid"]  # one topic, the other name its alias
+    assert {kept, *topics["hybrid"][kept]} == SYNONYMS
