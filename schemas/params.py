@@ -345,6 +345,10 @@ class AnswerParams(Record):
     """Tool-calling steps before the agent is asked for its final answer."""
     result_limit: int = Field(ge=1, le=50)
     """Rows a search tool returns (compact results keep the agent's context small)."""
+    prefetch: int = Field(default=0, ge=0, le=50)
+    """Search results for the question (search_memory over every kind, the kinds' rankings
+    fused) put in the agent's first turn, so that a model that never calls a tool still
+    answers from memory; 0: none, the agent starts from the question alone."""
     text_tool_calls: bool = True
     """Run the tool calls a model writes in its reply's text (`<tool_call>` tags, a JSON call
     object, `<function name=… arguments=…/>`) when its server returns none; false: such a

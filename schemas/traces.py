@@ -39,6 +39,11 @@ class Trace(Record):
     question_id: str
     answer: str
     tool_calls: list[ToolCallRecord]
+    prefetched: ToolCallRecord | None = Field(default=None, exclude_if=lambda found: found is None)
+    """The search the harness ran for the question and put in the agent's first turn (graphrag,
+    params `answer.prefetch`), its result whole (every prompt of the question carries it); not
+    one of `tool_calls` or `steps`, but its ids are reached. Left out of the dump when there is
+    none, so traces without it read as before."""
     turn_texts: list[str]
     """What the model wrote in each turn that called tools ('' where it wrote nothing)."""
     reached_ids: list[str]

@@ -13,12 +13,14 @@ For each model (default: both Qwen2.5-Coder models):
   the smoke test's settings (tests/e2e/test_local_model_pipeline.py), and per stage: wall
   seconds (metrics/wall_time/<stage>.json), model calls and tokens (metrics/usage/), and for the
   answer stage the tool calls per question (all, and those that ran), agent turns and the largest
-  prompt; for ingest the entities, statements and dropped items.
+  prompt; for ingest the entities, statements and dropped items; the run's score and evidence
+  recall (metrics/report.json). With `--prefetch N` (repeatable) one lite run per value of
+  `answer.prefetch` (the search results in the agent's first turn; 0: none), side by side.
 
 Needs the built runtime (`make local-model`), ../shared/beam and `make neo4j` for the lite run.
 Usage: `uv run python scripts/measure_local_models.py [--model M]... [--skip-fetch]
-[--skip-speed] [--skip-lite] [--json FILE]`. Run it on an otherwise idle machine: every number
-is wall time on whatever cores it gets.
+[--skip-speed] [--skip-lite] [--prefetch N]... [--json FILE]`. Run it on an otherwise idle
+machine: every number is wall time on whatever cores it gets.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def lite_params(model: str) -> dict[str, Any]:
     return params
 
 
-def measure_lite(model: str) -> dict[str, Any]:
+def measure_lite(model: str, prefetch: int | None = None) -> dict[str, Any]:
     from tests.support.hub_mirror import MIRROR_ROOT
 
     with (
@@ -148,9 +150,11 @@ def measure_lite(model: str) -> dict[str, Any]:
         HubMirror(MIRROR_ROOT) as hub,
         repo_copy(Path(tmp), hub) as repo,
     ):
+        params = lite_params(model)
+        if prefetch is not None:
+            params["answer"]["prefetch"] = prefetch
         repo.update_params(
-            lite_params(model)
-            | {"judge": {"max_failed_share": 1.0, "base_url": repo.scorer.base_url}}
+            params | {"judge": {"max_failed_share": 1.0, "base_url": repo.scorer.base_url}}
         )
         from tests.e2e.test_local_model_pipeline import repro
 
@@ -189,6 +193,13 @@ def stage_numbers(repo: RepoCopy) -> dict[str, Any]:
             }
             for t in rows
         ]
+    report = repo.path / "metrics" / "report.json"
+    if report.is_file():
+        values = json.loads(report.read_text())
+        out["report"] = {
+            key: values.get(key, {}).get("overall")
+            for key in ("score", "evidence_recall", "score_excluding_known_bad")
+        }
     check = repo.path / "metrics" / "wall_time" / "judge_check.json"
     if check.is_file():
         out.setdefault("judge_check", {})["metrics"] = json.loads(check.read_text())
@@ -201,6 +212,12 @@ def main() -> None:
     parser.add_argument("--skip-fetch", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-lite", action="store_true")
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        action="append",
+        help="one lite run per value of answer.prefetch (default: params.yaml's)",
+    )
     parser.add_argument("--json", type=Path, help="also write the numbers to this file")
     args = parser.parse_args()
     results: dict[str, Any] = {}
@@ -214,8 +231,10 @@ def main() -> None:
             row["speed"] = measure_speed(model)
             print(model, "speed", row["speed"], flush=True)
         if not args.skip_lite:
-            row["lite"] = measure_lite(model)
-            print(model, "lite", json.dumps(row["lite"], indent=1), flush=True)
+            for prefetch in args.prefetch or [None]:
+                key = "lite" if prefetch is None else f"lite_prefetch_{prefetch}"
+                row[key] = measure_lite(model, prefetch)
+                print(model, key, json.dumps(row[key], indent=1), flush=True)
         results[model] = row
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")

@@ -93,6 +93,7 @@ EXPECTED_PARAMS = {
         "ingest.candidates_per_statement",
         "ingest.pairs_per_call",
         "answer.max_steps",
+        "answer.prefetch",  # the agent estimate's first prompt
         "rag.retriever",  # rag's embedding calls
         "graph.retrieval",  # graphrag's embedding calls (hybrid)
     ],

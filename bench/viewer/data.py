@@ -21,7 +21,7 @@ from schemas.judging import FLAGS, JudgedQuestion, Judgement
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.roles import COST_KEYS
 from schemas.runs import MemorySizes, StageRun
-from schemas.traces import Trace
+from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
 
 EVIDENCE_CHARS = 6000
 """A message the question needed is shown up to this many characters."""
@@ -55,26 +55,34 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+PREFETCH_TEXT = "(the harness's search for the question, in the agent's first turn)"
+
+
+def _call(record: ToolCallRecord) -> dict[str, Any]:
+    arguments = (
+        json.dumps(record.arguments, ensure_ascii=False, sort_keys=True)
+        if record.arguments is not None
+        else record.raw_arguments
+    )
+    return {
+        "name": record.name,
+        "arguments": arguments,
+        "result": _cut(record.result, RESULT_CHARS),
+        "error": record.error,
+        "ids": len(record.ids),
+        "message_ids": record.message_ids,
+        "source": record.source,
+    }
+
+
 def _steps(trace: Trace) -> list[dict[str, Any]]:
-    """The agent's turns that called tools, each with its text and its calls."""
+    """The agent's turns that called tools, each with its text and its calls; first the
+    prefetched search, where there is one."""
     turns: list[dict[str, Any]] = [{"text": text, "calls": []} for text in trace.turn_texts]
     for record in trace.tool_calls:
-        arguments = (
-            json.dumps(record.arguments, ensure_ascii=False, sort_keys=True)
-            if record.arguments is not None
-            else record.raw_arguments
-        )
-        turns[record.turn]["calls"].append(
-            {
-                "name": record.name,
-                "arguments": arguments,
-                "result": record.result,
-                "error": record.error,
-                "ids": len(record.ids),
-                "message_ids": record.message_ids,
-                "source": record.source,
-            }
-        )
+        turns[record.turn]["calls"].append(_call(record))
+    if trace.prefetched is not None:
+        turns.insert(0, {"text": PREFETCH_TEXT, "calls": [_call(trace.prefetched)]})
     return turns
 
 

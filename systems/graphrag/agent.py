@@ -129,6 +129,9 @@ You cannot see the chat: it is stored in a memory graph that your tools search. 
 Answer in plain text when you are done (no more tool calls)."""
 
 FINAL_NUDGE = "Step limit reached: answer now from what you found, without calling tools."
+PREFETCH_HEADER = "What search_memory found for this question (call the tools for more):"
+"""Starts the part of the first user message that carries the prefetched results (params
+`answer.prefetch`), after the question."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,18 @@ def fuse_rows(rankings: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [first[ids[i]] for i in fused]
 
 
+SEARCH_QUERIES = {
+    "statements": cypher.AGENT_SEARCH_STATEMENTS,
+    "entities": cypher.AGENT_SEARCH_ENTITIES,
+    "chunks": cypher.AGENT_SEARCH_CHUNKS,
+}
+NEAREST_QUERIES = {
+    "statements": cypher.AGENT_NEAREST_STATEMENTS,
+    "entities": cypher.AGENT_NEAREST_ENTITIES,
+    "chunks": cypher.AGENT_NEAREST_CHUNKS,
+}
+
+
 class GraphTools:
     """The agent's tools over one conversation's store."""
 
@@ -240,35 +255,38 @@ class GraphTools:
     def search_memory(self, args: SearchMemory) -> ToolOutcome:
         """Full-text hits per kind; with an embedder, fused with the nearest vectors of the
         kind (`fuse_rows`), the query embedded with the task `query`."""
-        text = escape_fulltext(args.query)
+        kinds = list(SEARCH_QUERIES) if args.kind == "all" else [args.kind]
+        limits = {
+            kind: 3 if kind == "chunks" and args.kind == "all" else self.limit for kind in kinds
+        }
+        rankings = self._search(args.query, limits)
+        return self._outcome([row for ranking in rankings for row in ranking])
+
+    def prefetch(self, question: str, results: int) -> ToolOutcome:
+        """The `results` best hits of every kind for the question's text, the kinds' rankings
+        fused (`fuse_rows`: by rank, so the kinds take turns), for the agent's first turn."""
+        rankings = self._search(question, dict.fromkeys(SEARCH_QUERIES, results))
+        return self._outcome(fuse_rows(rankings)[:results])
+
+    def _search(self, query: str, limits: Mapping[str, int]) -> list[list[dict[str, Any]]]:
+        """Each kind's hits for `query`, best first, at most its limit."""
+        text = escape_fulltext(query)
         if not text:
-            return self._outcome([])
-        queries = {
-            "statements": cypher.AGENT_SEARCH_STATEMENTS,
-            "entities": cypher.AGENT_SEARCH_ENTITIES,
-            "chunks": cypher.AGENT_SEARCH_CHUNKS,
-        }
-        nearest = {
-            "statements": cypher.AGENT_NEAREST_STATEMENTS,
-            "entities": cypher.AGENT_NEAREST_ENTITIES,
-            "chunks": cypher.AGENT_NEAREST_CHUNKS,
-        }
+            return []
         vector: list[float] | None = None
         if self.embedder is not None:
-            found_vector = self.embedder.embed([args.query], task="query")
+            found_vector = self.embedder.embed([query], task="query")
             if not found_vector.ok:
                 raise QueryFailed(f"the query's embedding failed: {found_vector.error}")
             vector = list(found_vector.vectors[0])
-        kinds = list(queries) if args.kind == "all" else [args.kind]
-        rows: list[dict[str, Any]] = []
-        for kind in kinds:
-            limit = 3 if kind == "chunks" and args.kind == "all" else self.limit
-            found = self._rows(queries[kind], {"text": text, "limit": limit})
+        rankings = []
+        for kind, limit in limits.items():
+            found = self._rows(SEARCH_QUERIES[kind], {"text": text, "limit": limit})
             if vector is not None:
-                near = list(self.store.nearest(nearest[kind], vector, limit))
+                near = list(self.store.nearest(NEAREST_QUERIES[kind], vector, limit))
                 found = fuse_rows([found, near])[:limit]
-            rows += found
-        return self._outcome(rows)
+            rankings.append(found)
+        return rankings
 
     def entity_neighbourhood(self, args: EntityNeighbourhood) -> ToolOutcome:
         return self._outcome(self._rows(cypher.AGENT_NEIGHBOURHOOD, {"id": args.id, "limit": 20}))
@@ -336,13 +354,38 @@ class GraphTools:
             )
             error = f"invalid arguments for {call.name}: {problems}"
             return ToolOutcome(json.dumps({"error": error}), [], [], error)
-        try:
-            return handler(args)
-        except ServiceError:
-            raise
-        except (QueryFailed, BeamError, ValueError) as exc:
-            error = f"{call.name} failed: {exc}"
-            return ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), [], [], error)
+        return _guarded(call.name, lambda: handler(args))
+
+
+def _guarded(name: str, run: Callable[[], ToolOutcome]) -> ToolOutcome:
+    """A failed query or embedding becomes an error the model reads; a dead graph server
+    (ServiceError) propagates."""
+    try:
+        return run()
+    except ServiceError:
+        raise
+    except (QueryFailed, BeamError, ValueError) as exc:
+        error = f"{name} failed: {exc}"
+        return ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), [], [], error)
+
+
+def prefetched(question: str, tools: GraphTools, results: int) -> tuple[str, ToolCallRecord]:
+    """The first user message with the search for the question after it (params
+    `answer.prefetch`), and that search recorded like a tool call of turn 0. A failed search
+    is in the message as its error, as a tool's would be."""
+    arguments = {"query": question, "kind": "all"}
+    outcome = _guarded("search_memory", lambda: tools.prefetch(question, results))
+    record = ToolCallRecord(
+        name="search_memory",
+        arguments=arguments,
+        raw_arguments=json.dumps(arguments, ensure_ascii=False),
+        ids=outcome.ids,
+        message_ids=outcome.message_ids,
+        result=outcome.content,  # whole: every prompt of the question carries it
+        turn=0,
+        error=outcome.error,
+    )
+    return f"{question}\n\n{PREFETCH_HEADER}\n{outcome.content}", record
 
 
 def answer_question(
@@ -352,6 +395,7 @@ def answer_question(
     *,
     max_steps: int,
     text_tool_calls: bool = True,
+    prefetch: int = 0,
 ) -> Trace:
     """Run the tool loop for one question (a model call that failed after its retries, or a
     final answer cut at max_tokens, ends it with `error` set). With `text_tool_calls`, a reply
@@ -359,8 +403,13 @@ def answer_question(
     object, `<function name=… arguments=…/>`) has those run like native ones: the same step
     limit and validation, marked `source="text"` in the trace. Only this turn's reply is read
     for them, never the question, a tool's result or an earlier turn; the final turn (no tools
-    offered) is always the answer."""
-    messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
+    offered) is always the answer. With `prefetch` above 0, the first user message carries that
+    many fused search results for the question (`prefetched`), kept in the trace's `prefetched`
+    and counted in what the agent reached."""
+    opening, first_search = question.question, None
+    if prefetch > 0:
+        opening, first_search = prefetched(question.question, tools, prefetch)
+    messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(opening)]
     records: list[ToolCallRecord] = []
     turn_texts: list[str] = []
     calls = prompt_tokens = completion_tokens = max_context = 0
@@ -416,13 +465,15 @@ def answer_question(
                 )
             )
             messages.append(Message.tool_result(call, outcome.content))
+    reached = records if first_search is None else [first_search, *records]
     return Trace(
         question_id=question.id,
         answer=answer,
         tool_calls=records,
+        prefetched=first_search,
         turn_texts=turn_texts,
-        reached_ids=sorted({i for r in records for i in r.ids}),
-        reached_message_ids=sorted({m for r in records for m in r.message_ids}),
+        reached_ids=sorted({i for r in reached for i in r.ids}),
+        reached_message_ids=sorted({m for r in reached for m in r.message_ids}),
         steps=len(records),
         calls=calls,
         prompt_tokens=prompt_tokens,

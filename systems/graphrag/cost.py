@@ -29,19 +29,24 @@ def estimate_answer(
     rates: AgentRates,
     system_prompt: str,
     graph_items: Mapping[str, float],
+    prefetch: int = 0,
 ) -> RoleEstimate:
     """The agent's calls and tokens: call k of a question re-sends the system prompt, the
-    question, the per-call overhead (tool schemas, template) and the k tool steps before it, each
-    a tool result of `tool_result_rows` rows from the graph of the question's conversation
-    (`graph_items`: its chunks, entities and statements, by conversation id). A question makes at
-    most `max_steps` tool-calling turns and the final answer: `max_steps + 1` calls."""
+    question, the per-call overhead (tool schemas, template), the prefetched search results
+    (params `answer.prefetch`: that many rows at most, a typical tool result's at most) and the k
+    tool steps before it, each a tool result of `tool_result_rows` rows from the graph of the
+    question's conversation (`graph_items`: its chunks, entities and statements, by conversation
+    id). A question makes at most `max_steps` tool-calling turns and the final answer:
+    `max_steps + 1` calls."""
     calls = min(rates.calls_per_question, max_steps + 1)
     steps_before = calls * (calls - 1) / 2  # 0 + 1 + … + (calls - 1)
     system = count_tokens(system_prompt) + rates.overhead_tokens_per_call
     prompt = 0.0
     for q in questions:
-        step = tool_result_rows(graph_items[q.conversation_id], rates) * rates.tokens_per_result_row
-        prompt += calls * (system + count_tokens(q.question)) + steps_before * step
+        rows = tool_result_rows(graph_items[q.conversation_id], rates)
+        step = rows * rates.tokens_per_result_row
+        first = min(prefetch, rows) * rates.tokens_per_result_row if prefetch else 0.0
+        prompt += calls * (system + count_tokens(q.question) + first) + steps_before * step
     total_calls = len(questions) * calls
     return RoleEstimate(
         round(total_calls), round(prompt), round(total_calls * rates.completion_tokens_per_call)

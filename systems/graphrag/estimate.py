@@ -28,6 +28,7 @@ from schemas.records import ChatSlice, Chunk, Question
 from schemas.runs import MemorySizes
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
+from systems.graphrag.agent import PREFETCH_HEADER
 from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
 from systems.graphrag.cost import ZERO, RoleEstimate
 from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
@@ -415,6 +416,12 @@ def _pair_sizes(
     return values
 
 
+def prefetch_tokens(trace: Trace) -> int:
+    """The tokens the prefetched search added to the question's first message (0 without)."""
+    found = trace.prefetched
+    return 0 if found is None else count_tokens(f"\n\n{PREFETCH_HEADER}\n{found.result}")
+
+
 def agent_rates_from_run(
     traces: Sequence[Trace],
     questions: Sequence[Question],
@@ -464,14 +471,15 @@ def agent_rates_from_run(
             - (t.calls - 1) * step
             - system
             - count_tokens(asked[t.question_id].question)
+            - prefetch_tokens(t)
         )
         for t in traces
     )
     if calls:
         values["overhead_tokens_per_call"] = max(0.0, overhead / calls)
         origins["overhead_tokens_per_call"] = _run(
-            f"each call's prompt less the steps it re-sends, the system prompt ({system:,}) and "
-            "the question, over the run's calls"
+            f"each call's prompt less the steps it re-sends, the system prompt ({system:,}), "
+            "the question and its prefetched search results, over the run's calls"
         )
     else:
         origins["overhead_tokens_per_call"] = _kept("the run made no agent call")

@@ -33,6 +33,7 @@ from clients.scripted.rules import (
     split_sentences,
 )
 from schemas.memory import normalize_name
+from systems.graphrag.agent import PREFETCH_HEADER
 
 MAX_STATEMENTS = 12
 MAX_ENTITIES = 12
@@ -201,7 +202,8 @@ register_rule("link", link_rule)
 
 
 def agent_rule(request: ChatRequest) -> ScriptedReply:
-    question = next((m.content or "" for m in request.messages if m.role == "user"), "")
+    opening = next((m.content or "" for m in request.messages if m.role == "user"), "")
+    question = opening.split(f"\n\n{PREFETCH_HEADER}")[0]  # the prefetch gives no keyword
     results = [m.content or "" for m in request.messages if m.role == "tool"]
     if request.tools and not results:
         tool = next((t for t in request.tools if "search" in t.name), request.tools[0])

@@ -92,6 +92,7 @@ class GraphMemory:
     tools: GraphTools
     max_steps: int
     text_tool_calls: bool = True
+    prefetch: int = 0
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
         return answer_question(
@@ -100,6 +101,7 @@ class GraphMemory:
             self.tools,
             max_steps=self.max_steps,
             text_tool_calls=self.text_tool_calls,
+            prefetch=self.prefetch,
         )
 
 
@@ -117,6 +119,8 @@ class GraphRag:
     agent_rates: AgentRates
     text_tool_calls: bool = True
     """Run tool calls the model writes as text (params `answer.text_tool_calls`)."""
+    prefetch: int = 0
+    """Search results in the agent's first turn (params `answer.prefetch`)."""
     name: str = "graphrag"
     build_roles: tuple[Role, ...] = ("extraction", "resolution")
     memory_noun: str = "graph"
@@ -165,6 +169,7 @@ class GraphRag:
             "chunk size (tokens)": self.settings.chunk_tokens,
             "max_llm_pairs (per label and conversation)": self.settings.max_llm_pairs,
             "agent step limit": self.max_steps,
+            "search results in the agent's first turn": self.prefetch,
             "graph retrieval": self.graph.retrieval,
         }
         if self.embeds:
@@ -225,6 +230,7 @@ class GraphRag:
                 GraphTools(store, limit=self.result_limit, embedder=embedder),
                 self.max_steps,
                 self.text_tool_calls,
+                self.prefetch,
             )
 
     def _restore_vectors(self, store: Neo4jGraphStore, memory: Path) -> EmbeddingModel | None:
@@ -318,7 +324,9 @@ class GraphRag:
         else:
             graphs = estimate_ingest(chats, self.settings, self.ingest_rates).graphs
             items = {c: g.items for c, g in graphs.items()}
-        return estimate_answer(questions, self.max_steps, self.agent_rates, SYSTEM_PROMPT, items)
+        return estimate_answer(
+            questions, self.max_steps, self.agent_rates, SYSTEM_PROMPT, items, self.prefetch
+        )
 
 
 def build_system(context: SystemContext) -> GraphRag:
@@ -330,6 +338,7 @@ def build_system(context: SystemContext) -> GraphRag:
         max_steps=params.answer.max_steps,
         result_limit=params.answer.result_limit,
         text_tool_calls=params.answer.text_tool_calls,
+        prefetch=params.answer.prefetch,
         ingest_rates=context.rates.ingest,
         agent_rates=context.rates.agent,
         embedder=context.embedder,

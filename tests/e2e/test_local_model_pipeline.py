@@ -36,7 +36,10 @@ Settings of the copies, each with its reason:
 - ingest.chunk_tokens 2000: 2 extraction calls instead of 4; answer.result_limit 4 keeps the
   agent's tool results, which carry those chunks, inside the context.
 - resolution max_tokens 512, with the same repeat penalty: a few pair decisions.
-- agent max_tokens 256 and answer.max_steps 3: a tool turn, maybe a second, and the answer.
+- agent max_tokens 256 and answer.max_steps 3: a tool turn, maybe a second, and the answer;
+  answer.prefetch 0: the agent starts from the question alone, so each question's tool call is
+  the model's own (with search results in its first turn it may answer without one; that is
+  measured by scripts/measure_local_models.py --prefetch, not asserted).
 - judge max_tokens 256 and the same repeat penalty: a verdict with its reason; without the
   penalty the 0.5B repeated its reason's sentences until max_tokens on 2 of the 8 judge requests
   (a cut reply is no verdict), with it every reply ended within 26-48 tokens.
@@ -118,7 +121,7 @@ def local_params() -> dict[str, Any]:
     return {
         "models": models,
         "ingest": {"chunk_tokens": 2000, "max_failed_share": 1.0},
-        "answer": {"max_steps": 3, "result_limit": 4, "max_failed_share": 1.0},
+        "answer": {"max_steps": 3, "result_limit": 4, "prefetch": 0, "max_failed_share": 1.0},
         "judge_check": {"max_failed_share": 1.0, "cases": {"lite": 5, "full": 80, "all": 80}},
         "llm": {"max_attempts": 1, "concurrency": 1, "timeout_seconds": 600},
         "budget": {"max_over_estimate": 20.0},

@@ -84,6 +84,7 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
         "chunk size (tokens)": params["ingest"]["chunk_tokens"],
         "max_llm_pairs (per label and conversation)": params["ingest"]["max_llm_pairs"]["lite"],
         "agent step limit": params["answer"]["max_steps"],
+        "search results in the agent's first turn": params["answer"]["prefetch"],
         "graph retrieval": params["graph"]["retrieval"],
     }
     assert shown["rag"] == {

@@ -24,6 +24,7 @@ from schemas.records import Question
 from schemas.traces import RESULT_CHARS, Trace
 from systems.graphrag.agent import (
     FINAL_NUDGE,
+    PREFETCH_HEADER,
     SYSTEM_PROMPT,
     TEXT_CHARS,
     TOOLS,
@@ -508,3 +509,89 @@ def test_calls_in_the_question_or_a_tool_result_are_never_run() -> None:
     assert [r.name for r in trace.tool_calls] == ["search_memory"]
     assert [q for q, _ in store.asked] == [cypher.AGENT_SEARCH_STATEMENTS]
     assert trace.answer == "I don't know."
+
+
+# -- the prefetched search (params answer.prefetch) ----------------------------------------------
+
+
+def prefetch_store() -> FakeStore:
+    """Three statements, two entities and a chunk for any search."""
+    return FakeStore(
+        {
+            cypher.AGENT_SEARCH_STATEMENTS: [statement(n, messages=[n]) for n in (1, 2, 3)],
+            cypher.AGENT_SEARCH_ENTITIES: [
+                {"id": f"conv1:place:{n}", "label": "Place", "name": f"Place {n}"} for n in (1, 2)
+            ],
+            cypher.AGENT_SEARCH_CHUNKS: [
+                {"id": "conv1:chunk:0", "label": "Chunk", "text": "hi", "message_ids": [7]}
+            ],
+        }
+    )
+
+
+def test_the_prefetch_takes_the_kinds_in_turn_and_asks_each_for_as_many() -> None:
+    store = prefetch_store()
+    outcome = GraphTools(store, limit=8).prefetch("Where did I work?", 4)
+    shown = [row["id"] for row in json.loads(outcome.content)["results"]]
+    # reciprocal rank fusion of three rankings: rank 1 of each kind, then rank 2 of each kind;
+    # equal fused scores by node id
+    assert shown == ["conv1:chunk:0", "conv1:fact:1", "conv1:place:1", "conv1:fact:2"]
+    assert outcome.ids == shown
+    assert {query: params["limit"] for query, params in store.asked} == {
+        cypher.AGENT_SEARCH_STATEMENTS: 4,
+        cypher.AGENT_SEARCH_ENTITIES: 4,
+        cypher.AGENT_SEARCH_CHUNKS: 4,
+    }
+    again = GraphTools(prefetch_store(), limit=8).prefetch("Where did I work?", 4)
+    assert again == outcome  # the same store, the same order
+
+
+def test_with_prefetch_the_first_turn_carries_the_search_and_a_model_without_tools_reaches_it() -> (
+    None
+):
+    model = ScriptedTurns([text_turn("Place 1.")])  # never calls a tool
+    trace = answer_question(
+        QUESTION,
+        model,  # type: ignore[arg-type]
+        GraphTools(prefetch_store()),
+        max_steps=3,
+        prefetch=5,
+    )
+    (request,) = model.requests
+    opening = request.messages[1].content or ""
+    question, results = opening.split(f"\n\n{PREFETCH_HEADER}\n")
+    assert question == QUESTION.question
+    assert [row["id"] for row in json.loads(results)["results"]] == [
+        "conv1:chunk:0",
+        "conv1:fact:1",
+        "conv1:place:1",
+        "conv1:fact:2",
+        "conv1:place:2",
+    ]
+    assert trace.prefetched is not None and trace.prefetched.result == results
+    assert trace.prefetched.arguments == {"query": QUESTION.question, "kind": "all"}
+    assert trace.tool_calls == [] and trace.steps == 0 and trace.calls == 1
+    assert trace.reached_message_ids == [1, 2, 7]  # evidence the model saw without a tool call
+    assert Trace.model_validate_json(trace.model_dump_json()) == trace
+
+
+def test_without_prefetch_the_first_turn_is_the_question_alone_and_the_trace_reads_as_before() -> (
+    None
+):
+    model = ScriptedTurns([text_turn("I don't know.")])
+    trace = answer_question(QUESTION, model, GraphTools(prefetch_store()), max_steps=3)  # type: ignore[arg-type]
+    assert model.requests[0].messages[1].content == QUESTION.question
+    assert trace.prefetched is None and trace.reached_ids == []
+    assert "prefetched" not in json.loads(trace.model_dump_json())
+
+
+def test_a_failed_prefetch_is_an_error_in_the_first_turn_and_a_dead_server_stops_the_run() -> None:
+    store = prefetch_store()
+    store.fail_with = QueryFailed("the fulltext index is missing")
+    model = ScriptedTurns([text_turn("I don't know.")])
+    trace = answer_question(QUESTION, model, GraphTools(store), max_steps=3, prefetch=5)  # type: ignore[arg-type]
+    assert trace.prefetched is not None and trace.prefetched.error is not None
+    assert "the fulltext index is missing" in (model.requests[0].messages[1].content or "")
+    store.fail_with = ServiceError("the graph server is gone")
+    with pytest.raises(ServiceError):
+        answer_question(QUESTION, model, GraphTools(store), max_steps=3, prefetch=5)  # type: ignore[arg-type]

@@ -109,6 +109,9 @@ def test_hybrid_search_finds_a_paraphrase_that_full_text_misses(
         assert not any("Portugal" in t for t in texts(plain, PARAPHRASE))
         found = texts(opened.tools, PARAPHRASE)  # fused: the vectors' best joins the hits
         assert any("Portugal" in t for t in found), found
+        # the agent's first turn (answer.prefetch) carries it too: no tool call needed
+        assert "Portugal" in opened.tools.prefetch(PARAPHRASE, 8).content
+        assert "Portugal" not in plain.prefetch(PARAPHRASE, 8).content
 
 
 def test_resolution_offers_a_paraphrased_entity_pair_to_the_model(
