@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bench.viewer.data import PREFETCH_TEXT
 from clients.files import read_jsonl, write_jsonl
 from schemas.judging import Judgement
 from schemas.records import Rubric
@@ -125,7 +126,13 @@ def test_the_page_of_a_lite_run_shows_a_question_and_its_filters_hide_the_other(
         expect(row).to_be_visible()
         expect(row.locator(".score")).to_have_text(f"{verdict.score:.2f}")
         expect(row).to_contain_text(verdict.reason or "")
-    expect(question.get_by_text("search_memory(")).to_be_visible()  # the agent's step
+    # the harness's search for the question (answer.prefetch), then the agent's own step
+    calls = question.get_by_text("search_memory(")
+    expect(calls).to_have_count(2)
+    prefetched = traces[QUESTION].prefetched
+    assert prefetched is not None and prefetched.arguments is not None
+    expect(question).to_contain_text(PREFETCH_TEXT)
+    expect(calls.first).to_contain_text(f'"query": "{prefetched.arguments["query"][:20]}')
     expect(question.get_by_text("reached", exact=True).first).to_be_visible()  # its evidence
     shot = artifacts / "viewer-lite.png"
     page.screenshot(path=str(shot), full_page=True)
