@@ -332,10 +332,18 @@ def score_rows(runs: Sequence[Run]) -> list[Row]:
     return rows
 
 
-def build_comparison(runs: Sequence[Run], left_out: Sequence[str] = ()) -> Comparison:
-    """The table of the chosen runs (pure)."""
+def build_comparison(
+    runs: Sequence[Run],
+    left_out: Sequence[str] = (),
+    *,
+    build_calls: Sequence[float | None] | None = None,
+) -> Comparison:
+    """The table of the chosen runs (pure); `build_calls`: each run's model calls to build its
+    memory per conversation (bench/paired.py), a cost row beside tokens per question."""
     if not runs:
         raise DataError("nothing to compare: no run was chosen")
+    if build_calls is not None and len(build_calls) != len(runs):
+        raise ValueError("one build_calls value (or None) per run")
     rows = [*settings_rows(runs), *score_rows(runs)]
     for group in SCORE_GROUPS:
         rows += [_row("other scores", group, k, f"{group}.{k}", runs) for k in _keys(runs, group)]
@@ -354,6 +362,16 @@ def build_comparison(runs: Sequence[Run], left_out: Sequence[str] = ()) -> Compa
                 key=f"{group}_per_question",
                 label=label,
                 cells=tuple(Cell(value=_per_question(r, group)) for r in runs),
+            )
+        )
+    if build_calls is not None:
+        rows.append(
+            Row(
+                section="cost",
+                group="derived",
+                key="build_calls_per_conversation",
+                label="build calls per conversation",
+                cells=tuple(Cell(value=v) for v in build_calls),
             )
         )
     rows += [_row("cost", "agent", k, f"agent.{k}", runs) for k in _keys(runs, "agent")]
@@ -486,24 +504,22 @@ def render_csv(table: Comparison) -> str:
 
 
 def render_svg(table: Comparison) -> bytes:
-    """Score per ability with its interval, calls and tokens per phase; one colour per column."""
+    """Score per ability with its interval; the overall score against tokens per question (the
+    cost–quality view); tokens per phase. One colour per column."""
     import matplotlib
     from matplotlib.figure import Figure
 
     scores = [r for r in table.rows if r.group == "score"]
-    calls = [r for r in table.rows if r.group == "cost_calls" and r.key != "total"] or [
-        r for r in table.rows if r.group == "cost_calls"
-    ]  # the headline keeps only the total of calls
     tokens = [r for r in table.rows if r.group == "cost_tokens" and r.key != "total"]
     n_cols = len(table.columns)
-    height = max(4.0, 0.22 * max(len(scores), len(calls)) * n_cols + 1.8)
+    height = max(4.0, 0.22 * max(len(scores), len(tokens)) * n_cols + 1.8)
     with matplotlib.rc_context({"svg.hashsalt": "beam-compare", "svg.fonttype": "none"}):
         figure = Figure(figsize=(15, height), layout="constrained")
         axes = figure.subplots(1, 3, width_ratios=(1.3, 1, 1))
         colours = [matplotlib.colormaps["tab10"](i % 10) for i in range(n_cols)]
         _bars(axes[0], scores, table.columns, colours, "score (95% interval)", interval=True)
         axes[0].set_xlim(0, 1)
-        _bars(axes[1], calls, table.columns, colours, "model calls")
+        _cost_quality(axes[1], table, colours)
         _bars(axes[2], tokens, table.columns, colours, "tokens per phase")
         handles, labels = axes[0].get_legend_handles_labels()
         figure.legend(handles, labels, loc="outside lower center", ncols=min(n_cols, 4))
@@ -547,6 +563,41 @@ def _bars(
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
     ax.set_xlim(left=0)
+
+
+def _cost_quality(ax: Any, table: Comparison, colours: Sequence[Any]) -> None:
+    """Each column's overall score (with its interval) at its tokens per question."""
+    overall = next((r for r in table.rows if (r.group, r.key) == ("score", "overall")), None)
+    per_question = next((r for r in table.rows if r.key == "cost_tokens_per_question"), None)
+    if overall is not None and per_question is not None:
+        for i, colour in enumerate(colours):
+            score, x = overall.cells[i], per_question.cells[i].value
+            if not isinstance(score.value, float) or not isinstance(x, float | int):
+                continue
+            low = score.ci_low if score.ci_low is not None else score.value
+            high = score.ci_high if score.ci_high is not None else score.value
+            ax.errorbar(
+                x,
+                score.value,
+                yerr=[[max(score.value - low, 0)], [max(high - score.value, 0)]],
+                fmt="o",
+                color=colour,
+                ecolor=colour,
+                capsize=3,
+            )
+            ax.annotate(
+                table.columns[i],
+                (x, score.value),
+                textcoords="offset points",
+                xytext=(5, 4),
+                fontsize=8,
+            )
+    ax.set_xlabel("tokens per question (every phase)")
+    ax.set_ylabel("overall score (95% interval)")
+    ax.set_ylim(0, 1)
+    ax.set_xlim(left=0)
+    ax.set_title("score against cost")
+    ax.grid(alpha=0.3)
 
 
 def _plain(value: float | str | None) -> float:

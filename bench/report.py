@@ -25,7 +25,7 @@ from schemas.params import (
     Release,
     ReportParams,
 )
-from schemas.records import ABILITIES, SliceSource
+from schemas.records import ABILITIES, Question, SliceSource
 from schemas.roles import ROLES, cost_key
 from schemas.runs import MemorySizes, RunSummary, StageRun, summarize_runs
 from schemas.traces import AnswerSummary
@@ -44,6 +44,7 @@ time of their last run."""
 METRICS = LAYOUT.report.metrics
 ABILITY_PLOT = LAYOUT.report.abilities_plot
 COST_PLOT = LAYOUT.report.cost_plot
+QUESTION_SCORES = LAYOUT.report.questions
 TEST_MODEL_WARNING = (
     "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
     "that the pipeline runs end to end, not how good any memory system is."
@@ -543,6 +544,22 @@ def ability_plot(scores: Mapping[str, Mapping[str, Any]]) -> str:
                 f"{ability},{row['score']:.6f},{row['ci_low']:.6f},{row['ci_high']:.6f},{row['n']}"
             )
     return "\n".join(lines) + "\n"
+
+
+def question_scores(rows: Sequence[JudgedQuestion], questions: Sequence[Question]) -> str:
+    """Each question's score (CSV, by question id) and its conversation: what compare pairs
+    between two runs that asked the same questions (bench/paired.py)."""
+    conversation = {q.id: q.conversation_id for q in questions}
+    lines = ["question,conversation,ability,score"]
+    lines += [
+        f"{r.question_id},{conversation[r.question_id]},{r.ability},{r.score:.6f}"
+        for r in sorted(rows, key=_by_id)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _by_id(row: JudgedQuestion) -> str:
+    return row.question_id
 
 
 def read_cost_plot(text: str) -> dict[str, dict[str, int]]:

@@ -170,6 +170,9 @@ class ReportFiles:
     abilities_plot: Path = METRICS / "plots" / "abilities.csv"
     cost_plot: Path = METRICS / "plots" / "cost.csv"
     metrics: Path = METRICS / "report.json"
+    questions: Path = METRICS / "questions.csv"
+    """Each question's score: what `make compare` pairs between runs (in git, so every
+    experiment's commit carries its own)."""
 
 
 @dataclass(frozen=True)

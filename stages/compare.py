@@ -1,10 +1,14 @@
 """compare: this repository's experiments side by side (`make compare`).
 
-Reads what `dvc exp show --json` lists and writes `reports/compare.md` (the table, also printed),
-`reports/compare.csv` (long format) and `reports/compare.svg` (score per ability with its
-interval, calls and tokens per phase): one column per system/model. The core is
-bench/compare.py, whose docstring lists the rows. Not a DVC stage: its inputs are the
-experiments themselves.
+Reads what `dvc exp show --json` lists and writes `reports/compare.md` (the table and the
+paired differences, also printed), `reports/compare.csv` (long format),
+`reports/compare_pairs.csv` (each pair of runs that asked the same questions: the mean difference
+per ability and overall with its paired bootstrap interval) and `reports/compare.svg` (score per
+ability with its interval, score against tokens per question, tokens per phase): one column per
+system/model. Each run's per-question scores and build calls are read from its own commit
+(`git show <rev>:metrics/questions.csv`, `metrics/usage/ingest.json`; the workspace's from its
+files). The cores are bench/compare.py, whose docstring lists the rows, and bench/paired.py. Not
+a DVC stage: its inputs are the experiments themselves.
 
     python -m stages.compare                    # every finished experiment of HEAD (a sweep)
     python -m stages.compare exp-a exp-b main   # these experiments / branches / commits
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import (
+    Run,
     build_comparison,
     read_exp_show,
     render_csv,
@@ -29,11 +34,21 @@ from bench.compare import (
     render_svg,
     select_runs,
 )
+from bench.paired import (
+    QuestionScore,
+    build_calls_per_conversation,
+    paired_differences,
+    read_question_scores,
+    render_pairs_csv,
+    render_pairs_markdown,
+)
 from clients.files import read_json, write_atomic
 from schemas.errors import DataError, ServiceError
-from stages.common import run_stage
+from schemas.layout import LAYOUT
+from stages.common import read_params, run_stage
 
 EXP_SHOW_TIMEOUT_SECONDS = 300
+GIT_SHOW_TIMEOUT_SECONDS = 60
 
 
 def exp_show(revs: list[str], all_commits: bool) -> Any:
@@ -59,6 +74,43 @@ def exp_show(revs: list[str], all_commits: bool) -> Any:
         raise DataError(
             f"`dvc exp show --json` printed no JSON ({exc}): {done.stdout[:200]!r}"
         ) from exc
+
+
+def run_file(run: Run, path: Path) -> str | None:
+    """A file as the run's commit holds it (the workspace: as it is on disk); None when the
+    commit has no such file (a run made before the file existed) or git does not know the
+    commit (a saved `dvc exp show --json` from elsewhere)."""
+    if run.kind == "workspace":
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+    try:
+        done = subprocess.run(
+            ["git", "show", f"{run.rev}:{path.as_posix()}"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_SHOW_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ServiceError(
+            f"`git show {run.rev}:{path}` did not finish in {GIT_SHOW_TIMEOUT_SECONDS} s"
+        ) from exc
+    return done.stdout if done.returncode == 0 else None
+
+
+def question_scores_of(run: Run) -> dict[str, QuestionScore] | None:
+    text = run_file(run, LAYOUT.report.questions)
+    source = f"{LAYOUT.report.questions} of {run.name}"
+    return None if text is None else read_question_scores(text, source)
+
+
+def build_calls_of(run: Run, scores: dict[str, QuestionScore] | None) -> float | None:
+    text = run_file(run, LAYOUT.ingest.usage)
+    if text is None or scores is None:
+        return None
+    try:
+        usage = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{LAYOUT.ingest.usage} of {run.name} is not JSON: {exc}") from exc
+    return build_calls_per_conversation(usage, scores)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,13 +140,21 @@ def main(argv: list[str] | None = None) -> None:
 
     document = read_json(args.from_json) if args.from_json else exp_show(args.rev, args.all_commits)
     runs, left_out = select_runs(read_exp_show(document), args.names)
-    table = build_comparison(runs, left_out)
-    markdown = render_markdown(table)
+    scores = [question_scores_of(run) for run in runs]
+    build_calls = [build_calls_of(run, s) for run, s in zip(runs, scores, strict=True)]
+    table = build_comparison(runs, left_out, build_calls=build_calls)
+    bootstrap = read_params().report
+    pairing = paired_differences(table.columns, scores, bootstrap)
+    markdown = render_markdown(table) + "\n" + render_pairs_markdown(pairing, bootstrap.confidence)
     write_atomic(args.out_dir / "compare.md", markdown)
     write_atomic(args.out_dir / "compare.csv", render_csv(table))
+    write_atomic(args.out_dir / "compare_pairs.csv", render_pairs_csv(pairing))
     write_atomic(args.out_dir / "compare.svg", render_svg(table))
     sys.stdout.write(markdown)
-    print(f"\nwrote {args.out_dir}/compare.md, compare.csv and compare.svg", file=sys.stderr)
+    print(
+        f"\nwrote {args.out_dir}/compare.md, compare.csv, compare_pairs.csv and compare.svg",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

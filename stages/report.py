@@ -14,6 +14,7 @@ from bench.report import (
     ABILITY_PLOT,
     COST_PLOT,
     METRICS,
+    QUESTION_SCORES,
     RECORD,
     VIEWER,
     WALL_TIME_STAGES,
@@ -25,6 +26,7 @@ from bench.report import (
     failure_counts,
     failure_line,
     fmt,
+    question_scores,
     read_cost_plot,
     release_pins,
     render_record,
@@ -73,6 +75,7 @@ STAGE_IO = StageIO(
         LAYOUT.report.page,
         LAYOUT.report.abilities_plot,
         LAYOUT.report.cost_plot,
+        LAYOUT.report.questions,
     ),
     metrics=(LAYOUT.report.metrics,),
 )
@@ -127,7 +130,7 @@ def make_report() -> None:
     runs = [read_record(files.run, StageRun) for files in stages]
     run = run_info(*runs)
     usage = sum_usage([read_json(files.usage) for files in stages])
-    remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, VIEWER)
+    remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, QUESTION_SCORES, VIEWER)
 
     chats: list[ChatSlice] = read_chats(LAYOUT.slice.chats)
     rubrics = read_records(LAYOUT.slice.rubrics, Rubric)
@@ -162,6 +165,7 @@ def make_report() -> None:
     write_json(METRICS, headline.model_dump(mode="json"))
     write_atomic(ABILITY_PLOT, ability_plot(scores))
     write_atomic(COST_PLOT, cost_plot(cost))
+    write_atomic(QUESTION_SCORES, question_scores(rows, questions))
     pins = {
         "tier": run_params.tier,
         **release_pins(release),

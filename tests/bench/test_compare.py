@@ -266,5 +266,5 @@ def test_the_command_writes_table_csv_and_figure(tmp_path: Path, capsys) -> None
     saved.write_text(json.dumps(sweep()))
     main(["--from-json", str(saved), "--out-dir", str(tmp_path / "out")])
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert written == ["compare.csv", "compare.md", "compare.svg"]
+    assert written == ["compare.csv", "compare.md", "compare.svg", "compare_pairs.csv"]
     assert capsys.readouterr().out == (tmp_path / "out" / "compare.md").read_text()

@@ -155,6 +155,19 @@ def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
             swept = {r["value"] for r in rows if r["key"] == param}
             assert swept == set(values), swept  # the column's param, from its own params.yaml
             assert (repo.path / "reports/compare.svg").read_bytes().startswith(b"<?xml")
+            # each experiment's per-question scores and build calls, read from its own commit
+            build = {
+                r["experiment"]: r["value"]
+                for r in rows
+                if r["key"] == "build_calls_per_conversation"
+            }
+            assert set(build) == first and all(build.values()), build
+            pairs = list(
+                csv.DictReader(io.StringIO((repo.path / "reports/compare_pairs.csv").read_text()))
+            )
+            asked = 1 + 2  # overall and lite's two abilities
+            assert len(pairs) == len(values) * (len(values) - 1) // 2 * asked, pairs
+            assert "## Paired differences" in table and "Not paired" not in table
 
             (ledger,) = ledgers(repo)  # one ledger: every experiment's stages charged it
             spent = json.loads(ledger.read_text())
