@@ -263,6 +263,18 @@ AGENT_SEARCH_CHUNKS = (
 )
 
 
+_TIMELINE_ROWS = (
+    "MATCH (node)-[:FROM_CHUNK]->(c:Chunk)-[:IN_SESSION]->(s:Session) "
+    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.text AS text, "
+    "node.when AS when, node.message_ids AS message_ids, s.date_iso AS date, s.number AS session, "
+    "c.position AS position, score ORDER BY session, position, id"
+)
+AGENT_TIMELINE = (
+    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score " + _TIMELINE_ROWS
+)
+
+
 def _nearest(labels: tuple[str, ...]) -> str:
     """The `$limit` nodes of `labels` whose embedding is nearest `$vector` (one vector index per
     label, merged by score, ties by id), as `node, score`."""
@@ -283,8 +295,9 @@ AGENT_NEAREST_ENTITIES = (
 AGENT_NEAREST_CHUNKS = (
     _nearest(("Chunk",)) + AGENT_SEARCH_CHUNKS[AGENT_SEARCH_CHUNKS.index("OPTIONAL") :]
 )
+AGENT_NEAREST_TIMELINE = _nearest(STATEMENT_LABELS) + _TIMELINE_ROWS
 NEAREST_QUERIES = frozenset(
-    {AGENT_NEAREST_STATEMENTS, AGENT_NEAREST_ENTITIES, AGENT_NEAREST_CHUNKS}
+    {AGENT_NEAREST_STATEMENTS, AGENT_NEAREST_ENTITIES, AGENT_NEAREST_CHUNKS, AGENT_NEAREST_TIMELINE}
 )
 """The only queries `GraphStore.nearest` runs (the agent's Cypher may not call the procedure)."""
 MAX_NEAREST = 50
@@ -315,14 +328,6 @@ AGENT_SESSIONS = (
     "OPTIONAL MATCH (st)-[:IN_SESSION]->(s) WHERE NOT st:Chunk AND NOT st:Document "
     "RETURN s.id AS id, s.number AS session, s.date_iso AS date, first_chunk, last_chunk, "
     "chunks, count(st) AS statements ORDER BY session"
-)
-AGENT_TIMELINE = (
-    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node "
-    "MATCH (node)-[:FROM_CHUNK]->(c:Chunk)-[:IN_SESSION]->(s:Session) "
-    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.text AS text, "
-    "node.when AS when, node.message_ids AS message_ids, s.date_iso AS date, s.number AS session, "
-    "c.position AS position ORDER BY session, position, id"
 )
 AGENT_STANDING = (
     "MATCH (st) WHERE st:Instruction OR st:Preference "

@@ -208,6 +208,17 @@ def fuse_rows(rankings: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [first[ids[i]] for i in fused]
 
 
+TIMELINE_LIMIT = 15
+
+
+def _by_relevance(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda row: (-float(row.get("score") or 0.0), str(row["id"])))
+
+
+def _in_order_said(row: Mapping[str, Any]) -> tuple[int, int, str]:
+    return (int(row.get("session") or 0), int(row.get("position") or 0), str(row["id"]))
+
+
 SEARCH_QUERIES = {
     "statements": cypher.AGENT_SEARCH_STATEMENTS,
     "entities": cypher.AGENT_SEARCH_ENTITIES,
@@ -273,12 +284,7 @@ class GraphTools:
         text = escape_fulltext(query)
         if not text:
             return []
-        vector: list[float] | None = None
-        if self.embedder is not None:
-            found_vector = self.embedder.embed([query], task="query")
-            if not found_vector.ok:
-                raise QueryFailed(f"the query's embedding failed: {found_vector.error}")
-            vector = list(found_vector.vectors[0])
+        vector = self._query_vector(query)
         rankings = []
         for kind, limit in limits.items():
             found = self._rows(SEARCH_QUERIES[kind], {"text": text, "limit": limit})
@@ -288,6 +294,16 @@ class GraphTools:
             rankings.append(found)
         return rankings
 
+    def _query_vector(self, query: str) -> list[float] | None:
+        """The query embedded with the task `query` (a failure is the tool's error); None
+        without an embedder (graph.retrieval fulltext)."""
+        if self.embedder is None:
+            return None
+        found = self.embedder.embed([query], task="query")
+        if not found.ok:
+            raise QueryFailed(f"the query's embedding failed: {found.error}")
+        return list(found.vectors[0])
+
     def entity_neighbourhood(self, args: EntityNeighbourhood) -> ToolOutcome:
         return self._outcome(self._rows(cypher.AGENT_NEIGHBOURHOOD, {"id": args.id, "limit": 20}))
 
@@ -296,10 +312,18 @@ class GraphTools:
         return self._outcome(self._rows(cypher.AGENT_STATEMENTS_ABOUT, params))
 
     def timeline(self, args: Timeline) -> ToolOutcome:
+        """The statements that match the query, in the order they were said; with an embedder,
+        the full-text and nearest statements fused by relevance first (`fuse_rows`)."""
         text = escape_fulltext(args.query)
         if not text:
             return self._outcome(self._rows(cypher.AGENT_SESSIONS, {}))
-        return self._outcome(self._rows(cypher.AGENT_TIMELINE, {"text": text, "limit": 15}))
+        found = self._rows(cypher.AGENT_TIMELINE, {"text": text, "limit": TIMELINE_LIMIT})
+        vector = self._query_vector(args.query)
+        if vector is not None:
+            near = self.store.nearest(cypher.AGENT_NEAREST_TIMELINE, vector, TIMELINE_LIMIT)
+            fused = fuse_rows([_by_relevance(found), _by_relevance(list(near))])
+            found = sorted(fused[:TIMELINE_LIMIT], key=_in_order_said)
+        return self._outcome(found)
 
     def standing_instructions(self, args: StandingInstructions) -> ToolOutcome:
         params = {"topic": args.topic.strip(), "limit": 15}

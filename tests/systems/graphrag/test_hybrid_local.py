@@ -25,7 +25,7 @@ from clients.scripted.backend import ScriptedBackend
 from clients.scripted.rules import ScriptedReply, register_rule
 from schemas.params import GraphParams, LlmParams, ModelRef, Params
 from schemas.records import ChatMessage, ChatSlice, Session
-from systems.graphrag.agent import GraphTools, SearchMemory
+from systems.graphrag.agent import GraphTools, SearchMemory, Timeline
 from systems.graphrag.decide import RESOLVE_TASK
 from systems.graphrag.ingest import build_graph
 from systems.graphrag.system import GraphRag
@@ -109,6 +109,13 @@ def test_hybrid_search_finds_a_paraphrase_that_full_text_misses(
         assert not any("Portugal" in t for t in texts(plain, PARAPHRASE))
         found = texts(opened.tools, PARAPHRASE)  # fused: the vectors' best joins the hits
         assert any("Portugal" in t for t in found), found
+        # the timeline too: fused by relevance, then in the order the statements were said
+        timeline = json.loads(opened.tools.timeline(Timeline(query=PARAPHRASE)).content)["results"]
+        assert any("Portugal" in str(row["text"]) for row in timeline), timeline
+        said = [(row["session"], row["position"], row["id"]) for row in timeline]
+        assert said == sorted(said)
+        plain_timeline = plain.timeline(Timeline(query=PARAPHRASE)).content
+        assert "Portugal" not in plain_timeline
         # the agent's first turn (answer.prefetch) carries it too: no tool call needed
         assert "Portugal" in opened.tools.prefetch(PARAPHRASE, 8).content
         assert "Portugal" not in plain.prefetch(PARAPHRASE, 8).content
