@@ -38,12 +38,11 @@ def test_hybrid_graphrag_embeds_in_both_stages_and_reruns_byte_identical(
         assert ingest["calls"] >= 3 and ingest["prompt_tokens"] > 0  # chunks, statements, entities
         assert answer["calls"] >= 1 and answer["prompt_tokens"] > 0  # the agent's searches
         traces = (repo.path / "data" / "answer" / "traces.jsonl").read_text(encoding="utf-8")
-        searches = sum(
-            call["name"] == "search_memory"
-            for line in traces.splitlines()
-            for call in json.loads(line)["tool_calls"]
-        )
-        assert answer["calls"] == searches  # the import's re-embedding is not counted
+        rows = [json.loads(line) for line in traces.splitlines()]
+        searches = sum(call["name"] == "search_memory" for r in rows for call in r["tool_calls"])
+        searches += sum("prefetched" in r for r in rows)  # the question's search (answer.prefetch)
+        # one query embedding per search, and the import's re-embedding is not counted
+        assert answer["calls"] == searches
         memory_path = repo.path / "data" / "ingest" / "conv17.jsonl"
         first = json.loads(memory_path.read_text(encoding="utf-8").splitlines()[0])
         assert first["embeddings"]["model"] == "scripted/hash"
