@@ -567,6 +567,7 @@ def _bars(
 
 def _cost_quality(ax: Any, table: Comparison, colours: Sequence[Any]) -> None:
     """Each column's overall score (with its interval) at its tokens per question."""
+    widest = 0.0
     overall = next((r for r in table.rows if (r.group, r.key) == ("score", "overall")), None)
     per_question = next((r for r in table.rows if r.key == "cost_tokens_per_question"), None)
     if overall is not None and per_question is not None:
@@ -576,6 +577,7 @@ def _cost_quality(ax: Any, table: Comparison, colours: Sequence[Any]) -> None:
                 continue
             low = score.ci_low if score.ci_low is not None else score.value
             high = score.ci_high if score.ci_high is not None else score.value
+            widest = max(widest, float(x))
             ax.errorbar(
                 x,
                 score.value,
@@ -595,7 +597,7 @@ def _cost_quality(ax: Any, table: Comparison, colours: Sequence[Any]) -> None:
     ax.set_xlabel("tokens per question (every phase)")
     ax.set_ylabel("overall score (95% interval)")
     ax.set_ylim(0, 1)
-    ax.set_xlim(left=0)
+    ax.set_xlim(0, widest * 1.25 or 1.0)  # room for the rightmost point's label
     ax.set_title("score against cost")
     ax.grid(alpha=0.3)
 
