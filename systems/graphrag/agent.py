@@ -129,9 +129,9 @@ You cannot see the chat: it is stored in a memory graph that your tools search. 
 Answer in plain text when you are done (no more tool calls)."""
 
 FINAL_NUDGE = "Step limit reached: answer now from what you found, without calling tools."
-PREFETCH_HEADER = "What search_memory found for this question (call the tools for more):"
-"""Starts the part of the first user message that carries the prefetched results (params
-`answer.prefetch`), after the question."""
+PREFETCH_CALL_ID = "prefetch_0"
+"""The id of the search the harness makes for the question (params `answer.prefetch`), shown to
+the model as its own first tool call."""
 
 
 @dataclass(frozen=True)
@@ -393,23 +393,30 @@ def _guarded(name: str, run: Callable[[], ToolOutcome]) -> ToolOutcome:
         return ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), [], [], error)
 
 
-def prefetched(question: str, tools: GraphTools, results: int) -> tuple[str, ToolCallRecord]:
-    """The first user message with the search for the question after it (params
-    `answer.prefetch`), and that search recorded like a tool call of turn 0. A failed search
-    is in the message as its error, as a tool's would be."""
+def prefetched(
+    question: str, tools: GraphTools, results: int
+) -> tuple[list[Message], ToolCallRecord]:
+    """The search for the question (params `answer.prefetch`) as the turns the model reads: a
+    search_memory call and its result, as if it had called it first; so what the chat says stays
+    in a tool result, never in the user's message (a chat can carry instructions). A failed
+    search is its result's error, as a tool's would be. Recorded like a tool call of turn 0."""
     arguments = {"query": question, "kind": "all"}
-    outcome = _guarded("search_memory", lambda: tools.prefetch(question, results))
+    raw = json.dumps(arguments, ensure_ascii=False)
+    call = ToolCall(
+        id=PREFETCH_CALL_ID, name="search_memory", raw_arguments=raw, arguments=arguments
+    )
+    outcome = _guarded(call.name, lambda: tools.prefetch(question, results))
     record = ToolCallRecord(
-        name="search_memory",
+        name=call.name,
         arguments=arguments,
-        raw_arguments=json.dumps(arguments, ensure_ascii=False),
+        raw_arguments=raw,
         ids=outcome.ids,
         message_ids=outcome.message_ids,
         result=outcome.content,  # whole: every prompt of the question carries it
         turn=0,
         error=outcome.error,
     )
-    return f"{question}\n\n{PREFETCH_HEADER}\n{outcome.content}", record
+    return [Message.assistant("", (call,)), Message.tool_result(call, outcome.content)], record
 
 
 def answer_question(
@@ -427,13 +434,14 @@ def answer_question(
     object, `<function name=… arguments=…/>`) has those run like native ones: the same step
     limit and validation, marked `source="text"` in the trace. Only this turn's reply is read
     for them, never the question, a tool's result or an earlier turn; the final turn (no tools
-    offered) is always the answer. With `prefetch` above 0, the first user message carries that
+    offered) is always the answer. With `prefetch` above 0, the first call already holds that
     many fused search results for the question (`prefetched`), kept in the trace's `prefetched`
     and counted in what the agent reached."""
-    opening, first_search = question.question, None
+    messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
+    first_search = None
     if prefetch > 0:
-        opening, first_search = prefetched(question.question, tools, prefetch)
-    messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(opening)]
+        turns, first_search = prefetched(question.question, tools, prefetch)
+        messages += turns
     records: list[ToolCallRecord] = []
     turn_texts: list[str] = []
     calls = prompt_tokens = completion_tokens = max_context = 0

@@ -28,7 +28,6 @@ from schemas.records import ChatSlice, Chunk, Question
 from schemas.runs import MemorySizes
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
-from systems.graphrag.agent import PREFETCH_HEADER
 from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
 from systems.graphrag.cost import ZERO, RoleEstimate
 from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
@@ -417,9 +416,10 @@ def _pair_sizes(
 
 
 def prefetch_tokens(trace: Trace) -> int:
-    """The tokens the prefetched search added to the question's first message (0 without)."""
+    """The tokens of the prefetched search's call and result in every prompt of the question
+    (0 without; the turns' template tokens are left to the overhead)."""
     found = trace.prefetched
-    return 0 if found is None else count_tokens(f"\n\n{PREFETCH_HEADER}\n{found.result}")
+    return 0 if found is None else count_tokens(found.raw_arguments + found.result)
 
 
 def agent_rates_from_run(

@@ -10,9 +10,10 @@ statements are sentences of the chunk's messages, entities are capitalized names
 word, look-alike names are "the same" when one contains the other, and a newer fact "supersedes" an
 older one when both share most words but not their numbers. A run with them measures nothing; they
 exist so that every path of the write pipeline runs for real in tests. The agent's rule: with tools
-offered and no tool result yet, it calls the first tool whose name contains "search" (else the
-first tool) with the question's content words; after tool results, it answers with the sentences of
-the results that best overlap the question, quoted.
+offered and no result of a call of its own yet (the harness's prefetched search does not count),
+it calls the first tool whose name contains "search" (else the first tool) with the question's
+content words; after tool results, it answers with the sentences of the results that best overlap
+the question, quoted.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from clients.scripted.rules import (
     split_sentences,
 )
 from schemas.memory import normalize_name
-from systems.graphrag.agent import PREFETCH_HEADER
+from systems.graphrag.agent import PREFETCH_CALL_ID
 
 MAX_STATEMENTS = 12
 MAX_ENTITIES = 12
@@ -202,10 +203,11 @@ register_rule("link", link_rule)
 
 
 def agent_rule(request: ChatRequest) -> ScriptedReply:
-    opening = next((m.content or "" for m in request.messages if m.role == "user"), "")
-    question = opening.split(f"\n\n{PREFETCH_HEADER}")[0]  # the prefetch gives no keyword
-    results = [m.content or "" for m in request.messages if m.role == "tool"]
-    if request.tools and not results:
+    question = next((m.content or "" for m in request.messages if m.role == "user"), "")
+    tool_turns = [m for m in request.messages if m.role == "tool"]
+    results = [m.content or "" for m in tool_turns]
+    own = [m for m in tool_turns if m.tool_call_id != PREFETCH_CALL_ID]  # not the harness's
+    if request.tools and not own:
         tool = next((t for t in request.tools if "search" in t.name), request.tools[0])
         words = content_words(question)
         args = fill_schema(tool.parameters, words, _string_hints(tool.parameters, words))

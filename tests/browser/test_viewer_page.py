@@ -126,7 +126,7 @@ def test_the_page_of_a_lite_run_shows_a_question_and_its_filters_hide_the_other(
         expect(row).to_be_visible()
         expect(row.locator(".score")).to_have_text(f"{verdict.score:.2f}")
         expect(row).to_contain_text(verdict.reason or "")
-    # the harness's search for the question (answer.prefetch), then the agent's own step
+    # the harness's search for the question (answer.prefetch) first, then the agent's own
     calls = question.get_by_text("search_memory(")
     expect(calls).to_have_count(2)
     prefetched = traces[QUESTION].prefetched

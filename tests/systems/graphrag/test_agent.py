@@ -24,7 +24,7 @@ from schemas.records import Question
 from schemas.traces import RESULT_CHARS, Trace
 from systems.graphrag.agent import (
     FINAL_NUDGE,
-    PREFETCH_HEADER,
+    PREFETCH_CALL_ID,
     SYSTEM_PROMPT,
     TEXT_CHARS,
     TOOLS,
@@ -546,7 +546,7 @@ def test_the_prefetch_takes_the_kinds_in_turn_and_asks_each_for_as_many() -> Non
     assert again == outcome  # the same store, the same order
 
 
-def test_with_prefetch_the_first_turn_carries_the_search_and_a_model_without_tools_reaches_it() -> (
+def test_with_prefetch_the_first_call_holds_the_search_and_a_model_without_tools_reaches_it() -> (
     None
 ):
     model = ScriptedTurns([text_turn("Place 1.")])  # never calls a tool
@@ -558,18 +558,23 @@ def test_with_prefetch_the_first_turn_carries_the_search_and_a_model_without_too
         prefetch=5,
     )
     (request,) = model.requests
-    opening = request.messages[1].content or ""
-    question, results = opening.split(f"\n\n{PREFETCH_HEADER}\n")
-    assert question == QUESTION.question
-    assert [row["id"] for row in json.loads(results)["results"]] == [
+    roles = [m.role for m in request.messages]
+    assert roles == ["system", "user", "assistant", "tool"]
+    _, asked, searched, found = request.messages
+    assert asked.content == QUESTION.question  # the chat's text never joins the user's message
+    (call,) = searched.tool_calls
+    assert (call.id, call.name) == (PREFETCH_CALL_ID, "search_memory")
+    assert call.arguments == {"query": QUESTION.question, "kind": "all"}
+    assert found.tool_call_id == PREFETCH_CALL_ID
+    assert [row["id"] for row in json.loads(found.content or "")["results"]] == [
         "conv1:chunk:0",
         "conv1:fact:1",
         "conv1:place:1",
         "conv1:fact:2",
         "conv1:place:2",
     ]
-    assert trace.prefetched is not None and trace.prefetched.result == results
-    assert trace.prefetched.arguments == {"query": QUESTION.question, "kind": "all"}
+    assert trace.prefetched is not None and trace.prefetched.result == found.content
+    assert trace.prefetched.arguments == call.arguments
     assert trace.tool_calls == [] and trace.steps == 0 and trace.calls == 1
     assert trace.reached_message_ids == [1, 2, 7]  # evidence the model saw without a tool call
     assert Trace.model_validate_json(trace.model_dump_json()) == trace
@@ -591,7 +596,7 @@ def test_a_failed_prefetch_is_an_error_in_the_first_turn_and_a_dead_server_stops
     model = ScriptedTurns([text_turn("I don't know.")])
     trace = answer_question(QUESTION, model, GraphTools(store), max_steps=3, prefetch=5)  # type: ignore[arg-type]
     assert trace.prefetched is not None and trace.prefetched.error is not None
-    assert "the fulltext index is missing" in (model.requests[0].messages[1].content or "")
+    assert "the fulltext index is missing" in (model.requests[0].messages[-1].content or "")
     store.fail_with = ServiceError("the graph server is gone")
     with pytest.raises(ServiceError):
         answer_question(QUESTION, model, GraphTools(store), max_steps=3, prefetch=5)  # type: ignore[arg-type]
