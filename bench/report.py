@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from clients.local_model.pins import LOCAL_MODELS
@@ -553,13 +554,9 @@ def question_scores(rows: Sequence[JudgedQuestion], questions: Sequence[Question
     lines = ["question,conversation,ability,score"]
     lines += [
         f"{r.question_id},{conversation[r.question_id]},{r.ability},{r.score:.6f}"
-        for r in sorted(rows, key=_by_id)
+        for r in sorted(rows, key=attrgetter("question_id"))
     ]
     return "\n".join(lines) + "\n"
-
-
-def _by_id(row: JudgedQuestion) -> str:
-    return row.question_id
 
 
 def read_cost_plot(text: str) -> dict[str, dict[str, int]]:

@@ -103,8 +103,10 @@ def question_scores_of(run: Run) -> dict[str, QuestionScore] | None:
 
 
 def build_calls_of(run: Run, scores: dict[str, QuestionScore] | None) -> float | None:
+    if scores is None:  # no questions to count conversations by: the usage is not read
+        return None
     text = run_file(run, LAYOUT.ingest.usage)
-    if text is None or scores is None:
+    if text is None:
         return None
     try:
         usage = json.loads(text)

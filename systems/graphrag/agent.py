@@ -219,12 +219,12 @@ def _in_order_said(row: Mapping[str, Any]) -> tuple[int, int, str]:
     return (int(row.get("session") or 0), int(row.get("position") or 0), str(row["id"]))
 
 
-SEARCH_QUERIES = {
+SEARCH_BY_KIND = {
     "statements": cypher.AGENT_SEARCH_STATEMENTS,
     "entities": cypher.AGENT_SEARCH_ENTITIES,
     "chunks": cypher.AGENT_SEARCH_CHUNKS,
 }
-NEAREST_QUERIES = {
+NEAREST_BY_KIND = {
     "statements": cypher.AGENT_NEAREST_STATEMENTS,
     "entities": cypher.AGENT_NEAREST_ENTITIES,
     "chunks": cypher.AGENT_NEAREST_CHUNKS,
@@ -266,7 +266,7 @@ class GraphTools:
     def search_memory(self, args: SearchMemory) -> ToolOutcome:
         """Full-text hits per kind; with an embedder, fused with the nearest vectors of the
         kind (`fuse_rows`), the query embedded with the task `query`."""
-        kinds = list(SEARCH_QUERIES) if args.kind == "all" else [args.kind]
+        kinds = list(SEARCH_BY_KIND) if args.kind == "all" else [args.kind]
         limits = {
             kind: 3 if kind == "chunks" and args.kind == "all" else self.limit for kind in kinds
         }
@@ -276,7 +276,7 @@ class GraphTools:
     def prefetch(self, question: str, results: int) -> ToolOutcome:
         """The `results` best hits of every kind for the question's text, the kinds' rankings
         fused (`fuse_rows`: by rank, so the kinds take turns), for the agent's first turn."""
-        rankings = self._search(question, dict.fromkeys(SEARCH_QUERIES, results))
+        rankings = self._search(question, dict.fromkeys(SEARCH_BY_KIND, results))
         return self._outcome(fuse_rows(rankings)[:results])
 
     def _search(self, query: str, limits: Mapping[str, int]) -> list[list[dict[str, Any]]]:
@@ -287,9 +287,9 @@ class GraphTools:
         vector = self._query_vector(query)
         rankings = []
         for kind, limit in limits.items():
-            found = self._rows(SEARCH_QUERIES[kind], {"text": text, "limit": limit})
+            found = self._rows(SEARCH_BY_KIND[kind], {"text": text, "limit": limit})
             if vector is not None:
-                near = list(self.store.nearest(NEAREST_QUERIES[kind], vector, limit))
+                near = list(self.store.nearest(NEAREST_BY_KIND[kind], vector, limit))
                 found = fuse_rows([found, near])[:limit]
             rankings.append(found)
         return rankings
