@@ -104,6 +104,25 @@ def answer_once(
     )
 
 
+def embedding_failed(question: Question, error: str | None, test_model: bool) -> Trace:
+    """The trace of a question whose embedding failed after its retries: no answer call."""
+    return Trace(
+        question_id=question.id,
+        answer="",
+        tool_calls=[],
+        turn_texts=[],
+        reached_ids=[],
+        reached_message_ids=[],
+        steps=0,
+        calls=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        max_context_tokens=0,
+        test_model=test_model,
+        error=f"the question's embedding failed: {error}",
+    )
+
+
 class OneShotRates:
     """What a one-shot baseline's estimate takes from a finished run of it: no file of its own,
     and only the answer model's completion size (its prompt is counted exactly)."""

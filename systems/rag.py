@@ -45,7 +45,13 @@ from schemas.records import ChatSlice, Chunk, Question
 from schemas.roles import Role
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
-from systems.one_shot import OneShotRates, answer_once, answer_request, system_prompt
+from systems.one_shot import (
+    OneShotRates,
+    answer_once,
+    answer_request,
+    embedding_failed,
+    system_prompt,
+)
 from systems.port import (
     BuiltMemory,
     Progress,
@@ -152,25 +158,6 @@ def rag_request(
         render_chunks(chunks),
         instructions=instructions(retriever),
         prompt_version=PROMPT_VERSION,
-    )
-
-
-def embedding_failed(question: Question, error: str | None, test_model: bool) -> Trace:
-    """The trace of a question whose embedding failed after its retries: no answer call."""
-    return Trace(
-        question_id=question.id,
-        answer="",
-        tool_calls=[],
-        turn_texts=[],
-        reached_ids=[],
-        reached_message_ids=[],
-        steps=0,
-        calls=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-        max_context_tokens=0,
-        test_model=test_model,
-        error=f"the question's embedding failed: {error}",
     )
 
 
