@@ -465,6 +465,13 @@ class RagParams(Record):
     rankings fused by reciprocal rank (systems/retrieval.py)."""
 
 
+class Mem0Params(Record):
+    """The `mem0` peer (systems/peers/mem0.py): Mem0's released code behind the port."""
+
+    top_k: int = Field(default=30, ge=1, le=100)
+    """Memories its search puts in the answer prompt (Mem0's own evaluation runner: 30)."""
+
+
 class FullContextParams(Record):
     """The `full_context` baseline (systems/full_context.py): the whole chat in the prompt."""
 
@@ -517,6 +524,7 @@ class Params(Record):
     ingest: IngestParams
     answer: AnswerParams
     rag: RagParams
+    mem0: Mem0Params = Mem0Params()
     full_context: FullContextParams
     report: ReportParams
     estimate: EstimateParams

@@ -62,6 +62,7 @@ EXPECTED_PARAMS = {
         "system",  # which memory answers, and how
         "answer",  # step limit, result size, calls written as text
         "rag",  # top_k and the retriever: the chunks in rag's prompt
+        "mem0",  # top_k: the memories in mem0's prompt
         "full_context",  # the context window and the reply's room decide what the prompt holds
         "models.agent",
         "models.embedding",  # the questions' vectors

@@ -75,6 +75,12 @@ PLANTS = [
         {"cores-touch-no-files"},
     ),
     (
+        "systems/full_context.py",
+        "\n\ndef _planted() -> object:\n    import qdrant_client\n\n    return qdrant_client\n",
+        "systems.full_context -> qdrant_client",
+        {"peer-packages"},
+    ),
+    (
         "bench/scoring.py",
         "from clients.scripted import rules\n",
         "bench.scoring -> clients.scripted.rules",
@@ -114,6 +120,7 @@ def test_the_contracts_are_the_layers_of_the_tree() -> None:
         "litellm-door",
         "embedder-door",
         "neo4j-door",
+        "peer-packages",
         "stages-independent",
         "systems-behind-port",
         "systems-independent",
@@ -126,7 +133,13 @@ def test_every_system_of_the_project_is_behind_the_port_and_independent() -> Non
     # name each system's top module, so a system added without them would be unguarded.
     entry_points = PYPROJECT["project"]["entry-points"]["beam_memory.systems"]
     tops = {".".join(target.split(":")[0].split(".")[:2]) for target in entry_points.values()}
-    assert tops == {"systems.graphrag", "systems.rag", "systems.full_context", "systems.no_memory"}
+    assert tops == {
+        "systems.graphrag",
+        "systems.rag",
+        "systems.full_context",
+        "systems.no_memory",
+        "systems.peers",
+    }
     contracts = {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}
     assert tops <= set(contracts["systems-independent"]["modules"])
     assert tops <= set(contracts["systems-behind-port"]["forbidden_modules"])

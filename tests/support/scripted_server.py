@@ -111,6 +111,8 @@ def _opening(template: str) -> str:
 def prompt_tasks(judge: JudgePrompts | None = None) -> tuple[PromptTask, ...]:
     """The one table from prompts to tasks: the memory system's system prompts and the judge's
     (the benchmark's scorer texts; by default the tests' stand-in files)."""
+    from systems.peers import mem0  # imported here: mem0's import is slow
+
     judge = judge or extract_judge_prompts(prompts_py(), compute_metrics_py())
     return (
         PromptTask("system", extract.SYSTEM_PROMPT, extract.TASK),
@@ -118,6 +120,7 @@ def prompt_tasks(judge: JudgePrompts | None = None) -> tuple[PromptTask, ...]:
         PromptTask("system", decide.LINK_SYSTEM, decide.LINK_TASK),
         PromptTask("system", agent.SYSTEM_PROMPT, agent.TASK),
         PromptTask("system", one_shot.system_prompt("").split("\n")[0], one_shot.TASK),
+        PromptTask("system", mem0.ADDITIVE_EXTRACTION_PROMPT.strip(), mem0.EXTRACT_TASK),
         PromptTask("system", _opening(judge.equivalence_system), "equivalence"),
         PromptTask("user", _opening(with_question_slot(judge.item_prompt)), "judge", JudgeVerdict),
     )

@@ -60,18 +60,21 @@ def _params(tmp_path: Path, **changes: object) -> Path:
     return path
 
 
+BUILD_ROLES = {"graphrag": ("extraction", "resolution"), "mem0": ("extraction",)}
+
+
 def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> None:
     assert system_name(read_params(REPO_ROOT / "params.yaml")) == "graphrag"  # the default
     for name in installed_systems():
         path = _params(tmp_path, system=name)
         system = load_system(read_params(path))
         assert system.name == name == system_name(read_params(path))
-        assert system.build_roles == (("extraction", "resolution") if name == "graphrag" else ())
-    assert installed_systems() == ["full_context", "graphrag", "no_memory", "rag"]
+        assert system.build_roles == BUILD_ROLES.get(name, ())
+    assert installed_systems() == ["full_context", "graphrag", "mem0", "no_memory", "rag"]
     with pytest.raises(
-        ParamsError, match="system must be one of full_context, graphrag, no_memory"
+        ParamsError, match="system must be one of full_context, graphrag, mem0, no_memory"
     ):
-        system_name(read_params(_params(tmp_path, system="mem0")))
+        system_name(read_params(_params(tmp_path, system="letta")))
 
 
 def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) -> None:
@@ -94,6 +97,12 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
     }
     assert shown["full_context"]["reply tokens kept free"] == params["full_context"]["reply_tokens"]
     assert shown["no_memory"] == {}
+    assert shown["mem0"] == {
+        "Mem0 (mem0ai)": "2.2.1",
+        "messages per add": 2,
+        "memories in the prompt": params["mem0"]["top_k"],
+        "embedder": params["models"]["embedding"]["model"],
+    }
     # what a run of a system needs beside the harness's files, for its rates
     assert load_system(read_params(_params(tmp_path, system="graphrag"))).run_files
     assert not load_system(read_params(_params(tmp_path, system="rag"))).run_files

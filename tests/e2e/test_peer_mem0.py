@@ -1,0 +1,94 @@
+"""mem0 (Mem0's released code behind the port) on lite, every model call through the real
+litellm path: the scripted test model served over HTTP (tests/support/scripted_server.py, its own
+process) as `openai/test-model` for the extraction (Mem0's own prompt), the answer and the judge,
+and its test embedder as `openai/test-embedder`. It measures nothing.
+
+A clean `dvc repro` builds the memory (one Mem0 add per two messages of a session), answers and
+judges. Then, each from an empty call cache, the ingest stage alone: a transient fault on Mem0's
+first extraction call (two 500s, within `llm.max_attempts`) is recovered and the memory file is
+byte-identical to the clean run's (a second build from nothing); a persistent one stops the stage
+with exit 3 and no memory left behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from clients.llm import client as llm_module
+from schemas.records import ChatSlice
+from systems.peers.mem0 import EXTRACT_TASK, Mem0Line, adds_of
+from tests.support.e2e_repo import repo_copy
+from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
+from tests.support.scripted_server import FaultPlan, ServerProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.beam, pytest.mark.slow]
+
+MAX_ATTEMPTS = 4
+LITE_MESSAGES = {18, 156, 157}
+
+
+def test_mem0_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_a_persistent_one(
+    tmp_path: Path, hub_mirror: HubMirror
+) -> None:
+    with repo_copy(tmp_path, hub_mirror) as repo:
+        server = ServerProcess(tmp_path / "served.jsonl", cwd=repo.path, env=repo.env).start()
+        try:
+            endpoint = {"model": "openai/test-model", "api_base": server.api_base}
+            embedder = {"model": "openai/test-embedder", "api_base": server.api_base}
+            repo.update_params(
+                {
+                    "system": "mem0",
+                    "models": {
+                        "extraction": endpoint,
+                        "agent": endpoint,
+                        "judge": {"model": None, "api_base": None},
+                        "embedding": embedder,
+                    },
+                    "llm": {"timeout_seconds": 3, "max_attempts": MAX_ATTEMPTS},
+                }
+            )
+            repo.env |= {"OPENAI_API_KEY": "dummy", llm_module.NO_BACKOFF_ENV: "1"}
+            out = repo.dvc("repro")
+            for stage in ("ingest", "answer", "judge", "report"):
+                assert f"Running stage '{stage}'" in out, out
+            clean = server.requests()
+            assert clean and all(e.outcome == "ok" for e in clean)
+            chat = ChatSlice.model_validate_json(
+                (repo.path / "data" / "slice" / "chats" / "conv17.json").read_text()
+            )
+            tasks = Counter(e.task for e in clean)
+            assert tasks[EXTRACT_TASK] == len(adds_of(chat)) and tasks["answer"] == 2
+            memory_file = repo.path / "data" / "ingest" / "conv17.jsonl"
+            memory = memory_file.read_bytes()
+            lines = [Mem0Line.model_validate_json(x) for x in memory.decode().splitlines()]
+            assert lines and all(set(x.message_ids) <= LITE_MESSAGES for x in lines)
+            assert repo.read_json("data/ingest/run.json")["system"] == "mem0"
+            record = (repo.path / "reports" / "memory.md").read_text(encoding="utf-8")
+            assert "Memory system under test: **mem0**" in record
+            assert "- Mem0 (mem0ai): 2.2.1\n" in record
+
+            shutil.rmtree(repo.path / ".cache" / "llm")
+            server.set_faults(FaultPlan(EXTRACT_TASK, "server_error", times=2, request=0))
+            before = len(server.requests())
+            done = repo.stage("ingest")
+            assert done.returncode == 0, done.stdout + done.stderr
+            served = Counter(e.outcome for e in server.requests()[before:])
+            assert served["server_error"] == 2
+            assert memory_file.read_bytes() == memory
+
+            shutil.rmtree(repo.path / ".cache" / "llm")
+            server.set_faults(FaultPlan(EXTRACT_TASK, "server_error", times=None))
+            before = len(server.requests())
+            done = repo.stage("ingest")
+            assert done.returncode == 3, done.stdout + done.stderr
+            assert "failed after retries" in done.stderr
+            assert f"gave up after {MAX_ATTEMPTS} attempts" in done.stderr
+            faulted = [e for e in server.requests()[before:] if e.task == EXTRACT_TASK]
+            assert len(faulted) == MAX_ATTEMPTS  # the first add's call, its attempts; no other
+            assert not (repo.path / "data" / "ingest").exists()  # no half-made memory
+        finally:
+            server.kill()
