@@ -427,12 +427,22 @@ class JudgeRates(Record):
     its tokenizer and chat template (1: the count)."""
 
 
+class Mem0Rates(Record):
+    """What Mem0's extraction is assumed to keep per add (systems/peers/mem0.py): guesses for a
+    real model; the answer's estimate reads the built memories instead when they exist."""
+
+    memories_per_add: float = Field(default=1.5, ge=0)
+    tokens_per_memory: float = Field(default=25.0, ge=0)
+    completion_tokens_per_add: float = Field(default=120.0, ge=0)
+
+
 class EstimateParams(Record):
     """The dry-run estimator's assumptions about the models (everything else it computes)."""
 
     ingest: IngestRates
     agent: AgentRates
     judge: JudgeRates
+    mem0: Mem0Rates = Mem0Rates()
 
 
 class JudgeCheckParams(Record):

@@ -89,7 +89,7 @@ def main() -> None:
                 f"full ingest: "
                 f"{waited.get('ingest_extraction', 0) + waited.get('ingest_resolution', 0):.1f} s "
                 f"waiting on the model, {len(graphs) - 1} conversations, "
-                f"{graphs['total']['chunks']:.0f} chunks"
+                + ", ".join(f"{value:.0f} {what}" for what, value in graphs["total"].items())
             )
             for key, value in sorted(graphs.items()):
                 if key.startswith("conv") and "resolution_pairs_sent" in value:

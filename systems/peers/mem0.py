@@ -52,7 +52,7 @@ from clients.tokens import count_tokens
 from schemas.base import Record
 from schemas.errors import DataError
 from schemas.estimate import RoleEstimate
-from schemas.params import AgentRates
+from schemas.params import AgentRates, Mem0Rates
 from schemas.records import ChatMessage, ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
@@ -63,7 +63,7 @@ from systems.one_shot import (
     embedding_failed,
     system_prompt,
 )
-from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry
+from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
 
 # isort: off
 os.environ["MEM0_TELEMETRY"] = "false"  # read once, when mem0 is first imported
@@ -73,7 +73,7 @@ from mem0 import Memory
 from mem0.configs.base import MemoryConfig
 from mem0.configs.embeddings.base import BaseEmbedderConfig
 from mem0.configs.llms.base import BaseLlmConfig
-from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT
+from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, PAST_MESSAGE_TRUNCATION_LIMIT
 from mem0.embeddings.base import EmbeddingBase
 from mem0.llms.base import LLMBase
 from mem0.memory import telemetry
@@ -306,6 +306,14 @@ def new_memory(dimensions: int, embedder: DoorEmbedder, llm: DoorLlm | None) -> 
     return memory
 
 
+def shown_past(message: ChatMessage) -> str:
+    """A past message as Mem0's extraction prompt shows it (cut at its limit)."""
+    content = message.content
+    if len(content) > PAST_MESSAGE_TRUNCATION_LIMIT:
+        content = content[:PAST_MESSAGE_TRUNCATION_LIMIT] + "..."
+    return f"{message.role}: {content}"
+
+
 def render_memories(lines: Sequence[Mem0Line]) -> str:
     """The memories as Mem0's runner shows them: `<date>: <memory>`, best match first."""
     return "\n".join(f"{line.date_iso}: {line.text}" for line in lines)
@@ -350,16 +358,6 @@ class Mem0Answers:
 
 
 @dataclass(frozen=True)
-class Mem0Rates:
-    """What the estimate assumes Mem0's extraction produces: guesses, not yet in settings.yaml's
-    `estimate` nor fitted from a run (its answer rate is: `OneShotRates`)."""
-
-    memories_per_add: float = 1.5
-    tokens_per_memory: float = 25.0
-    completion_tokens_per_add: float = 120.0
-
-
-@dataclass(frozen=True)
 class Mem0(OneShotRates):
     """Mem0 (its released code) behind the port: one add per two messages, search at answer."""
 
@@ -369,7 +367,8 @@ class Mem0(OneShotRates):
     """() -> EmbeddingModel: the run's embedder, made on first call."""
     embedding_model: str | None = None
     embedding_batch: int = 32
-    rates: Mem0Rates = Mem0Rates()
+    rates: Mem0Rates = field(default_factory=Mem0Rates)
+    """Settings `estimate.mem0`."""
     name: str = "mem0"
     build_roles: tuple[Role, ...] = ("extraction",)
     memory_noun: str = "memories"
@@ -468,7 +467,7 @@ class Mem0(OneShotRates):
                 memories = min(EXISTING_MEMORIES, number * rates.memories_per_add)
                 prompt += system + new + sum(history[-PAST_MESSAGES:])
                 prompt += round(memories * rates.tokens_per_memory)
-                history += [count_tokens(m.content) for m in add.messages]
+                history += [count_tokens(shown_past(m)) for m in add.messages]
                 embed_calls += 2
                 embed_tokens += new + round(rates.memories_per_add * rates.tokens_per_memory)
             calls += len(adds)
@@ -488,20 +487,38 @@ class Mem0(OneShotRates):
         memory_dir: Path | None = None,
     ) -> RoleEstimate:
         """One call per question; its prompt the instructions, the question and `top_k`
-        memories (fewer where the conversation's estimate has fewer)."""
-        adds = {c.conversation_id: len(adds_of(c)) for c in chats}
-        memory_tokens = self.rates.tokens_per_memory + count_tokens("2024-01-01: ")
+        memories of the conversation's average size: from the built memories (`memory_dir`),
+        else from `estimate.mem0`."""
+        chats_by_id = {c.conversation_id: c for c in chats}
+        shown_tokens = {
+            cid: self.memory_tokens(cid, chats_by_id.get(cid), memory_dir)
+            for cid in {q.conversation_id for q in questions}
+        }
         prompt = 0
         for question in questions:
-            kept = adds.get(question.conversation_id, 0) * self.rates.memories_per_add
-            shown = min(self.top_k, kept)
             request = mem0_request(question, [])
             prompt += count_tokens("\n".join(m.content or "" for m in request.messages))
-            prompt += round(shown * memory_tokens)
+            prompt += round(shown_tokens.get(question.conversation_id, 0.0))
         calls = len(questions)
         return RoleEstimate(
             calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
         )
+
+    def memory_tokens(
+        self, conversation_id: str, chat: ChatSlice | None, memory_dir: Path | None
+    ) -> float:
+        """The tokens of the `top_k` memory lines a question's prompt shows, on average: from
+        the built memories where they are, else from the chat and `estimate.mem0`."""
+        built = memory_file(memory_dir, conversation_id) if memory_dir is not None else None
+        if built is not None and built.is_file():
+            lines = read_jsonl(built, Mem0Line)
+            rendered = [count_tokens(render_memories([line])) + 1 for line in lines]
+            return min(self.top_k, len(lines)) * (sum(rendered) / len(rendered) if lines else 0)
+        if chat is None:
+            return 0.0
+        kept = len(adds_of(chat)) * self.rates.memories_per_add
+        per_line = self.rates.tokens_per_memory + count_tokens("2024-01-01: ")
+        return min(self.top_k, kept) * per_line
 
 
 def build_system(context: SystemContext) -> Mem0:
@@ -513,6 +530,7 @@ def build_system(context: SystemContext) -> Mem0:
         embedder=context.embedder,
         embedding_model=params.models.embedding.model,
         embedding_batch=params.models.embedding.batch_size,
+        rates=context.rates.mem0,
     )
 
 

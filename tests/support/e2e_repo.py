@@ -66,6 +66,13 @@ SCRIPTED_RATES = {
         "tokens_per_result_row": 80,
         "completion_tokens_per_call": 63.5,
     },
+    "mem0": {
+        # Full set, 2026-12-06: Mem0 kept 1,051 memories from 627 adds; the scripted rule's facts
+        # (two sentences of each user message) are 35.3 tokens and its replies 80.6 on average.
+        "memories_per_add": 1.68,
+        "tokens_per_memory": 35.3,
+        "completion_tokens_per_add": 80.6,
+    },
     "judge": {
         "answer_tokens": 100,
         "item_prompt_tokens": 104,

@@ -18,6 +18,7 @@ import pytest
 from clients.llm.accounting import Accounting
 from clients.llm.embeddings import EmbeddingClient
 from clients.llm.port import ChatModel, ChatRequest, Completion, Embeddings
+from clients.tokens import count_tokens
 from schemas.params import AgentRates, LlmParams, ModelRef
 from schemas.records import ChatSlice
 from systems.peers import mem0
@@ -205,3 +206,19 @@ def test_the_memory_file_is_json_lines_of_mem0_lines(tmp_path: Path) -> None:
     memory = build(tmp_path, crafted_chat())
     for raw in memory.read_text().splitlines():
         assert set(json.loads(raw)) == set(Mem0Line.model_fields)
+
+
+def test_the_answer_estimate_reads_the_built_memories(tmp_path: Path) -> None:
+    chat = crafted_chat()
+    build(tmp_path, chat)
+    lines = lines_of(tmp_path / "conv.jsonl")
+    (tmp_path / "memories").mkdir()
+    (tmp_path / "conv.jsonl").rename(tmp_path / "memories" / f"conv{chat.conversation_id}.jsonl")
+    asked = [question("Which city did Dana move to?")]
+    bare = system(top_k=2).estimate_answer([], asked)  # no chat, no memory: the prompt alone
+    built = system(top_k=2).estimate_answer([], asked, tmp_path / "memories")
+    shown = [mem0.render_memories([line]) for line in lines]
+    mean = sum(count_tokens(x) + 1 for x in shown) / len(shown)
+    assert built.prompt_tokens - bare.prompt_tokens == round(2 * mean)
+    from_chat = system(top_k=2).estimate_answer([chat], asked)
+    assert from_chat.prompt_tokens > bare.prompt_tokens
