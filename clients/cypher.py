@@ -353,3 +353,26 @@ AGENT_SOURCES = (
     "RETURN n.id AS id, n.message_ids AS node_message_ids, c.id AS chunk_id, c.text AS text, "
     "c.message_ids AS message_ids, s.date_iso AS date ORDER BY c.position LIMIT $limit"
 )
+
+# A peer's graph (systems/peers/graphiti.py), exported and imported as it is: every node with its
+# labels and properties, every relationship between two nodes' `uuid`s. Temporal properties travel
+# as ISO strings under PEER_TEMPORAL_KEYS and are made temporal again on import.
+PEER_TEMPORAL_KEYS = ("created_at", "valid_at", "invalid_at", "expired_at", "reference_time")
+PEER_EXPORT_NODES = "MATCH (n) RETURN labels(n) AS labels, properties(n) AS properties"
+PEER_EXPORT_RELATIONSHIPS = (
+    "MATCH (a)-[r]->(b) "
+    "RETURN type(r) AS type, a.uuid AS start, b.uuid AS end, properties(r) AS properties"
+)
+_PEER_DATES = ", ".join(
+    f"{{var}}.{key} = CASE WHEN row.dates.{key} IS NULL THEN null "
+    f"ELSE datetime(row.dates.{key}) END"
+    for key in PEER_TEMPORAL_KEYS
+)
+PEER_IMPORT_NODES = (
+    "UNWIND $rows AS row CREATE (n:$(row.labels)) SET n = row.plain SET "
+    + _PEER_DATES.format(var="n")
+)
+PEER_IMPORT_RELATIONSHIPS = (
+    "UNWIND $rows AS row MATCH (a {uuid: row.start}) MATCH (b {uuid: row.end}) "
+    "CREATE (a)-[r:$(row.type)]->(b) SET r = row.plain SET " + _PEER_DATES.format(var="r")
+)

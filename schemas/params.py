@@ -482,6 +482,15 @@ class Mem0Params(Record):
     """Memories its search puts in the answer prompt (Mem0's own evaluation runner: 30)."""
 
 
+class GraphitiParams(Record):
+    """The `graphiti` peer (systems/peers/graphiti.py): Graphiti's released code behind the port."""
+
+    episode: Literal["chunk", "message"] = "chunk"
+    """One episode per chunk (`ingest.chunk_tokens`) or per message (its eval runner's unit)."""
+    top_k: int = Field(default=10, ge=1, le=100)
+    """Facts its search puts in the answer prompt (its MCP server's default: 10)."""
+
+
 class FullContextParams(Record):
     """The `full_context` baseline (systems/full_context.py): the whole chat in the prompt."""
 
@@ -535,6 +544,7 @@ class Params(Record):
     answer: AnswerParams
     rag: RagParams
     mem0: Mem0Params = Mem0Params()
+    graphiti: GraphitiParams = GraphitiParams()
     full_context: FullContextParams
     report: ReportParams
     estimate: EstimateParams

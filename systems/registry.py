@@ -13,6 +13,7 @@ Every system registers a `SystemEntry` (systems/port.py) as an entry point of th
 | rag          | the chunks                              | rag, ingest.chunk_tokens            |
 | no_memory    | empty                                   | -                                   |
 | mem0         | the memories Mem0 stored                | mem0, models.extraction, embedding  |
+| graphiti     | its graph's export                      | graphiti, graph, models.extraction  |
 
 A package of your own that registers an entry point in the same group is found the same way once
 installed beside the project. Each reads `estimate` (the answer model's rates) for its estimate.

@@ -52,6 +52,7 @@ EXPECTED_PARAMS = {
         "ingest",
         "rag.retriever",  # dense and hybrid embed the chunks in the build
         "graph.retrieval",  # hybrid embeds the graph's texts and pairs look-alikes by meaning
+        "graphiti.episode",  # Graphiti's unit: a chunk or a message per episode
         "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
         "models.embedding",  # the vectors of a build that embeds
@@ -63,6 +64,7 @@ EXPECTED_PARAMS = {
         "answer",  # step limit, result size, calls written as text
         "rag",  # top_k and the retriever: the chunks in rag's prompt
         "mem0",  # top_k: the memories in mem0's prompt
+        "graphiti.top_k",  # the facts in graphiti's prompt
         "full_context",  # the context window and the reply's room decide what the prompt holds
         "models.agent",
         "models.embedding",  # the questions' vectors

@@ -531,6 +531,39 @@ class Neo4jGraphStore:
 
     # export / import ------------------------------------------------------------------------------
 
+    # a peer's graph, as it is ------------------------------------------------------------------
+
+    def export_property_graph(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every node (labels, properties) and relationship (type, its ends' `uuid`, properties),
+        temporal values as ISO strings, sorted by `uuid`: a peer's graph as one file holds it."""
+        nodes: list[dict[str, Any]] = [
+            {"labels": sorted(row["labels"]), "properties": _peer_properties(row["properties"])}
+            for row in self._run(cypher.PEER_EXPORT_NODES)
+        ]
+        relationships: list[dict[str, Any]] = [
+            {**row, "properties": _peer_properties(row["properties"])}
+            for row in self._run(cypher.PEER_EXPORT_RELATIONSHIPS)
+        ]
+        for found in (*nodes, *relationships):
+            if "uuid" not in found["properties"]:
+                raise DataError(f"a peer's graph item has no uuid: {found}")
+        nodes.sort(key=lambda n: str(n["properties"]["uuid"]))
+        relationships.sort(key=lambda r: str(r["properties"]["uuid"]))
+        return nodes, relationships
+
+    def import_property_graph(
+        self, nodes: Sequence[Mapping[str, Any]], relationships: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """The graph `export_property_graph` gave, into this (empty) server."""
+        batch = self.params.write_batch_size
+        for query, items in (
+            (cypher.PEER_IMPORT_NODES, nodes),
+            (cypher.PEER_IMPORT_RELATIONSHIPS, relationships),
+        ):
+            rows = [{**item, **_split_dates(item["properties"])} for item in items]
+            for start in range(0, len(rows), batch):
+                self._run(query, {"rows": rows[start : start + batch]}, write=True)
+
     def export_lines(self) -> list[str]:
         """The whole graph as sorted JSON lines: nodes by (label, id), then relationships."""
         nodes: list[tuple[str, str, str]] = []
@@ -645,6 +678,24 @@ def _parse_export(lines: Iterable[str], source: str) -> tuple[list[GraphNode], l
                 f"{source}:{number}: not a graph export line ({exc}); re-run the ingest"
             ) from exc
     return nodes, rels
+
+
+def _peer_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Properties as JSON: temporal values as ISO strings, only under cypher.PEER_TEMPORAL_KEYS."""
+    out: dict[str, Any] = {}
+    for key, value in sorted(properties.items()):
+        if hasattr(value, "iso_format"):
+            if key not in cypher.PEER_TEMPORAL_KEYS:
+                raise DataError(f"a peer's graph holds a temporal value under {key!r}")
+            value = value.iso_format()
+        out[key] = value
+    return out
+
+
+def _split_dates(properties: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    dates = {k: v for k, v in properties.items() if k in cypher.PEER_TEMPORAL_KEYS}
+    plain = {k: v for k, v in properties.items() if k not in cypher.PEER_TEMPORAL_KEYS}
+    return {"plain": plain, "dates": dates}
 
 
 @contextlib.contextmanager

@@ -1,11 +1,17 @@
-"""The test model's rule for Mem0's extraction prompt (task `mem0_extract`, systems/peers/mem0.py),
-beside the adapter that sends it. The scripted model loads this module by name
+"""The test model's rules for the peers' prompts, beside the adapters that send them: Mem0's
+extraction (task `mem0_extract`, systems/peers/mem0.py) and Graphiti's structured calls (tasks
+`graphiti_<reply schema>`, systems/peers/graphiti.py). The scripted model loads this module by name
 (clients/scripted/backend.py `RULE_MODULES`); no stage imports it. A run with it measures nothing.
 
 Mem0 asks for `{"memory": [{"id": "0", "text": ...}, ...]}` from the "## New Messages" section of
 its prompt (`user: ...` / `assistant: ...` lines). The rule keeps the first two sentences of each
 user message that has a content word, as the user's facts, and leaves out those already among the
 "## Existing Memories", so Mem0's own parsing, hashing, embedding and writes all run.
+
+Graphiti's rules read its tagged sections: entities are the speaker of the current message and the
+capitalized names in it (at most MAX_NAMES); no entity is a duplicate (Graphiti's own exact and
+fuzzy matching still merges same names); each named entity gets one fact from the speaker, the
+first sentence that names it; no fact duplicates or contradicts another; no dates, no summaries.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from clients.llm.port import ChatRequest
 from clients.scripted.rules import ScriptedReply, content_words, last_user_text, register_rule
 
 SENTENCES_PER_MESSAGE = 2
+MAX_NAMES = 6
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)\b", re.MULTILINE)
 _SECTION = re.compile(r"^## ([^\n]+)\n(.*?)(?=^#{1,2} |\Z)", re.MULTILINE | re.DOTALL)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
@@ -49,3 +57,83 @@ def extract_rule(request: ChatRequest) -> ScriptedReply:
 
 
 register_rule("mem0_extract", extract_rule)
+
+
+def tagged(prompt: str, tag: str) -> str:
+    """The text between `<TAG>` and `</TAG>` (Graphiti's sections), or ""."""
+    found = re.search(rf"<{tag}>\n?(.*?)</{tag}>", prompt, re.DOTALL)
+    return found.group(1).strip() if found else ""
+
+
+def _json_list(text: str) -> list[dict[str, object]]:
+    try:
+        found = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [x for x in found if isinstance(x, dict)] if isinstance(found, list) else []
+
+
+def _speaker_and_text(message: str) -> tuple[str, str]:
+    speaker, _, text = message.partition(": ")
+    return (speaker, text) if text else ("user", message)
+
+
+def graphiti_entities(request: ChatRequest) -> ScriptedReply:
+    speaker, text = _speaker_and_text(tagged(last_user_text(request), "CURRENT MESSAGE"))
+    names = list(dict.fromkeys(_NAME.findall(text)))[:MAX_NAMES]
+    entities = [speaker, *[n for n in names if n.lower() != speaker.lower()]]
+    return ScriptedReply(
+        value={
+            "extracted_entities": [
+                {"name": n, "entity_type_id": 0, "episode_indices": [0]} for n in entities
+            ]
+        }
+    )
+
+
+def graphiti_resolutions(request: ChatRequest) -> ScriptedReply:
+    entities = _json_list(tagged(last_user_text(request), "ENTITIES"))
+    return ScriptedReply(
+        value={
+            "entity_resolutions": [
+                {"id": e.get("id"), "name": e.get("name"), "duplicate_candidate_id": -1}
+                for e in entities
+                if isinstance(e.get("id"), int)
+            ]
+        }
+    )
+
+
+def graphiti_edges(request: ChatRequest) -> ScriptedReply:
+    prompt = last_user_text(request)
+    speaker, text = _speaker_and_text(tagged(prompt, "CURRENT_MESSAGE"))
+    names = [str(e.get("name")) for e in _json_list(tagged(prompt, "ENTITIES")) if e.get("name")]
+    sentences = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
+    edges = []
+    for name in names:
+        said = next((x for x in sentences if name in x), None)
+        if said is None or name == speaker:
+            continue
+        edges.append(
+            {
+                "source_entity_name": speaker,
+                "target_entity_name": name,
+                "relation_type": "MENTIONS",
+                "fact": said,
+                "episode_indices": [0],
+            }
+        )
+    return ScriptedReply(value={"edges": edges})
+
+
+register_rule("graphiti_ExtractedEntities", graphiti_entities)
+register_rule("graphiti_NodeResolutions", graphiti_resolutions)
+register_rule("graphiti_ExtractedEdges", graphiti_edges)
+register_rule(
+    "graphiti_EdgeDuplicate",
+    lambda _: ScriptedReply(value={"duplicate_facts": [], "contradicted_facts": []}),
+)
+register_rule(
+    "graphiti_EdgeTimestamps", lambda _: ScriptedReply(value={"valid_at": None, "invalid_at": None})
+)
+register_rule("graphiti_SummarizedEntities", lambda _: ScriptedReply(value={"summaries": []}))

@@ -1,13 +1,14 @@
-"""mem0 (Mem0's released code behind the port) on lite, every model call through the real
-litellm path: the scripted test model served over HTTP (tests/support/scripted_server.py, its own
-process) as `openai/test-model` for the extraction (Mem0's own prompt), the answer and the judge,
-and its test embedder as `openai/test-embedder`. It measures nothing.
+"""The peers (mem0, graphiti: their released code behind the port) on lite, every model call
+through the real litellm path: the scripted test model served over HTTP
+(tests/support/scripted_server.py, its own process) as `openai/test-model` for the extraction
+(the peer's own prompts; Graphiti's structured calls with a JSON-schema response_format), the
+answer and the judge, and its test embedder as `openai/test-embedder`. It measures nothing.
 
-A clean `dvc repro` builds the memory (one Mem0 add per two messages of a session), answers and
-judges. Then, each from an empty call cache, the ingest stage alone: a transient fault on Mem0's
-first extraction call (two 500s, within `llm.max_attempts`) is recovered and the memory file is
-byte-identical to the clean run's (a second build from nothing); a persistent one stops the stage
-with exit 3 and no memory left behind.
+A clean `dvc repro` builds the memory, answers and judges. Then, each from an empty call cache,
+the ingest stage alone: a transient fault on the peer's first extraction call (two 500s, within
+`llm.max_attempts`) is recovered and the memory file is byte-identical to the clean run's (a
+second build from nothing); a persistent one stops the stage with exit 3 and no memory left
+behind.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from clients.llm import client as llm_module
 from schemas.records import ChatSlice
+from systems.peers.graphiti import GraphitiLine, episodes_of, message_ids_of
 from systems.peers.mem0 import EXTRACT_TASK, Mem0Line, adds_of
 from tests.support.e2e_repo import repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
@@ -31,19 +33,49 @@ MAX_ATTEMPTS = 4
 LITE_MESSAGES = {18, 156, 157}
 
 
-def test_mem0_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_a_persistent_one(
-    tmp_path: Path, hub_mirror: HubMirror
+def mem0_evidence(memory: str, chat: ChatSlice) -> tuple[int, set[int]]:
+    """Mem0's extraction calls for the chat, and the messages its memories come from."""
+    lines = [Mem0Line.model_validate_json(x) for x in memory.splitlines()]
+    assert lines
+    return len(adds_of(chat)), {m for x in lines for m in x.message_ids}
+
+
+def graphiti_evidence(memory: str, chat: ChatSlice) -> tuple[int, set[int]]:
+    """Graphiti's entity extractions (one per episode), and the messages of its facts."""
+    lines = [GraphitiLine.model_validate_json(x) for x in memory.splitlines()]
+    episodes = message_ids_of(lines)
+    facts = [x for x in lines if x.type == "RELATES_TO"]
+    assert facts
+    cited = {m for f in facts for ep in f.properties["episodes"] for m in episodes[ep]}
+    return len(episodes_of(chat, "chunk", 1000)), cited
+
+
+PEERS = {
+    "mem0": (EXTRACT_TASK, mem0_evidence, "- Mem0 (mem0ai): 2.2.1\n"),
+    "graphiti": (
+        "graphiti_ExtractedEntities",
+        graphiti_evidence,
+        "- Graphiti (graphiti-core): 0.31.2\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("peer", ["mem0", pytest.param("graphiti", marks=[pytest.mark.neo4j])])
+def test_a_peer_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_a_persistent_one(
+    tmp_path: Path, hub_mirror: HubMirror, peer: str
 ) -> None:
+    task, evidence, shown = PEERS[peer]
     with repo_copy(tmp_path, hub_mirror) as repo:
         server = ServerProcess(tmp_path / "served.jsonl", cwd=repo.path, env=repo.env).start()
         try:
             endpoint = {"model": "openai/test-model", "api_base": server.api_base}
+            structured = {**endpoint, "structured_output": "json_schema"}
             embedder = {"model": "openai/test-embedder", "api_base": server.api_base}
             repo.update_params(
                 {
-                    "system": "mem0",
+                    "system": peer,
                     "models": {
-                        "extraction": endpoint,
+                        "extraction": structured,
                         "agent": endpoint,
                         "judge": {"model": None, "api_base": None},
                         "embedding": embedder,
@@ -60,19 +92,19 @@ def test_mem0_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_a_
             chat = ChatSlice.model_validate_json(
                 (repo.path / "data" / "slice" / "chats" / "conv17.json").read_text()
             )
-            tasks = Counter(e.task for e in clean)
-            assert tasks[EXTRACT_TASK] == len(adds_of(chat)) and tasks["answer"] == 2
             memory_file = repo.path / "data" / "ingest" / "conv17.jsonl"
             memory = memory_file.read_bytes()
-            lines = [Mem0Line.model_validate_json(x) for x in memory.decode().splitlines()]
-            assert lines and all(set(x.message_ids) <= LITE_MESSAGES for x in lines)
-            assert repo.read_json("data/ingest/run.json")["system"] == "mem0"
+            calls, cited = evidence(memory.decode(), chat)
+            tasks = Counter(e.task for e in clean)
+            assert tasks[task] == calls and tasks["answer"] == 2
+            assert cited and cited <= LITE_MESSAGES
+            assert repo.read_json("data/ingest/run.json")["system"] == peer
             record = (repo.path / "reports" / "memory.md").read_text(encoding="utf-8")
-            assert "Memory system under test: **mem0**" in record
-            assert "- Mem0 (mem0ai): 2.2.1\n" in record
+            assert f"Memory system under test: **{peer}**" in record
+            assert shown in record
 
             shutil.rmtree(repo.path / ".cache" / "llm")
-            server.set_faults(FaultPlan(EXTRACT_TASK, "server_error", times=2, request=0))
+            server.set_faults(FaultPlan(task, "server_error", times=2, request=0))
             before = len(server.requests())
             done = repo.stage("ingest")
             assert done.returncode == 0, done.stdout + done.stderr
@@ -81,13 +113,13 @@ def test_mem0_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_a_
             assert memory_file.read_bytes() == memory
 
             shutil.rmtree(repo.path / ".cache" / "llm")
-            server.set_faults(FaultPlan(EXTRACT_TASK, "server_error", times=None))
+            server.set_faults(FaultPlan(task, "server_error", times=None))
             before = len(server.requests())
             done = repo.stage("ingest")
             assert done.returncode == 3, done.stdout + done.stderr
             assert "failed after retries" in done.stderr
             assert f"gave up after {MAX_ATTEMPTS} attempts" in done.stderr
-            faulted = [e for e in server.requests()[before:] if e.task == EXTRACT_TASK]
+            faulted = [e for e in server.requests()[before:] if e.task == task]
             assert len(faulted) == MAX_ATTEMPTS  # the first add's call, its attempts; no other
             assert not (repo.path / "data" / "ingest").exists()  # no half-made memory
         finally:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -161,10 +162,20 @@ def _message(raw: Mapping[str, Any]) -> Message:
     )
 
 
+@functools.cache
+def peer_schemas() -> dict[str, type[BaseModel]]:
+    """Graphiti's reply schemas by name (its task is `graphiti_<name>`: no prompt table needed)."""
+    from systems.peers import graphiti  # imported here: Graphiti's import is slow
+
+    return {m.__name__: m for m in graphiti.REPLY_SCHEMAS}
+
+
 def _schema_of(body: Mapping[str, Any], messages: list[dict[str, Any]]) -> type[BaseModel] | None:
     fmt = body.get("response_format") or {}
     name = (fmt.get("json_schema") or {}).get("name") if isinstance(fmt, dict) else None
     if name:
+        if name in peer_schemas():
+            return peer_schemas()[name]
         if name not in SCHEMAS:
             raise UnknownPrompt(f"scripted server: unknown response_format schema {name!r}")
         return SCHEMAS[name]
@@ -215,7 +226,12 @@ def request_from_body(body: Mapping[str, Any], table: Sequence[PromptTask]) -> S
             and messages[-1].get("content") == (instruction)
         ):
             messages = messages[:-1]
-    entry = infer_task(messages, table)
+    if schema is not None and schema.__name__ in peer_schemas():
+        from systems.peers import graphiti
+
+        entry = PromptTask("system", "", graphiti.task_of(schema), schema)
+    else:
+        entry = infer_task(messages, table)
     task, schema = entry.task, schema or entry.schema
     names = [str(t["function"]["name"]) for t in body.get("tools") or []]
     unknown = [n for n in names if n not in TOOLS]

@@ -94,11 +94,21 @@ def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
     done = _run(work, [packages, REPO_ROOT])
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout.strip().splitlines()[-1])
-    assert shown["installed"] == ["echo", "full_context", "graphrag", "mem0", "no_memory", "rag"]
+    assert shown["installed"] == [
+        "echo",
+        "full_context",
+        "graphiti",
+        "graphrag",
+        "mem0",
+        "no_memory",
+        "rag",
+    ]
     assert shown["name"] == "echo" and shown["counts"] == {"characters": 25}
     assert shown["answer"] == "I moved to Lisbon in May."
     # without the package on the path, the same params name a system that is not installed
     missing = _run(work, [REPO_ROOT])
     assert missing.returncode != 0
-    expected = "system must be one of full_context, graphrag, mem0, no_memory, rag, found 'echo'"
+    expected = (
+        "system must be one of full_context, graphiti, graphrag, mem0, no_memory, rag, found 'echo'"
+    )
     assert expected in missing.stderr

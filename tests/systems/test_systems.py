@@ -60,7 +60,11 @@ def _params(tmp_path: Path, **changes: object) -> Path:
     return path
 
 
-BUILD_ROLES = {"graphrag": ("extraction", "resolution"), "mem0": ("extraction",)}
+BUILD_ROLES = {
+    "graphrag": ("extraction", "resolution"),
+    "mem0": ("extraction",),
+    "graphiti": ("extraction",),
+}
 
 
 def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> None:
@@ -70,9 +74,16 @@ def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> 
         system = load_system(read_params(path))
         assert system.name == name == system_name(read_params(path))
         assert system.build_roles == BUILD_ROLES.get(name, ())
-    assert installed_systems() == ["full_context", "graphrag", "mem0", "no_memory", "rag"]
+    assert installed_systems() == [
+        "full_context",
+        "graphiti",
+        "graphrag",
+        "mem0",
+        "no_memory",
+        "rag",
+    ]
     with pytest.raises(
-        ParamsError, match="system must be one of full_context, graphrag, mem0, no_memory"
+        ParamsError, match="system must be one of full_context, graphiti, graphrag, mem0, no_memory"
     ):
         system_name(read_params(_params(tmp_path, system="letta")))
 
@@ -101,6 +112,12 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
         "Mem0 (mem0ai)": "2.2.1",
         "messages per add": 2,
         "memories in the prompt": params["mem0"]["top_k"],
+        "embedder": params["models"]["embedding"]["model"],
+    }
+    assert shown["graphiti"] == {
+        "Graphiti (graphiti-core)": "0.31.2",
+        "episode": params["graphiti"]["episode"],
+        "facts in the prompt": params["graphiti"]["top_k"],
         "embedder": params["models"]["embedding"]["model"],
     }
     # what a run of a system needs beside the harness's files, for its rates

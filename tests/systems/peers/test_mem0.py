@@ -10,21 +10,20 @@ import datetime
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from clients.llm.accounting import Accounting
 from clients.llm.embeddings import EmbeddingClient
-from clients.llm.port import ChatModel, ChatRequest, Completion, Embeddings
+from clients.llm.port import Embeddings
 from clients.tokens import count_tokens
-from schemas.params import AgentRates, LlmParams, ModelRef
+from schemas.params import AgentRates
 from schemas.records import ChatSlice
 from systems.peers import mem0
 from systems.peers.mem0 import Mem0, Mem0Line, adds_of
 from tests.support.crafted_chat import crafted_chat, question
-from tests.support.models import scripted_client
+from tests.support.models import Recording, hashed_embedder, scripted_client
 
 RATES = AgentRates(
     calls_per_question=1,
@@ -35,41 +34,9 @@ RATES = AgentRates(
 )
 
 
-def hashed_embedder() -> EmbeddingClient:
-    params = LlmParams(
-        timeout_seconds=5, max_attempts=1, concurrency=2, seed=0, cache=False, cache_dir="unused"
-    )
-    ref = ModelRef(model="scripted/hash", batch_size=4)
-    return EmbeddingClient(ref, params, accounting=Accounting())
-
-
 def system(embedder: object | None = None, top_k: int = 30) -> Mem0:
     made = embedder or hashed_embedder()
     return Mem0(top_k=top_k, agent_rates=RATES, embedder=lambda: made)
-
-
-@dataclass
-class Recording:
-    """A chat model that keeps the requests it was sent, answering through another."""
-
-    inner: ChatModel
-    requests: list[ChatRequest] = field(default_factory=list)
-    fail_from: int | None = None
-    """From this request on (0-based), a failure after retries instead of a reply."""
-
-    @property
-    def role(self) -> str:
-        return self.inner.role
-
-    @property
-    def test_model(self) -> bool:
-        return True
-
-    def complete(self, request: ChatRequest) -> Completion:
-        self.requests.append(request)
-        if self.fail_from is not None and len(self.requests) > self.fail_from:
-            return Completion(error="gave up after 4 attempts: 500", failure="transport", model="x")
-        return self.inner.complete(request)
 
 
 def build(tmp: Path, chat: ChatSlice, model: Recording | None = None, **kw: object) -> Path:

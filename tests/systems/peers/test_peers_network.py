@@ -1,9 +1,10 @@
-"""Mem0 reaches nothing but the configured model endpoints: a whole build and answer, in a fresh
-process whose sockets refuse (and record) every address but loopback, with Mem0's telemetry
-asked for in the environment (the adapter turns it off before Mem0 is imported) and HOME a fresh
-folder (Mem0 writes no `~/.mem0`). Its model calls go through the real litellm path to a loopback
-server answering as the scripted test model (it measures nothing). The shim is shown to work by
-a connection to Mem0's analytics host, made by the test after the run."""
+"""The peers reach nothing but the configured model endpoints (and Graphiti its own loopback Neo4j):
+a whole build and answer of each, in a fresh process whose sockets refuse (and record) every
+address but loopback, with the peer's telemetry asked for in the environment (the adapter turns it
+off before the peer is imported) and HOME a fresh folder (Mem0 writes no `~/.mem0`, Graphiti no
+`~/.cache/graphiti`). Their model calls go through the real litellm path to a loopback server
+answering as the scripted test model (it measures nothing). The shim is shown to work by a
+connection to the peers' analytics host, made by the test after the run."""
 
 from __future__ import annotations
 
@@ -53,27 +54,38 @@ from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient
 from clients.llm.embeddings import EmbeddingClient
 from schemas.params import AgentRates, LlmParams, ModelRef
-from systems.peers import mem0
+from systems.peers import graphiti, mem0
+from stages.common import read_params
+from tests.conftest import REPO_ROOT
 from tests.support.crafted_chat import crafted_chat, question
 
-api_base, out = sys.argv[1], Path(sys.argv[2])
+api_base, out, peer = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 params = LlmParams(timeout_seconds=10, max_attempts=2, concurrency=2, seed=0, cache=False,
                    cache_dir="unused")
-served = ModelRef(model="openai/test-model", api_base=api_base)
+# the server reads a structured call's reply schema from its response_format
+served = ModelRef(model="openai/test-model", api_base=api_base, structured_output="json_schema")
 chat_model = lambda role: LlmClient(role, served, params)
 embedder = EmbeddingClient(ModelRef(model="openai/test-embedder", api_base=api_base), params,
                            accounting=Accounting())
 rates = AgentRates(calls_per_question=1, result_rows_per_step=1, result_match_share=0.1,
                    tokens_per_result_row=1, completion_tokens_per_call=50)
-system = mem0.Mem0(top_k=5, agent_rates=rates, embedder=lambda: embedder)
+if peer == "mem0":
+    system = mem0.Mem0(top_k=5, agent_rates=rates, embedder=lambda: embedder)
+    from mem0.memory.telemetry import MEM0_TELEMETRY as telemetry_on
+else:
+    graph = read_params(REPO_ROOT / "params.yaml").graph
+    system = graphiti.GraphitiSystem(graph=graph, episode="chunk", chunk_tokens=300, top_k=5,
+                                     agent_rates=rates, embedder=lambda: embedder)
+    from graphiti_core.telemetry.telemetry import is_telemetry_enabled
+    telemetry_on = is_telemetry_enabled()
 chat = crafted_chat()
 built = system.build(chat, {"extraction": chat_model("extraction")}, out, out.parent)
+assert built.failed_calls == 0, built
 with system.open_memory(chat.conversation_id, out, out.parent) as memory:
     trace = memory.answer(question("Which city did Dana move to?"), chat_model("agent"))
-from mem0.memory import telemetry
-print(json.dumps({"refused": refused, "memories": built.counts.get("memories", 0),
+print(json.dumps({"refused": refused, "kept": sum(built.counts.values()),
                   "failed": built.failed_calls, "answer": trace.answer,
-                  "telemetry": telemetry.MEM0_TELEMETRY}))
+                  "telemetry": telemetry_on}))
 try:
     urllib.request.urlopen("https://us.i.posthog.com/", timeout=5)
 except OSError:
@@ -82,13 +94,18 @@ print(json.dumps({"refused": refused}))
 """
 
 
-def test_mem0_connects_to_nothing_but_the_loopback_model_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "peer",
+    ["mem0", pytest.param("graphiti", marks=[pytest.mark.neo4j, pytest.mark.slow])],
+)
+def test_a_peer_connects_to_nothing_but_loopback(tmp_path: Path, peer: str) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {
         **os.environ,
         "HOME": str(home),
         "MEM0_TELEMETRY": "true",
+        "GRAPHITI_TELEMETRY_ENABLED": "true",
         "OPENAI_API_KEY": "sk-loopback",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
@@ -96,7 +113,7 @@ def test_mem0_connects_to_nothing_but_the_loopback_model_server(tmp_path: Path) 
     with LoopbackServer() as server:
         server.set_responder(ScriptedResponder())
         done = subprocess.run(
-            [sys.executable, "-c", SCRIPT, server.api_base, str(tmp_path / "conv.jsonl")],
+            [sys.executable, "-c", SCRIPT, server.api_base, str(tmp_path / "conv.jsonl"), peer],
             cwd=REPO_ROOT,
             env=env,
             capture_output=True,
@@ -108,8 +125,7 @@ def test_mem0_connects_to_nothing_but_the_loopback_model_server(tmp_path: Path) 
     run, control = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert run["refused"] == [], run
     assert run["telemetry"] is False
-    assert run["failed"] == 0 and run["memories"] > 0 and "Lisbon" in run["answer"]
+    assert run["failed"] == 0 and run["kept"] > 0 and "Lisbon" in run["answer"]
     assert {"/v1/chat/completions", "/v1/embeddings"} <= {p.rstrip("/") for p in paths}
     assert control["refused"] == ["resolve us.i.posthog.com"]  # the shim does refuse
-    assert not (home / ".mem0").exists()
-    assert (home / ".cache" / "beam-memory" / "mem0").is_dir()
+    assert not (home / ".mem0").exists() and not (home / ".cache" / "graphiti").exists()
