@@ -64,6 +64,13 @@ def parse_json_reply(text: str) -> Any:
     (trailing commas, single quotes, Python's True/None, a missing comma) are repaired with
     json_repair, which leaves string contents alone; a value that is cut off is not completed.
     Raises UnusableReply."""
+    bare = text.strip()
+    if bare.startswith(("{", "[")):  # a value whose strings may hold a fenced block of their own
+        try:
+            value, _ = json.JSONDecoder().raw_decode(bare)
+            return value
+        except json.JSONDecodeError:
+            pass
     body = _json_body(text)
     if body is None:
         raise UnusableReply(f"no JSON object in the reply: {text[:200]!r}")

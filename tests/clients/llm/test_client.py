@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,12 @@ REPO = Path(__file__).resolve().parents[2]
 )
 def test_parse_json_reply_repairs_syntax_slips(reply: str, expected: object) -> None:
     assert parse_json_reply(reply) == expected
+
+
+def test_a_json_reply_whose_strings_hold_a_code_fence_is_read_whole() -> None:
+    # A fact that quotes a chat's code: the fence inside the string is not the reply's fence.
+    value = {"edges": [{"fact": "Run:\n```python\nprint({'a': 1})\n```\nthen deploy."}]}
+    assert parse_json_reply(json.dumps(value)) == value
 
 
 def test_repair_never_rewrites_text_inside_strings() -> None:
