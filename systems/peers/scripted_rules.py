@@ -11,7 +11,7 @@ user message that has a content word, as the user's facts, and leaves out those 
 Graphiti's rules read its tagged sections: entities are the speaker of the current message and the
 capitalized names in it (at most MAX_NAMES); no entity is a duplicate (Graphiti's own exact and
 fuzzy matching still merges same names); each named entity gets one fact from the speaker, the
-first sentence that names it; no fact duplicates or contradicts another; no dates, no summaries.
+first sentence that names it (at most MAX_FACT_WORDS words); no fact duplicates or contradicts another; no dates, no summaries.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from clients.scripted.rules import ScriptedReply, content_words, last_user_text,
 
 SENTENCES_PER_MESSAGE = 2
 MAX_NAMES = 6
+MAX_FACT_WORDS = 40
+"""A scripted fact is the sentence that names the entity, cut at this many words (a chat's code
+can make one "sentence" of a whole listing)."""
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)\b", re.MULTILINE)
 _SECTION = re.compile(r"^## ([^\n]+)\n(.*?)(?=^#{1,2} |\Z)", re.MULTILINE | re.DOTALL)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -119,7 +122,7 @@ def graphiti_edges(request: ChatRequest) -> ScriptedReply:
                 "source_entity_name": speaker,
                 "target_entity_name": name,
                 "relation_type": "MENTIONS",
-                "fact": said,
+                "fact": " ".join(said.split()[:MAX_FACT_WORDS]),
                 "episode_indices": [0],
             }
         )
