@@ -7,8 +7,11 @@ the scripted test model (nothing here measures a memory system), it times:
 - `dvc repro` of the full set (mode=full), with the ingest, answer and judge figures from metrics;
 and compares the dry-run estimate with the actual calls and tokens, phase by phase.
 `--system` and `--retriever` run another system (e.g. `--system rag --retriever hybrid`: its
-embedder is the test embedder, `scripted/hash`). Needs ../shared/beam and `make neo4j`.
-Usage: `uv run python scripts/measure_pipeline.py [--skip-full] [--system S] [--retriever R]`.
+embedder is the test embedder, `scripted/hash`); `--set` any other param, as `dvc exp run -S`
+does (e.g. `--set graphiti.episode=message --set slice.conversations=[17]`). Needs
+../shared/beam and `make neo4j`.
+Usage: `uv run python scripts/measure_pipeline.py [--skip-full] [--system S] [--retriever R]
+[--set KEY=VALUE ...]`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,8 +64,16 @@ def main() -> None:
     parser.add_argument("--skip-full", action="store_true")
     parser.add_argument("--system", default="graphrag")
     parser.add_argument("--retriever", default="bm25", help="rag's (params rag.retriever)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    chosen = {"system": args.system, "rag": {"retriever": args.retriever}}
+    chosen: dict[str, Any] = {"system": args.system, "rag": {"retriever": args.retriever}}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        *sections, name = key.split(".")
+        node = chosen
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = yaml.safe_load(value)
     with (
         tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp,
         HubMirror(SHARED_BEAM / "mirror") as hub,
