@@ -11,7 +11,8 @@ user message that has a content word, as the user's facts, and leaves out those 
 Graphiti's rules read its tagged sections: entities are the speaker of the current message and the
 capitalized names in it (at most MAX_NAMES); no entity is a duplicate (Graphiti's own exact and
 fuzzy matching still merges same names); each named entity gets one fact from the speaker, the
-first sentence that names it (at most MAX_FACT_WORDS words); no fact duplicates or contradicts another; no dates, no summaries.
+first sentence that names it (at most MAX_FACT_WORDS words); no fact duplicates or contradicts
+another; no dates, no summaries.
 """
 
 from __future__ import annotations
