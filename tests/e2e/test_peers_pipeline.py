@@ -1,11 +1,12 @@
 """The peers (mem0, graphiti: their released code behind the port) on lite, every model call
 through the real litellm path: the scripted test model served over HTTP
 (tests/support/scripted_server.py, its own process) as `openai/test-model` for the extraction
-(the peer's own prompts; Graphiti's structured calls with a JSON-schema response_format), the
-answer and the judge, and its test embedder as `openai/test-embedder`. It measures nothing.
+(the peer's own prompts; Graphiti's structured calls with a JSON-schema response_format) and
+its test embedder as `openai/test-embedder`. It measures nothing.
 
-A clean `dvc repro` builds the memory, answers and judges. Then, each from an empty call cache,
-the ingest stage alone: a transient fault on the peer's first extraction call (two 500s, within
+A clean `dvc repro ingest` builds the memory (each peer's answer, judge and record are in
+tests/e2e/test_sweep.py's sweep of all six systems). Then, each from an empty call cache, the
+ingest stage alone: a transient fault on the peer's first extraction call (two 500s, within
 `llm.max_attempts`) is recovered and the memory file is byte-identical to the clean run's (a
 second build from nothing); a persistent one stops the stage with exit 3 and no memory left
 behind.
@@ -51,12 +52,8 @@ def graphiti_evidence(memory: str, chat: ChatSlice) -> tuple[int, set[int]]:
 
 
 PEERS = {
-    "mem0": (EXTRACT_TASK, mem0_evidence, "- Mem0 (mem0ai): 2.2.1\n"),
-    "graphiti": (
-        "graphiti_ExtractedEntities",
-        graphiti_evidence,
-        "- Graphiti (graphiti-core): 0.31.2\n",
-    ),
+    "mem0": (EXTRACT_TASK, mem0_evidence),
+    "graphiti": ("graphiti_ExtractedEntities", graphiti_evidence),
 }
 
 
@@ -64,7 +61,7 @@ PEERS = {
 def test_a_peer_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_a_persistent_one(
     tmp_path: Path, hub_mirror: HubMirror, peer: str
 ) -> None:
-    task, evidence, shown = PEERS[peer]
+    task, evidence = PEERS[peer]
     with repo_copy(tmp_path, hub_mirror) as repo:
         server = ServerProcess(tmp_path / "served.jsonl", cwd=repo.path, env=repo.env).start()
         try:
@@ -84,9 +81,8 @@ def test_a_peer_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_
                 }
             )
             repo.env |= {"OPENAI_API_KEY": "dummy", llm_module.NO_BACKOFF_ENV: "1"}
-            out = repo.dvc("repro")
-            for stage in ("ingest", "answer", "judge", "report"):
-                assert f"Running stage '{stage}'" in out, out
+            out = repo.dvc("repro", "ingest")
+            assert "Running stage 'ingest'" in out, out
             clean = server.requests()
             assert clean and all(e.outcome == "ok" for e in clean)
             chat = ChatSlice.model_validate_json(
@@ -96,12 +92,9 @@ def test_a_peer_on_lite_through_litellm_recovers_a_transient_fault_and_stops_on_
             memory = memory_file.read_bytes()
             calls, cited = evidence(memory.decode(), chat)
             tasks = Counter(e.task for e in clean)
-            assert tasks[task] == calls and tasks["answer"] == 2
+            assert tasks[task] == calls
             assert cited and cited <= LITE_MESSAGES
             assert repo.read_json("data/ingest/run.json")["system"] == peer
-            record = (repo.path / "reports" / "memory.md").read_text(encoding="utf-8")
-            assert f"Memory system under test: **{peer}**" in record
-            assert shown in record
 
             shutil.rmtree(repo.path / ".cache" / "llm")
             server.set_faults(FaultPlan(task, "server_error", times=2, request=0))

@@ -1,4 +1,4 @@
-"""A sweep that DVC runs: four experiments from one queue, two at a time, then the comparison.
+"""A sweep that DVC runs: six experiments from one queue, two at a time, then the comparison.
 
 In a lite copy of the repo whose every role talks to the scripted test model served over HTTP
 (tests/support/scripted_server.py), so that calls are counted at the model server: the baseline
@@ -8,10 +8,12 @@ checkout has run `dvc repro`), then `dvc exp run --queue -S <param>=a,b,c,d` and
 checkout's Neo4j jars (no BEAM_NEO4J_LIB), call cache and spend ledger serve them all
 (clients/shared_root.py). Then `python -m stages.compare` has one column per experiment, the
 ledger is one file that counted every call the server saw, and a second sweep of two of the
-values, whose stages run again in fresh copies, makes no model call.
+values (the peers, the systems whose builds are another project's code), whose stages run again
+in fresh copies, makes no model call.
 
-The swept param is `system` (graphrag, rag, full_context, no_memory) where params.yaml has it,
-else `answer.max_steps`, so the sweep runs before the systems exist.
+The swept param is `system` (graphrag, rag, full_context, no_memory and the peers mem0 and
+graphiti; the embedder is the server's test embedder, and the extraction role asks for JSON by
+schema, as Graphiti's calls need) where params.yaml has it, else `answer.max_steps`.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ POLL_SECONDS = 2.0
 def swept_param(repo: RepoCopy) -> tuple[str, tuple[str, ...]]:
     params = yaml.safe_load((repo.path / "params.yaml").read_text())
     if "system" in params:
-        return "system", ("graphrag", "rag", "full_context", "no_memory")
-    return "answer.max_steps", ("3", "4", "5", "6")
+        return "system", ("graphrag", "rag", "full_context", "no_memory", "mem0", "graphiti")
+    return "answer.max_steps", ("1", "2", "3", "4", "5", "6")
 
 
 def queue_states(repo: RepoCopy) -> dict[str, str]:
@@ -120,7 +122,9 @@ def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
         server = ServerProcess(tmp_path / "served.jsonl", cwd=repo.path, env=repo.env).start()
         try:
             endpoint = {"model": MODEL, "api_base": server.api_base}
-            roles = {r: endpoint for r in ("extraction", "resolution", "agent")}
+            roles = {r: endpoint for r in ("resolution", "agent")}
+            roles["extraction"] = {**endpoint, "structured_output": "json_schema"}
+            roles["embedding"] = {"model": "openai/test-embedder", "api_base": server.api_base}
             # the default lite caps stay: the one shared ledger holds the whole sweep under them
             repo.update_params({"models": roles | {"judge": {"model": None, "api_base": None}}})
             if "full_context" in yaml.safe_load((repo.path / "params.yaml").read_text()):
@@ -174,7 +178,7 @@ def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
             assert spent["calls"] == served, (spent, served)  # every call the server saw
             assert not spent["open"]
 
-            second = queue_sweep(repo, param, values[:2])  # two fresh copies make the point
+            second = queue_sweep(repo, param, values[-2:])  # two fresh copies make the point
             seconds = run_queue(repo, second, tmp_path / "workers.log")
             print(f"second sweep, from the call cache: {seconds:.0f} s")
             assert len(server.requests()) == served, "the second sweep called the model"

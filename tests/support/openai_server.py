@@ -130,6 +130,8 @@ class _State:
     latency: float = 0.0
     actions: deque[Action] = field(default_factory=deque)
     responder: Callable[[dict[str, Any]], Action] = _default_reply
+    embedding_observer: Callable[[dict[str, Any]], None] | None = None
+    """Told of every `/v1/embeddings` body (the scripted server logs them beside its chat)."""
     log: list[LoggedRequest] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -218,6 +220,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._counted = state.generation
         try:
             if embeddings:
+                if state.embedding_observer is not None:
+                    state.embedding_observer(body)
                 self._embed(action, body)
                 return
             if action is None:
@@ -345,6 +349,9 @@ class LoopbackServer:
 
     def set_responder(self, responder: Callable[[dict[str, Any]], Action]) -> None:
         self._state.responder = responder
+
+    def set_embedding_observer(self, observer: Callable[[dict[str, Any]], None]) -> None:
+        self._state.embedding_observer = observer
 
     def set_latency(self, seconds: float) -> None:
         self._state.latency = seconds

@@ -348,6 +348,11 @@ class ScriptedResponder:
                 return plan.kind
         return None
 
+    def embedded(self, body: dict[str, Any]) -> None:
+        """An embedding request the server answered (task `embedding`, keyed by its texts)."""
+        key = hashlib.sha256(canonical_json(body.get("input")).encode("utf-8")).hexdigest()[:16]
+        self._record(LogEntry(task="embedding", key=key, outcome="ok"))
+
     def _record(self, entry: LogEntry) -> None:
         with self._lock:
             self._log.append(entry)
@@ -523,6 +528,7 @@ def main(argv: list[str] | None = None) -> None:
     responder = ScriptedResponder(log_path=args.log, hang_seconds=args.hang_seconds, on_down=down)
     with LoopbackServer(port=args.port) as server:
         server.set_responder(responder)
+        server.set_embedding_observer(responder.embedded)
         print(f"port={server.port}", flush=True)
         for line in sys.stdin:  # serve until the parent closes our stdin (or dies)
             try:
