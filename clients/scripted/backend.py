@@ -22,7 +22,7 @@ RULE_MODULES = (
     "bench.scripted_rules",  # judge, equivalence: beside the judge's prompts
     "systems.scripted_rules",  # answer: beside the one-shot baselines' prompt
     "systems.graphrag.scripted_rules",  # extract, resolve, link, agent: beside GraphRAG's prompts
-    "systems.peers.scripted_rules",  # mem0_extract: beside the Mem0 adapter
+    "systems.peers.scripted_rules",  # mem0_extract, graphiti_*: beside the peers' adapters
 )
 """The modules that register the test model's rules, each beside the prompts its rules read.
 Imported by name (the model door must not import the layers above it; import-linter does not see
