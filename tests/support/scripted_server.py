@@ -112,8 +112,6 @@ def _opening(template: str) -> str:
 def prompt_tasks(judge: JudgePrompts | None = None) -> tuple[PromptTask, ...]:
     """The one table from prompts to tasks: the memory system's system prompts and the judge's
     (the benchmark's scorer texts; by default the tests' stand-in files)."""
-    from systems.peers import mem0  # imported here: mem0's import is slow
-
     judge = judge or extract_judge_prompts(prompts_py(), compute_metrics_py())
     return (
         PromptTask("system", extract.SYSTEM_PROMPT, extract.TASK),
@@ -121,18 +119,27 @@ def prompt_tasks(judge: JudgePrompts | None = None) -> tuple[PromptTask, ...]:
         PromptTask("system", decide.LINK_SYSTEM, decide.LINK_TASK),
         PromptTask("system", agent.SYSTEM_PROMPT, agent.TASK),
         PromptTask("system", one_shot.system_prompt("").split("\n")[0], one_shot.TASK),
-        PromptTask("system", mem0.ADDITIVE_EXTRACTION_PROMPT.strip(), mem0.EXTRACT_TASK),
         PromptTask("system", _opening(judge.equivalence_system), "equivalence"),
         PromptTask("user", _opening(with_question_slot(judge.item_prompt)), "judge", JudgeVerdict),
     )
 
 
+@functools.cache
+def peer_prompt_tasks() -> tuple[PromptTask, ...]:
+    """The peers' prompts (Mem0's extraction), looked up only when no prompt of ours matched:
+    importing Mem0 takes seconds, and most servers never see it."""
+    from systems.peers import mem0
+
+    return (PromptTask("system", mem0.ADDITIVE_EXTRACTION_PROMPT.strip(), mem0.EXTRACT_TASK),)
+
+
 def infer_task(messages: Sequence[Mapping[str, Any]], table: Sequence[PromptTask]) -> PromptTask:
     first = messages[0] if messages else {}
     role, text = first.get("role"), str(first.get("content") or "").strip()
-    for entry in table:
-        if entry.role == role and entry.opening and text.startswith(entry.opening):
-            return entry
+    for tasks in (lambda: table, peer_prompt_tasks):  # the peers' only when ours do not match
+        for entry in tasks():
+            if entry.role == role and entry.opening and text.startswith(entry.opening):
+                return entry
     known = ", ".join(sorted({e.task for e in table}))
     raise UnknownPrompt(
         f"scripted server: no task for a request whose first message ({role}) starts "
