@@ -64,6 +64,7 @@ from systems.one_shot import (
     embedding_failed,
     system_prompt,
 )
+from systems.peers.common import ModelCallFailed, query_embedding_estimate
 from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
 
 # isort: off
@@ -118,10 +119,6 @@ FACT_DATE_TOKENS = 8
 """What `render_fact` adds to a fact at most: its dates and the line break."""
 _CLOCKED = (graphiti_main, graphiti_nodes, node_operations, edge_operations, dangling_endpoints)
 _BUILD_LOCK = threading.Lock()
-
-
-class ModelCallFailed(Exception):
-    """A call through the door failed after its retries (raised inside Graphiti, caught here)."""
 
 
 def task_of(response_model: type | None) -> str:
@@ -544,7 +541,7 @@ class GraphitiSystem(OneShotRates):
         }
 
     def estimate_query_embedding(self, questions: Sequence[Question]) -> RoleEstimate:
-        return RoleEstimate(len(questions), sum(count_tokens(q.question) for q in questions), 0)
+        return query_embedding_estimate(questions)
 
     def estimate_answer(
         self,

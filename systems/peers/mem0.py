@@ -63,6 +63,7 @@ from systems.one_shot import (
     embedding_failed,
     system_prompt,
 )
+from systems.peers.common import ModelCallFailed, query_embedding_estimate
 from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
 
 # isort: off
@@ -106,10 +107,6 @@ PAST_MESSAGES = 10
 """The messages before an add that Mem0 shows its extraction call (`get_last_messages`)."""
 EXISTING_MEMORIES = 10
 """The nearest memories Mem0 shows its extraction call (its search's `top_k` in `add`)."""
-
-
-class ModelCallFailed(Exception):
-    """A call through the door failed after its retries (raised inside Mem0, caught here)."""
 
 
 @dataclass(frozen=True)
@@ -478,7 +475,7 @@ class Mem0(OneShotRates):
         }
 
     def estimate_query_embedding(self, questions: Sequence[Question]) -> RoleEstimate:
-        return RoleEstimate(len(questions), sum(count_tokens(q.question) for q in questions), 0)
+        return query_embedding_estimate(questions)
 
     def estimate_answer(
         self,
