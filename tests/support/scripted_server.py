@@ -181,11 +181,11 @@ def _schema_of(body: Mapping[str, Any], messages: list[dict[str, Any]]) -> type[
     fmt = body.get("response_format") or {}
     name = (fmt.get("json_schema") or {}).get("name") if isinstance(fmt, dict) else None
     if name:
-        if name in peer_schemas():
-            return peer_schemas()[name]
-        if name not in SCHEMAS:
+        if name in SCHEMAS:  # ours first: the peers' lookup imports Graphiti
+            return SCHEMAS[name]
+        if name not in peer_schemas():
             raise UnknownPrompt(f"scripted server: unknown response_format schema {name!r}")
-        return SCHEMAS[name]
+        return peer_schemas()[name]
     texts = [str(m.get("content") or "") for m in messages]
     for schema in SCHEMAS.values():
         if any(t.endswith(schema_instruction(schema)) for t in texts):
@@ -233,7 +233,7 @@ def request_from_body(body: Mapping[str, Any], table: Sequence[PromptTask]) -> S
             and messages[-1].get("content") == (instruction)
         ):
             messages = messages[:-1]
-    if schema is not None and schema.__name__ in peer_schemas():
+    if schema is not None and schema.__name__ not in SCHEMAS and schema.__name__ in peer_schemas():
         from systems.peers import graphiti
 
         entry = PromptTask("system", "", graphiti.task_of(schema), schema)
