@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,10 @@ import yaml
 
 from schemas.records import ABILITIES
 from schemas.roles import COST_KEYS
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, skip_or_fail
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.estimates import estimate_json, usage_of
-from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
+from tests.support.hub_mirror import MIRROR_ROOT, HubMirror, hub_mirror_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.beam, pytest.mark.neo4j, pytest.mark.slow]
 STAGES = (
@@ -221,102 +223,117 @@ def _request_key(call: dict[str, object]) -> str:
     return json.dumps([call["task"], call["messages"]], sort_keys=True)
 
 
-def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(
-    tmp_path: Path, hub_mirror: HubMirror
-) -> None:
-    with repo_copy(tmp_path, hub_mirror) as repo:
-        first = repo.dvc("repro")
-        for stage in STAGES:
-            assert f"Running stage '{stage}'" in first, first
-        for name in METRICS:
-            assert (repo.path / "metrics" / f"{name}.json").is_file(), name
-        for name in WALL_TIME:
-            assert (repo.path / "metrics" / "wall_time" / f"{name}.json").is_file(), name
-        report = repo.read_json("metrics/report.json")
-        assert report["questions"]["overall"] == 2
-        assert "abstention" not in report["questions"]  # no such question in lite: no column
-        header = assert_metrics_layout(repo, {"information_extraction", "multi_session_reasoning"})
-        assert len(header) <= MAX_LITE_COLUMNS, header
-        own = _params_columns(repo, str(REPO_ROOT / "params.yaml"))
-        default_models = len(header) - len(_params_columns(repo) & set(header)) + len(own)
-        assert default_models <= MAX_LITE_COLUMNS, sorted(own)
-        record = (repo.path / "reports" / "memory.md").read_text()
-        assert "measure nothing" in record and "conv17:information_extraction:0" in record
-        # the lite draw (two cases per kind): the overlap judge is at the threshold (8 of 10)
-        cases = repo.read_json("data/judge_check/summary.json")["cases"]["overall"]
-        assert_both_scores_and_the_judge_check(record, report, cases, warned=False)
-        calls = repo.model_calls()
-        tasks = Counter(str(c["task"]) for c in calls)
-        assert tasks["extract"] == repo.read_json("data/ingest/graphs.json")["total"]["chunks"] == 4
-        assert tasks["agent"] >= 2 and tasks["judge"] >= 2
-        # every call of the pipeline's phases, besides the judge check's own (one per case)
-        assert report["cost_calls"]["total"] == len(calls) - cases
-        assert cases == 10  # the lite draw (pins judge_check.cases)
-        printed = subprocess.run(
-            [sys.executable, "-m", "stages.report", "--print"],
-            cwd=repo.path,
-            env=repo.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        # the record, then the wall time of each stage from its metrics (never in the record)
-        assert printed.startswith(record) and "| ingest | " in printed[len(record) :]
-        page = (repo.path / "reports" / "run.html").read_text()
-        assert "conv17:information_extraction:0" in page and "<script" in page
-        assert (repo.path / "data" / "answer" / "NOTICE").is_file()
+@dataclass(frozen=True)
+class LiteRun:
+    repo: RepoCopy
+    output: str
+    """What its `dvc repro` printed."""
 
-        # bytecode in the package folders the deps list (what Python writes beside the modules
-        # it imports, unless PYTHONDONTWRITEBYTECODE is set): .dvcignore keeps it out of their
-        # hash, so it re-runs nothing
-        folders = ["bench", "clients", "schemas", "stages", "systems"]
-        compiled = [sys.executable, "-m", "compileall", "-q", *folders]
-        subprocess.run(compiled, cwd=repo.path, timeout=120, check=True, capture_output=True)
-        assert list((repo.path / "clients").rglob("__pycache__/*.pyc"))
-        second = repo.dvc("repro")
-        assert "Running stage" not in second and "Data and pipelines are up to date." in second
-        assert len(repo.model_calls()) == len(calls), "an unchanged repro makes no model call"
-        # the test model (and its rules beside the prompts) is no code of a stage: editing it
-        # leaves the run up to date, editing a module the stages run does not
-        edited = ["clients/scripted/rules.py", "systems/graphrag/scripted_rules.py"]
-        kept = {name: (repo.path / name).read_text(encoding="utf-8") for name in edited}
-        kept["schemas/base.py"] = (repo.path / "schemas" / "base.py").read_text(encoding="utf-8")
-        for name in edited:
-            (repo.path / name).write_text(kept[name] + "# edited\n", encoding="utf-8")
-        assert stale_stages(repo) == set()
-        (repo.path / "schemas" / "base.py").write_text(kept["schemas/base.py"] + "# edited\n")
-        assert "report" in stale_stages(repo)
-        for name, text in kept.items():
-            (repo.path / name).write_text(text, encoding="utf-8")
-        assert stale_stages(repo) == set()
 
-        shown = json.loads(_stdout(repo, "metrics", "show", "--json"))
-        (files,) = (rev["data"] for rev in shown.values())  # the workspace only
-        assert sorted(files) == sorted(f"metrics/{name}.json" for name in METRICS)
-        # the README's narrow view of experiments: just the columns it names, mode and models
-        assert f"--keep '{README_KEEP}'" in (REPO_ROOT / "README.md").read_text()
-        narrow = _stdout(repo, "exp", "show", "--csv", "--drop", ".*", "--keep", README_KEEP)
-        header, row = narrow.splitlines()[:2]
-        assert header.split(",") == [
-            "Experiment",
-            "cost_tokens.total",
-            "score.overall",
-            "score_ci_high.overall",
-            "score_ci_low.overall",
-            "mode",
-            "models.agent.model",
-            "models.judge.model",
-        ], narrow
-        assert row.split(",")[-3:] == ["lite", "scripted/rules", ""]  # null judge: the agent's
-        assert_plots(repo)
-        by_folder = assert_estimate_round_trip(repo)
-        # the same run saved as a DVC experiment gives the same rates through dvc.api
-        repo.dvc("exp", "save", "-n", "lite-run", *_UNTRACKED_OUTS)
-        by_name = assert_estimate_round_trip(repo, "lite-run")
-        assert by_name["rates"]["run"].startswith("revision lite-run")
-        assert by_name["rates"]["rates"] == by_folder["rates"]["rates"]
-        assert by_name["phases"] == by_folder["phases"]
+@pytest.fixture(scope="module")
+def lite_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiteRun]:
+    """One lite `dvc repro` of a repo copy for the two tests that start from a finished run
+    (one lite run less in the suite: about 45 s). Each leaves the copy as it found it: its
+    params, settings and the run's files."""
+    if not MIRROR_ROOT.is_dir():
+        skip_or_fail(f"the BEAM mirror folder is missing: {MIRROR_ROOT}")
+    with HubMirror(MIRROR_ROOT) as hub, repo_copy(tmp_path_factory.mktemp("lite"), hub) as repo:
+        yield LiteRun(repo, repo.dvc("repro"))
+
+
+def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(lite_run: LiteRun) -> None:
+    repo, first = lite_run.repo, lite_run.output
+    for stage in STAGES:
+        assert f"Running stage '{stage}'" in first, first
+    for name in METRICS:
+        assert (repo.path / "metrics" / f"{name}.json").is_file(), name
+    for name in WALL_TIME:
+        assert (repo.path / "metrics" / "wall_time" / f"{name}.json").is_file(), name
+    report = repo.read_json("metrics/report.json")
+    assert report["questions"]["overall"] == 2
+    assert "abstention" not in report["questions"]  # no such question in lite: no column
+    header = assert_metrics_layout(repo, {"information_extraction", "multi_session_reasoning"})
+    assert len(header) <= MAX_LITE_COLUMNS, header
+    own = _params_columns(repo, str(REPO_ROOT / "params.yaml"))
+    default_models = len(header) - len(_params_columns(repo) & set(header)) + len(own)
+    assert default_models <= MAX_LITE_COLUMNS, sorted(own)
+    record = (repo.path / "reports" / "memory.md").read_text()
+    assert "measure nothing" in record and "conv17:information_extraction:0" in record
+    # the lite draw (two cases per kind): the overlap judge is at the threshold (8 of 10)
+    cases = repo.read_json("data/judge_check/summary.json")["cases"]["overall"]
+    assert_both_scores_and_the_judge_check(record, report, cases, warned=False)
+    calls = repo.model_calls()
+    tasks = Counter(str(c["task"]) for c in calls)
+    assert tasks["extract"] == repo.read_json("data/ingest/graphs.json")["total"]["chunks"] == 4
+    assert tasks["agent"] >= 2 and tasks["judge"] >= 2
+    # every call of the pipeline's phases, besides the judge check's own (one per case)
+    assert report["cost_calls"]["total"] == len(calls) - cases
+    assert cases == 10  # the lite draw (pins judge_check.cases)
+    printed = subprocess.run(
+        [sys.executable, "-m", "stages.report", "--print"],
+        cwd=repo.path,
+        env=repo.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    # the record, then the wall time of each stage from its metrics (never in the record)
+    assert printed.startswith(record) and "| ingest | " in printed[len(record) :]
+    page = (repo.path / "reports" / "run.html").read_text()
+    assert "conv17:information_extraction:0" in page and "<script" in page
+    assert (repo.path / "data" / "answer" / "NOTICE").is_file()
+
+    # bytecode in the package folders the deps list (what Python writes beside the modules
+    # it imports, unless PYTHONDONTWRITEBYTECODE is set): .dvcignore keeps it out of their
+    # hash, so it re-runs nothing
+    folders = ["bench", "clients", "schemas", "stages", "systems"]
+    compiled = [sys.executable, "-m", "compileall", "-q", *folders]
+    subprocess.run(compiled, cwd=repo.path, timeout=120, check=True, capture_output=True)
+    assert list((repo.path / "clients").rglob("__pycache__/*.pyc"))
+    second = repo.dvc("repro")
+    assert "Running stage" not in second and "Data and pipelines are up to date." in second
+    assert len(repo.model_calls()) == len(calls), "an unchanged repro makes no model call"
+    # the test model (and its rules beside the prompts) is no code of a stage: editing it
+    # leaves the run up to date, editing a module the stages run does not
+    edited = ["clients/scripted/rules.py", "systems/graphrag/scripted_rules.py"]
+    kept = {name: (repo.path / name).read_text(encoding="utf-8") for name in edited}
+    kept["schemas/base.py"] = (repo.path / "schemas" / "base.py").read_text(encoding="utf-8")
+    for name in edited:
+        (repo.path / name).write_text(kept[name] + "# edited\n", encoding="utf-8")
+    assert stale_stages(repo) == set()
+    (repo.path / "schemas" / "base.py").write_text(kept["schemas/base.py"] + "# edited\n")
+    assert "report" in stale_stages(repo)
+    for name, text in kept.items():
+        (repo.path / name).write_text(text, encoding="utf-8")
+    assert stale_stages(repo) == set()
+
+    shown = json.loads(_stdout(repo, "metrics", "show", "--json"))
+    (files,) = (rev["data"] for rev in shown.values())  # the workspace only
+    assert sorted(files) == sorted(f"metrics/{name}.json" for name in METRICS)
+    # the README's narrow view of experiments: just the columns it names, mode and models
+    assert f"--keep '{README_KEEP}'" in (REPO_ROOT / "README.md").read_text()
+    narrow = _stdout(repo, "exp", "show", "--csv", "--drop", ".*", "--keep", README_KEEP)
+    header, row = narrow.splitlines()[:2]
+    assert header.split(",") == [
+        "Experiment",
+        "cost_tokens.total",
+        "score.overall",
+        "score_ci_high.overall",
+        "score_ci_low.overall",
+        "mode",
+        "models.agent.model",
+        "models.judge.model",
+    ], narrow
+    assert row.split(",")[-3:] == ["lite", "scripted/rules", ""]  # null judge: the agent's
+    assert_plots(repo)
+    by_folder = assert_estimate_round_trip(repo)
+    # the same run saved as a DVC experiment gives the same rates through dvc.api
+    repo.dvc("exp", "save", "-n", "lite-run", *_UNTRACKED_OUTS)
+    by_name = assert_estimate_round_trip(repo, "lite-run")
+    assert by_name["rates"]["run"].startswith("revision lite-run")
+    assert by_name["rates"]["rates"] == by_folder["rates"]["rates"]
+    assert by_name["phases"] == by_folder["phases"]
 
 
 _UNTRACKED_OUTS = [f"--include-untracked={p}" for p in ("dvc.lock", "metrics", "reports")]
@@ -341,62 +358,61 @@ def _metrics_without_timing(root: Path) -> dict[str, object]:
 
 
 def test_a_forced_repro_from_the_call_cache_changes_no_out_and_settings_rerun_only_the_report(
-    tmp_path: Path, hub_mirror: HubMirror
+    lite_run: LiteRun,
 ) -> None:
-    with repo_copy(tmp_path, hub_mirror) as repo:
-        repo.dvc("repro")
-        outs, metrics = _outs(repo.path), _metrics_without_timing(repo.path)
-        calls = len(repo.model_calls())
-        kept = {
-            name: (repo.path / name).read_text()
-            for name in ("params.yaml", "settings.yaml", "pins.yaml")
-        }
+    repo = lite_run.repo
+    outs, metrics = _outs(repo.path), _metrics_without_timing(repo.path)
+    calls = len(repo.model_calls())
+    kept = {
+        name: (repo.path / name).read_text()
+        for name in ("params.yaml", "settings.yaml", "pins.yaml")
+    }
 
-        def restore() -> None:
-            for name, text in kept.items():
-                (repo.path / name).write_text(text)
+    def restore() -> None:
+        for name, text in kept.items():
+            (repo.path / name).write_text(text)
 
-        # How a run is carried out (settings.yaml) is no param: only the report, which depends
-        # on the whole file, re-runs; written to params.yaml instead, the keys still win there
-        # and re-run nothing
-        operational = {
-            "budget": {"lite": {"calls": 39, "tokens": 119_999}, "max_over_estimate": 5.0},
-            "llm": {"concurrency": 1, "timeout_seconds": 30, "max_attempts": 2},
-            "graph": {"heap_mb": 640, "page_cache_mb": 32, "query_timeout_seconds": 20},
-            "fetch": {"timeout_seconds": 30},
-            "judge": {"timeout_seconds": 30, "max_attempts": 2},
-        }
-        repo.update_params(operational)
-        assert (repo.path / "params.yaml").read_text() == kept["params.yaml"]
-        assert stale_stages(repo) == {"report"}
-        restore()
-        params = yaml.safe_load(kept["params.yaml"])
-        for name, section in operational.items():
-            params[name] = {**params.get(name, {}), **section}
-        (repo.path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        assert stale_stages(repo) == set()
-        restore()
-        # The estimator's rates: only the report, whose record shows the estimate.
-        repo.update_params({"estimate": {"agent": {"calls_per_question": 3}}})
-        assert stale_stages(repo) == {"report"}
-        restore()
-        # What changes a result does: the agent's model re-runs answer (and the judge and its
-        # check, whose model falls back to the agent's).
-        repo.update_params({"models": {"agent": {"model": "scripted/other", "api_base": None}}})
-        assert stale_stages(repo) == {"answer", "judge", "judge-check"}
-        restore()
-        assert stale_stages(repo) == set()
+    # How a run is carried out (settings.yaml) is no param: only the report, which depends
+    # on the whole file, re-runs; written to params.yaml instead, the keys still win there
+    # and re-run nothing
+    operational = {
+        "budget": {"lite": {"calls": 39, "tokens": 119_999}, "max_over_estimate": 5.0},
+        "llm": {"concurrency": 1, "timeout_seconds": 30, "max_attempts": 2},
+        "graph": {"heap_mb": 640, "page_cache_mb": 32, "query_timeout_seconds": 20},
+        "fetch": {"timeout_seconds": 30},
+        "judge": {"timeout_seconds": 30, "max_attempts": 2},
+    }
+    repo.update_params(operational)
+    assert (repo.path / "params.yaml").read_text() == kept["params.yaml"]
+    assert stale_stages(repo) == {"report"}
+    restore()
+    params = yaml.safe_load(kept["params.yaml"])
+    for name, section in operational.items():
+        params[name] = {**params.get(name, {}), **section}
+    (repo.path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert stale_stages(repo) == set()
+    restore()
+    # The estimator's rates: only the report, whose record shows the estimate.
+    repo.update_params({"estimate": {"agent": {"calls_per_question": 3}}})
+    assert stale_stages(repo) == {"report"}
+    restore()
+    # What changes a result does: the agent's model re-runs answer (and the judge and its
+    # check, whose model falls back to the agent's).
+    repo.update_params({"models": {"agent": {"model": "scripted/other", "api_base": None}}})
+    assert stale_stages(repo) == {"answer", "judge", "judge-check"}
+    restore()
+    assert stale_stages(repo) == set()
 
-        # Every stage again, served from the call cache: the same bytes everywhere but wall time.
-        forced = repo.dvc("repro", "-f")
-        for stage in STAGES:
-            assert f"Running stage '{stage}'" in forced, forced
-        assert len(repo.model_calls()) == calls, "a forced repro made a model call"
-        again = _outs(repo.path)
-        assert sorted(again) == sorted(outs)
-        assert [name for name in outs if again[name] != outs[name]] == []
-        assert _metrics_without_timing(repo.path) == metrics
-        assert stale_stages(repo) == set()
+    # Every stage again, served from the call cache: the same bytes everywhere but wall time.
+    forced = repo.dvc("repro", "-f")
+    for stage in STAGES:
+        assert f"Running stage '{stage}'" in forced, forced
+    assert len(repo.model_calls()) == calls, "a forced repro made a model call"
+    again = _outs(repo.path)
+    assert sorted(again) == sorted(outs)
+    assert [name for name in outs if again[name] != outs[name]] == []
+    assert _metrics_without_timing(repo.path) == metrics
+    assert stale_stages(repo) == set()
 
 
 def _wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
