@@ -74,7 +74,7 @@ def test_hybrid_rag_embeds_chunks_and_questions_through_litellm(
         memory = (repo.path / "data" / "ingest" / "conv17.jsonl").read_bytes()
         traces = (repo.path / "data" / "answer" / "traces.jsonl").read_bytes()
         assert "Running stage" not in repo.dvc("repro")  # nothing changed: nothing runs
-        repo.dvc("repro", "-f", "ingest", "answer")  # forced: from the call cache
+        repo.dvc("repro", "-f", "-s", "ingest", "answer")  # forced, these two only: from the cache
         assert embedding_requests(server) == sent
         assert (repo.path / "data" / "ingest" / "conv17.jsonl").read_bytes() == memory
         assert (repo.path / "data" / "answer" / "traces.jsonl").read_bytes() == traces
