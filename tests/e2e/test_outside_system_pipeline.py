@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_baselines_pipeline import ASKED
-from tests.e2e.test_pipeline import assert_metrics_layout
+from tests.e2e.test_pipeline import LITE_ASKED, assert_metrics_layout
 from tests.support.e2e_repo import repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 from tests.systems.test_outside_system import install_echo
@@ -43,4 +42,4 @@ def test_an_outside_system_runs_the_lite_pipeline_by_name(
         assert (
             "kept | the chat's last message" in record or "kept: the chat's last message" in record
         )
-        assert_metrics_layout(repo, ASKED)
+        assert_metrics_layout(repo, LITE_ASKED)

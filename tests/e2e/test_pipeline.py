@@ -43,6 +43,8 @@ STAGES = (
     "judge-check",
     "report",
 )
+LITE_ASKED = {"information_extraction", "multi_session_reasoning"}
+"""The abilities of lite's two questions."""
 METRICS = ("slice", "report")
 WALL_TIME = ("ingest", "answer", "judge", "judge_check")
 
@@ -252,7 +254,7 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(lite_run:
     report = repo.read_json("metrics/report.json")
     assert report["questions"]["overall"] == 2
     assert "abstention" not in report["questions"]  # no such question in lite: no column
-    header = assert_metrics_layout(repo, {"information_extraction", "multi_session_reasoning"})
+    header = assert_metrics_layout(repo, LITE_ASKED)
     assert len(header) <= MAX_LITE_COLUMNS, header
     own = _params_columns(repo, str(REPO_ROOT / "params.yaml"))
     default_models = len(header) - len(_params_columns(repo) & set(header)) + len(own)

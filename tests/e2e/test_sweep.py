@@ -8,12 +8,20 @@ checkout has run `dvc repro`), then `dvc exp run --queue -S <param>=a,b,c,d` and
 checkout's Neo4j jars (no BEAM_NEO4J_LIB), call cache and spend ledger serve them all
 (clients/shared_root.py). Then `python -m stages.compare` has one column per experiment, the
 ledger is one file that counted every call the server saw, and a second sweep of one value
-(graphiti: another project's code, with the most state to rebuild: a Neo4j server per stage),
-whose stages run again in a fresh copy, makes no model call.
+(rag: its embeddings are called in both stages), whose stages run again in a fresh copy, makes
+no model call.
 
 The swept param is `system` (graphrag, rag, full_context, no_memory and the peers mem0 and
 graphiti; the embedder is the server's test embedder, and the extraction role asks for JSON by
 schema, as Graphiti's calls need) where params.yaml has it, else `answer.max_steps`.
+
+Last, each baseline's experiment is applied to the workspace (`dvc exp apply`) and read as its
+own run: built without a model, one `answer` call per question, the same judge, its record,
+run.json files and page naming the system and the headline keeping its layout (the system is a
+param column, not a metric). rag reaches chunks of the lite chat; full_context runs with a window
+smaller than the lite chat (about 1.3k tokens), so its policy cuts the oldest messages and records
+the tokens left out; no_memory is the floor: the test model says it does not know, and the judge
+scores 0.
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.e2e.test_pipeline import LITE_ASKED, assert_metrics_layout
 from tests.support.e2e_repo import RepoCopy, git, repo_copy
+from tests.support.estimates import usage_of
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 from tests.support.scripted_server import ServerProcess
 
@@ -46,6 +57,8 @@ QUEUE_TIMEOUT_SECONDS = 600
 """Per sweep; the test's own timeout holds the set-up run and both sweeps on a busy 2-core CI
 machine, where the local model's build may still be running beside it (tests/conftest.py)."""
 POLL_SECONDS = 2.0
+LITE_MESSAGES = {18, 156, 157}
+BASELINES = ("rag", "full_context", "no_memory")
 
 
 def swept_param(repo: RepoCopy) -> tuple[str, tuple[str, ...]]:
@@ -114,6 +127,59 @@ def compare(repo: RepoCopy, *names: str) -> str:
     return repo.python("-m", "stages.compare", *names, timeout=300)
 
 
+def traces(repo: RepoCopy) -> list[dict[str, Any]]:
+    text = (repo.path / "data" / "answer" / "traces.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def check_baseline(repo: RepoCopy, system: str) -> dict[str, Any]:
+    """What every baseline's run shares, in the workspace; returns metrics/report.json."""
+    assert repo.read_json("data/ingest/run.json")["system"] == system
+    assert repo.read_json("data/ingest/run.json")["models"] == []  # built without a model
+    assert repo.read_json("data/answer/run.json")["system"] == system
+    report = repo.read_json("metrics/report.json")
+    usage = usage_of(repo)
+    assert "extraction" not in usage and "resolution" not in usage  # built without a model
+    assert (
+        usage["agent"]["calls"] == 2  # one `answer` call per question
+        and report["cost_calls"]["total"] == 2 + usage["judge"]["calls"]
+    )
+    assert report["questions"]["overall"] == 2
+    assert_metrics_layout(repo, LITE_ASKED)
+    record = (repo.path / "reports" / "memory.md").read_text(encoding="utf-8")
+    assert record.startswith(f"# BEAM memory benchmark: {system}, lite run")
+    assert f"Memory system under test: **{system}**" in record
+    page = (repo.path / "reports" / "run.html").read_text(encoding="utf-8")
+    assert f'"system":"{system}"' in page
+    return report
+
+
+def check_baselines(repo: RepoCopy, experiments: dict[str, str]) -> None:
+    """Each baseline's experiment, applied to the workspace (module doc)."""
+    repo.dvc("exp", "apply", experiments["rag"])
+    report = check_baseline(repo, "rag")
+    rag = traces(repo)
+    assert all(t["reached_ids"] and set(t["reached_message_ids"]) <= LITE_MESSAGES for t in rag)
+    assert all(t["reached_ids"][0].startswith("conv17:s") for t in rag)  # chunk ids
+    assert report["evidence_recall"]["overall"] > 0
+    assert "## Memory (rag)" in (repo.path / "reports" / "memory.md").read_text()
+
+    repo.dvc("exp", "apply", experiments["full_context"])
+    check_baseline(repo, "full_context")
+    summary = repo.read_json("data/answer/summary.json")
+    assert summary["questions_cut_to_fit"] == 2 and summary["dropped_tokens"] > 0
+    for trace in traces(repo):
+        kept = set(trace["reached_message_ids"])
+        assert kept and kept < LITE_MESSAGES and 157 in kept  # the newest kept, not all
+        assert 0 < trace["max_context_tokens"] <= 1000  # the window less the reply's room
+
+    repo.dvc("exp", "apply", experiments["no_memory"])
+    report = check_baseline(repo, "no_memory")
+    assert all(t["answer"].startswith("I don't know") for t in traces(repo))
+    assert report["score"]["overall"] == 0  # the floor every system must beat
+    assert repo.read_json("data/ingest/graphs.json") == {"total": {}, "conv17": {}}
+
+
 def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
     tmp_path: Path, hub_mirror: HubMirror
 ) -> None:
@@ -128,8 +194,9 @@ def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
             # the default lite caps stay: the one shared ledger holds the whole sweep under them
             repo.update_params({"models": roles | {"judge": {"model": None, "api_base": None}}})
             if "full_context" in yaml.safe_load((repo.path / "params.yaml").read_text()):
-                # the served model's window: litellm knows none for `openai/test-model`
-                repo.update_params({"full_context": {"context_tokens": 32_768}})
+                # the served model's window (litellm knows none for `openai/test-model`), smaller
+                # than the lite chat (about 1.3k tokens): full_context must cut it
+                repo.update_params({"full_context": {"context_tokens": 1100, "reply_tokens": 100}})
             repo.env |= {"OPENAI_API_KEY": "dummy"}
             started = time.monotonic()
             repo.dvc("repro", "judge-check")
@@ -178,13 +245,18 @@ def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
             assert spent["calls"] == served, (spent, served)  # every call the server saw
             assert not spent["open"]
 
-            second = queue_sweep(repo, param, values[-1:])  # a fresh copy makes the point
+            again = "rag" if "rag" in values else values[-1]
+            second = queue_sweep(repo, param, (again,))  # a fresh copy makes the point
             seconds = run_queue(repo, second, tmp_path / "workers.log")
             print(f"second sweep, from the call cache: {seconds:.0f} s")
             assert len(server.requests()) == served, "the second sweep called the model"
             assert ledgers(repo) == [ledger]
             assert json.loads(ledger.read_text())["calls"] == served
             assert len(compare(repo, *sorted(second)).splitlines()) > 10
+
+            if param == "system":
+                by_system = {r["value"]: r["experiment"] for r in rows if r["key"] == param}
+                check_baselines(repo, {b: by_system[b] for b in BASELINES})
         finally:
             repo.dvc("queue", "stop", "--kill", check=False, timeout=120)
             server.kill()
