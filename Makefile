@@ -17,7 +17,7 @@ venv:
 	$(UV) sync --frozen --quiet
 
 # Neo4j Community jars from Maven Central, skipped when they match the pom already.
-neo4j:
+neo4j: venv
 	@want=$$(sha256sum neo4j-jars/pom.xml | cut -d' ' -f1); \
 	if [ -f $(NEO4J_STAMP) ] && [ "$$(cat $(NEO4J_STAMP))" = "$$want" ]; then \
 	  echo "neo4j jars current in $(NEO4J_LIB)"; \
@@ -27,6 +27,8 @@ neo4j:
 	      -DoutputDirectory=$(abspath $(NEO4J_LIB)) && \
 	  echo "$$want" > $(NEO4J_STAMP) && echo "neo4j jars installed in $(NEO4J_LIB)"; \
 	fi
+	@# the JVM's class archive of the jars: faster starts; without it (no java yet) only slower
+	@$(PY) python -m stages.neo4j_archive || echo "no neo4j class archive: servers start without one"
 
 # Headless Chromium for the page tests (tests/browser), from the machine's Debian packages:
 # installed with apt-get when missing and root, else how to is printed (those tests then skip).

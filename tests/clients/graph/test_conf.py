@@ -13,6 +13,7 @@ from clients.graph.conf import (
     JVM_FLAGS,
     auth_ini_line,
     build_java_command,
+    class_archive_flags,
     docker_conf_env,
     parse_java_major,
     render_conf,
@@ -210,3 +211,17 @@ def test_a_foreign_folder_is_never_wiped(params: GraphParams, tmp_path: Path) ->
     with pytest.raises(ServiceError, match="not a Neo4j home made by this harness"):
         server._prepare_home(7999)
     assert (home / "precious.txt").read_text() == "keep me"
+
+
+def test_the_class_archive_is_read_or_written_by_one_flag_before_the_class_path() -> None:
+    archive = Path("/cache/classes-0123.jsa")
+    assert class_archive_flags(None) == []
+    read = build_java_command(
+        "java", Path("/lib"), Path("/home"), 512, class_archive_flags(archive)
+    )
+    written = class_archive_flags(archive, write=True)
+    assert read.index(f"-XX:SharedArchiveFile={archive}") < read.index("-cp")
+    assert written == [f"-XX:ArchiveClassesAtExit={archive}"]
+    assert build_java_command("java", Path("/lib"), Path("/home"), 512) == [
+        f for f in read if not f.startswith("-XX:SharedArchiveFile")
+    ]

@@ -229,3 +229,31 @@ def test_harness_killed_by_a_signal_leaves_no_jvm(
             child.wait(timeout=30)
         for pid in java_pids_under(work):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_class_archive_is_written_once_and_every_later_start_maps_it(
+    graph_params: GraphParams, no_jvm_left: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make neo4j`'s archive step (stages/neo4j_archive.py) on a jar folder of its own (links
+    to the checkout's jars): the JVM writes the archive at exit, it is moved in place whole, a
+    second call writes nothing, and a server started afterwards has it mapped in memory."""
+    lib = no_jvm_left / "archived" / "lib"
+    lib.mkdir(parents=True)
+    for jar in graph_server.neo4j_lib().glob("*.jar"):
+        (lib / jar.name).symlink_to(jar)
+    monkeypatch.setenv("BEAM_NEO4J_LIB", str(lib))
+    archive = graph_server.class_archive(lib, graph_server.resolve_java())
+    assert not archive.exists()
+
+    assert graph_server.write_class_archive(graph_params) == archive
+    assert archive.stat().st_size > 1_000_000
+    assert {p.name for p in archive.parent.iterdir()} == {"lib", archive.name}  # no partial left
+    written = archive.stat().st_mtime_ns
+    assert graph_server.write_class_archive(graph_params) == archive
+    assert archive.stat().st_mtime_ns == written  # once
+
+    with start_graph(graph_params, no_jvm_left, name="archived") as store:
+        assert isinstance(store.server, LocalServer) and store.server.pid is not None
+        maps = Path(f"/proc/{store.server.pid}/maps").read_text()
+        assert store.read("RETURN 1 AS one") == [{"one": 1}]
+    assert str(archive) in maps
