@@ -204,16 +204,8 @@ def assert_both_scores_and_the_judge_check(
 
 
 def _stdout(repo: RepoCopy, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "dvc", *args],
-        cwd=repo.path,
-        env=repo.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return done.stdout
+    """What `dvc <args>` printed on stdout alone (`RepoCopy.dvc` adds stderr)."""
+    return repo.python("-m", "dvc", *args, timeout=300)
 
 
 def stale_stages(repo: RepoCopy) -> set[str]:
@@ -271,15 +263,7 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(lite_run:
     # every call of the pipeline's phases, besides the judge check's own (one per case)
     assert report["cost_calls"]["total"] == len(calls) - cases
     assert cases == 10  # the lite draw (pins judge_check.cases)
-    printed = subprocess.run(
-        [sys.executable, "-m", "stages.report", "--print"],
-        cwd=repo.path,
-        env=repo.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    printed = repo.python("-m", "stages.report", "--print", timeout=60)
     # the record, then the wall time of each stage from its metrics (never in the record)
     assert printed.startswith(record) and "| ingest | " in printed[len(record) :]
     page = (repo.path / "reports" / "run.html").read_text()
