@@ -40,7 +40,13 @@ def test_make_demo_runs_the_lite_pipeline_on_the_test_model_and_leaves_params_al
         params = yaml.safe_load(params_file.read_text())
         params["models"] = real  # what a user's clone names: Ollama, not reachable here
         params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-        subprocess.run(["git", "commit", "-qam", "real models"], cwd=repo.path, check=True)
+        subprocess.run(
+            ["git", "commit", "-qam", "real models"],
+            cwd=repo.path,
+            env=repo.env,  # HOME empty: the copy's own git identity commits
+            check=True,
+            timeout=60,
+        )
         before = params_file.read_bytes()
 
         repo.dvc(*command[1:], timeout=900)

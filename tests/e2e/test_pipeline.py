@@ -320,6 +320,11 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(lite_run:
     assert by_name["rates"]["run"].startswith("revision lite-run")
     assert by_name["rates"]["rates"] == by_folder["rates"]["rates"]
     assert by_name["phases"] == by_folder["phases"]
+    # as on a fresh machine, whose HOME holds no git identity: DVC committed the experiment
+    # above, and applies it, as the copy's own .git/config names (tests/support/e2e_repo.py)
+    assert (repo.git_global("user.name"), repo.git_global("user.email")) == (None, None)
+    assert not (Path(repo.env["HOME"]) / ".gitconfig").exists()
+    repo.dvc("exp", "apply", "lite-run")
 
 
 _UNTRACKED_OUTS = [f"--include-untracked={p}" for p in ("dvc.lock", "metrics", "reports")]

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from clients.local_model.cache import cache_root as local_cache_root
 from stages.common import PINS_FILE, SETTINGS_FILE, params_mapping
 from tests.conftest import REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import HubMirror
@@ -105,14 +106,28 @@ def copy_repo(target: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+GIT_IDENTITY = {"user.name": "beam test", "user.email": "test@example.invalid"}
+"""The committer of every test copy, set in the copy's own .git/config: a fresh machine has no
+global git identity, and git and DVC (`dvc exp run`, `dvc exp apply`) refuse to commit without
+one."""
+
+
 def git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, timeout=60)
+
+
+def init_git(repo: Path) -> None:
+    """A fresh git repository in `repo` that commits as GIT_IDENTITY, whatever HOME holds."""
+    git(repo, "init", "-q")
+    for key, value in GIT_IDENTITY.items():
+        git(repo, "config", "--local", key, value)
+
+
+def empty_home(tmp_path: Path) -> Path:
+    """An empty HOME for a copy's commands, as a fresh machine has: no ~/.gitconfig, no caches."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return home
 
 
 def split_params(
@@ -228,6 +243,18 @@ class RepoCopy:
             assert done.returncode == 0, output
         return output
 
+    def git_global(self, key: str) -> str | None:
+        """`git config --global <key>` in the copy's environment: None where unset."""
+        done = subprocess.run(
+            ["git", "config", "--global", key],
+            cwd=self.path,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return done.stdout.strip() if done.returncode == 0 else None
+
     def model_calls(self) -> list[dict[str, Any]]:
         if not self.record.is_file():
             return []
@@ -294,17 +321,21 @@ def repo_copy(
         mapping = params_mapping(repo / "params.yaml")
         params = params_for_tests(mapping, scorer.base_url, mode, tier)
         write_split(repo, params)
-        git(repo, "init", "-q")
+        init_git(repo)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", "copy for an end-to-end test")
         record = tmp_path / "model-calls.jsonl"
         env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DVC_", "PYTHONPATH"))
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("HF_", "DVC_", "PYTHONPATH", "GIT_", "XDG_"))
         }
         env |= {
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
             "HF_ENDPOINT": hub.endpoint,
             "HF_HOME": str(tmp_path / "hf"),
+            "HOME": str(empty_home(tmp_path)),
+            "BEAM_LOCAL_CACHE": str(local_cache_root()),
             "DVC_NO_ANALYTICS": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "BEAM_NEO4J_LIB": str(REPO_ROOT / ".cache" / "neo4j" / "lib"),
