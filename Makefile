@@ -12,9 +12,12 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 setup: venv neo4j
 
+# Bytecode compiled at install: every stage and test process imports litellm, dvc and the peers'
+# packages, and where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) nothing else
+# writes it (`import litellm`: 8.6 s without, 3.6 s with; the compile takes about 18 s, once).
 venv:
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet 'uv>=0.5'
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --quiet --compile-bytecode
 
 # Neo4j Community jars from Maven Central, skipped when they match the pom already.
 neo4j: venv
