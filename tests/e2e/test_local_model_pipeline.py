@@ -2,14 +2,18 @@
 included) on `local/qwen2.5-coder-1.5b-instruct`, served by the llama-server the harness builds
 and starts itself, through litellm.
 
-It asserts the path, not the quality: every stage completes, or stops with exit 3 and the
-failure-semantics message leaving no out behind; the requests the door sends are well formed
-(extraction: a json_schema response format whose label fields are enums; agent: tools with
-tool_choice "auto"; every request: max_tokens); usage comes from the server; the graph keeps
-entities and statements; every judge reply of the judge stage parses (no judge failure); at
-least one tool call was executed (a call recorded in the trace without an error, native or taken
-from the reply's text) for each question; the record names the model and says a model this
-small measures nothing about memory. Nothing about the scores.
+It asserts what the harness guarantees, not what the model writes: every stage completes, or
+stops with exit 3 and the failure-semantics message leaving no out behind; the requests the door
+sends are well formed (extraction: a json_schema response format whose label fields are enums;
+agent: tools with tool_choice "auto"; every request: the max_tokens its role sets); usage comes
+from the server; the graph keeps entities and statements; every answer and every tool call
+either finished or says why not, and the answer summary counts them; every rubric item has a
+parsed verdict, or a failed judge call or unparsed reply recorded with its reason and counted in
+the judge's failed calls, or "not judged" with its answer's failure (no call); the record names
+the model and says a model this small measures nothing about memory. Nothing about the scores,
+nor whether the model called a tool or ended its answer within max_tokens: on one llama.cpp
+build both answers of the 1.5B ran to max_tokens (a fresh machine, issue 43), on another they
+did not, and which it does is the model's, not the harness's. What it did is printed.
 
 It runs once. It ran twice until 2026-12-06 to show byte-identical outs, which took 200 s of a
 CI run that had passed 45 minutes; that a real model's reply repeats byte for byte, in a fresh
@@ -256,37 +260,68 @@ def traces_of(repo: RepoCopy) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line]
 
 
-def assert_tools_executed_per_question(repo: RepoCopy) -> None:
-    """Each question's trace holds at least one tool call that ran (no error): a call the
-    server returned as `tool_calls` or one the agent took from the reply's text; the trace
-    records both the same way."""
+def assert_answers_recorded(repo: RepoCopy) -> dict[str, str]:
+    """Every question has a trace; a failed answer (a call that failed, a reply cut at
+    max_tokens) says why and is counted in the answer summary; every tool call the model made
+    either ran (a result) or says why not, and those are counted too. What the model chose to
+    do is printed, not asserted. Returns the failed answers' reasons by question."""
     traces = traces_of(repo)
-    assert traces
+    asked = (repo.path / "data" / "slice" / "questions.jsonl").read_text().count("\n")
+    assert len(traces) == asked
+    calls = [c for t in traces for c in t["tool_calls"]]
     for trace in traces:
-        ran = [c for c in trace["tool_calls"] if c.get("error") is None]
         print(
             f"{trace['question_id']}: {len(trace['tool_calls'])} tool calls "
-            f"({len(ran)} ran), {trace['calls']} model calls, "
-            f"largest prompt {trace['max_context_tokens']} tokens"
+            f"({sum(c.get('error') is None for c in trace['tool_calls'])} ran), "
+            f"{trace['calls']} model calls, largest prompt {trace['max_context_tokens']} tokens, "
+            f"error {trace.get('error')!r}"
         )
-        assert ran, (
-            f"{trace['question_id']}: no tool call executed; the model wrote "
-            f"{[t[:300] for t in trace['turn_texts']]} and answered {trace['answer'][:300]!r}"
-        )
+        assert trace["error"] is None or trace["error"].strip(), trace
+    for call in calls:
+        assert call["result"] if call.get("error") is None else call["error"].strip(), call
+    summary = repo.read_json("data/answer/summary.json")
+    failed = {t["question_id"]: t["error"] for t in traces if t["error"] is not None}
+    assert summary.get("errors", 0) == len(failed), summary
+    assert summary.get("tool_calls", 0) == len(calls), summary
+    assert summary.get("tool_errors", 0) == sum(c.get("error") is not None for c in calls)
+    return failed
 
 
-def assert_judge_replies_parse(repo: RepoCopy) -> None:
-    """Every judge reply of the judge stage parsed into a verdict: no item without one (a
-    failed call or an unparsable reply is recorded on its item)."""
+def assert_judge_outcomes_recorded(repo: RepoCopy, failed_answers: dict[str, str]) -> None:
+    """Every rubric item of the judge stage ends one of three ways, each recorded: a verdict
+    parsed from the judge's reply; a failed judge call or a reply that did not parse, with its
+    reason (the reply kept where there was one) and counted among the stage's failed calls; or
+    "not judged", with the reason of its answer's failure (no call). Which of them a small
+    model's replies lead to is its own; that every one is recorded is the harness's."""
     judged = [
         json.loads(line)
         for line in (repo.path / "data" / "judge" / "judgements.jsonl").read_text().splitlines()
         if line
     ]
-    items = [item for judgement in judged for item in judgement["items"]]
-    assert items
-    bad = [i for i in items if i.get("parse_error") or i.get("error")]
-    assert bad == [], bad
+    assert {j["question_id"] for j in judged} == {t["question_id"] for t in traces_of(repo)}
+    failed_calls = 0
+    for judgement in judged:
+        answer_error = failed_answers.get(judgement["question_id"])
+        event = judgement.get("event")
+        failed_calls += event["failed_calls"] if event else 0
+        for item in judgement["items"]:
+            if event:  # event_ordering: scored by the alignment, its calls counted above
+                continue
+            if answer_error is not None:
+                assert item["error"] == f"not judged: {answer_error}", item
+            elif item.get("error") is None:
+                assert item.get("reply") is not None and not item.get("parse_error"), item
+            elif item.get("parse_error"):  # a reply that passed the door but held no verdict
+                assert item["error"].strip() and item.get("reply") is not None, item
+                assert "parse_error" in judgement["flags"], judgement["flags"]
+            else:  # no usable reply: a failed call, one the door refused, one cut off
+                assert item["error"].strip() and item.get("reply") is None, item
+                failed_calls += 1
+    summary = repo.read_json("data/judge/summary.json")["overall"]
+    assert summary["failed_calls"] == failed_calls, summary
+    assert summary["error_questions"] == len(failed_answers), summary
+    verdicts = sum(i.get("error") is None for j in judged if not j.get("event") for i in j["items"])
+    print(f"judge: {verdicts} verdicts, {failed_calls} failed calls, {summary}")
 
 
 @pytest.mark.timeout(REPRO_TIMEOUT_SECONDS + 300)
@@ -305,12 +340,10 @@ def test_lite_pipeline_on_the_local_model_is_well_formed(
         total = repo.read_json("data/ingest/graphs.json")["total"]
         print(f"{repo.path}: {done[-1]} last; graph {json.dumps(total)[:400]}")
         assert total["entities"] >= 1 and total["statements"] >= 1, total
+        failed_answers = assert_answers_recorded(repo) if "answer" in done else {}
         if "judge" in done:
-            assert_judge_replies_parse(repo)
+            assert_judge_outcomes_recorded(repo, failed_answers)
         if "report" in done:
             record = (repo.path / "reports" / "memory.md").read_text()
             assert f"`{MODEL}`" in record
             assert "a model this small measures nothing about memory" in record
-        # last, so that the path checks above are known to pass whatever this one says
-        if "answer" in done:
-            assert_tools_executed_per_question(repo)
