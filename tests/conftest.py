@@ -32,6 +32,17 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The whole pipelines (tests/e2e) first: under pytest-xdist (`make test`: --dist loadfile,
+    in collection order) the longest files start first and the many short ones fill the workers'
+    ends, rather than one e2e file running alone at the end. The local_model tests go after all
+    of these (tests/support/local_model_build.py)."""
+    items[:] = [i for i in items if i.get_closest_marker("e2e")] + [
+        i for i in items if not i.get_closest_marker("e2e")
+    ]
+
+
 @pytest.fixture(scope="session")
 def shared_beam() -> Path:
     """The real BEAM conversations beside the repo (../shared/beam)."""

@@ -172,7 +172,17 @@ def _stop_local_build(build: _Build) -> None:
             continue
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """No build outlives the session."""
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No build outlives the session. Under pytest-xdist every worker starts the builds (the
+    cache's lock lets one build while the others wait for it), so a worker that runs out of tests
+    waits for its build to end, within LOCAL_BUILD_WAIT_SECONDS, instead of stopping a build
+    another worker's local_model tests are waiting on; interrupted, it stops it at once."""
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     for build in _LOCAL_BUILDS:
+        if _is_xdist_worker(session.config) and not interrupted:
+            _wait_for_local_build(build)
         _stop_local_build(build)
