@@ -50,7 +50,9 @@ Using it from a stage
   max_tokens (`finish_reason: length`) is a failure at once (kind unusable, its error says to
   raise `models.<role>.max_tokens`), however well its start parses. A text reply cut there is
   returned with its `finish_reason` (`Completion.hit_max_tokens`). `Completion.value` is the
-  validated JSON and `Completion.as_model(M)` the instance.
+  validated JSON and `Completion.as_model(M)` the instance. A request with `json_object` and no
+  schema (a peer's own JSON-mode call) sends `response_format: json_object`, and a reply holding
+  no JSON object is unusable (retried, then a failure), never passed on as text.
 - Tools: `Completion.tool_calls`; arguments are parsed (repaired like replies) and validated
   against the tool's model; arguments of the wrong shape set the call's `error` (send it back to
   the model as the tool result); arguments that are not JSON make the reply unusable (retried).
@@ -330,6 +332,8 @@ class LlmClient:
                 ),
                 **self.settings.key_material(request),
                 **self._local_identity(),
+                # only where asked, so that every other request keeps the key it had
+                **({"json_object": True} if request.json_object and not request.schema else {}),
                 "prompt_version": request.prompt_version,
                 "task": request.task,
             }

@@ -321,6 +321,8 @@ class LitellmBackend:
                     "strict": False,
                 },
             }
+        elif request.json_object:
+            kwargs["response_format"] = {"type": "json_object"}
         _record_request(self.role, request.task, kwargs)
         try:
             response = await _on_litellm_loop(litellm.acompletion(**kwargs))

@@ -138,6 +138,10 @@ class ChatRequest:
     the reply is still validated against `schema`, but no schema instruction is added."""
     max_tokens: int | None = None
     """This request's own cap on the reply; None: the role's (`models.<role>.max_tokens`)."""
+    json_object: bool = False
+    """Ask for a JSON object without a schema (OpenAI's JSON mode, `response_format: {"type":
+    "json_object"}`), as a peer's own code asks (Mem0); a reply that holds no JSON object is
+    unusable, like a schema reply of the wrong shape. Ignored where `schema` is set."""
 
 
 @dataclass(frozen=True)

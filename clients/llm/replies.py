@@ -97,6 +97,20 @@ def _validate_schema(text: str | None, schema: type[BaseModel]) -> tuple[Any, st
         return None, f"reply does not match {schema.__name__}: {str(exc)[:500]}"
 
 
+def _json_object_problem(text: str | None) -> str | None:
+    """Why a reply to a JSON-mode request (`ChatRequest.json_object`) is unusable: it holds no
+    JSON object (prose, a list, a value cut off). None when it does."""
+    if not text or not text.strip():
+        return "empty reply where a JSON object was asked for"
+    try:
+        value = parse_json_reply(text)
+    except ValueError as exc:
+        return f"no JSON object where one was asked for: {str(exc)[:500]}"
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__} where an object was asked for: {text[:200]!r}"
+    return None
+
+
 def parse_tool_arguments(raw: str) -> dict[str, Any]:
     """A tool call's arguments: JSON text, syntax slips repaired, never completed when cut off.
     Raises UnusableReply (the reply is asked for again) when they are not a JSON object."""
@@ -169,6 +183,9 @@ def interpret_reply(request: ChatRequest, reply: RawReply) -> tuple[dict[str, An
     if not calls and not (text and text.strip()):
         return {}, "empty reply"
     fields: dict[str, Any] = {"text": text, "finish_reason": reply.finish_reason}
+    if request.schema is None and request.json_object and not calls:
+        problem = _json_object_problem(text)
+        return ({}, problem) if problem is not None else ({**fields, "tool_calls": calls}, None)
     if request.schema is None or calls:
         return {**fields, "tool_calls": calls}, None
     value, problem = _validate_schema(text, request.schema)

@@ -18,6 +18,9 @@ What differs from Mem0 run on its own, and why:
   `extraction`) and embedder (`models.embedding`), so calls are cached, counted, capped, retried
   and failed like every other system's, and the scripted test model answers them (task
   `mem0_extract`). Mem0's own OpenAI clients are built against a discard address and never used.
+  Its extraction asks for JSON mode (`response_format: json_object`), which the door sends on; a
+  reply without a JSON object, or one Mem0's own parsing cannot read (`mem0_parse_problem`), is a
+  failed call that fails the build, where Mem0 alone would log it and store nothing.
 - Its extraction prompt says today's date ("Observation Date", "Current Date"): the adapter sets
   both to the session's date, which is the chat's "today" and keeps the call cache and the memory
   file reproducible.
@@ -35,6 +38,7 @@ What differs from Mem0 run on its own, and why:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -78,6 +82,7 @@ from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, PAST_MESSAGE_TRUNCA
 from mem0.embeddings.base import EmbeddingBase
 from mem0.llms.base import LLMBase
 from mem0.memory import telemetry
+from mem0.memory.utils import extract_json, remove_code_blocks
 from qdrant_client import QdrantClient
 # isort: on
 
@@ -141,10 +146,41 @@ def dated_prompt(messages: Sequence[Mapping[str, Any]], date_iso: str) -> tuple[
     return tuple(converted)
 
 
-def extraction_request(messages: Sequence[Mapping[str, Any]], date_iso: str) -> ChatRequest:
+def extraction_request(
+    messages: Sequence[Mapping[str, Any]], date_iso: str, *, json_object: bool = True
+) -> ChatRequest:
+    """Mem0's extraction call through the door, with the JSON mode Mem0 asks for (its
+    `response_format={"type": "json_object"}`): a reply without a JSON object is unusable there,
+    retried, then a failed call."""
     return ChatRequest(
-        messages=dated_prompt(messages, date_iso), task=EXTRACT_TASK, prompt_version=PROMPT_VERSION
+        messages=dated_prompt(messages, date_iso),
+        task=EXTRACT_TASK,
+        prompt_version=PROMPT_VERSION,
+        json_object=json_object,
     )
+
+
+def mem0_parse_problem(reply: str) -> str | None:
+    """Why Mem0's own reading of an extraction reply would fail, or None where it reads it
+    (mem0ai 2.2.1, `Memory._add_to_vector_store`: its code fences removed, `json.loads`, else
+    `extract_json` then `json.loads`, then `.get("memory", [])`). Mem0 logs such a failure and goes
+    on as if the model had found nothing, so the adapter makes it a failed call instead. The door
+    already refused a reply with no JSON object; this catches one it repaired (a trailing comma,
+    single quotes) that Mem0's strict `json.loads` does not take."""
+    try:
+        text = remove_code_blocks(reply)
+        if not text or not text.strip():
+            return None  # Mem0: nothing extracted, a reply it reads
+        try:
+            value = json.loads(text, strict=False)
+        except json.JSONDecodeError:
+            value = json.loads(extract_json(text), strict=False)
+        value.get("memory", [])
+    except Exception as exc:  # what Mem0 catches there, whatever it is
+        return (
+            f"Mem0 cannot read the extraction reply ({type(exc).__name__}: {exc}): {reply[:200]!r}"
+        )
+    return None
 
 
 class DoorLlm(LLMBase):
@@ -156,6 +192,8 @@ class DoorLlm(LLMBase):
         self.date_iso = ""
         """The session date of the add under way (Mem0's "today")."""
         self.completions: list[Completion] = []
+        self.unreadable: list[str] = []
+        """Replies the door passed that Mem0's own parsing would drop (`mem0_parse_problem`)."""
 
     def generate_response(
         self,
@@ -165,15 +203,26 @@ class DoorLlm(LLMBase):
         tool_choice: str = "auto",
         **kwargs: Any,
     ) -> str:
-        completion = self.model.complete(extraction_request(messages, self.date_iso))
+        asked = (
+            isinstance(response_format, Mapping) and response_format.get("type") == "json_object"
+        )
+        completion = self.model.complete(
+            extraction_request(messages, self.date_iso, json_object=asked)
+        )
         self.completions.append(completion)
         if not completion.ok:
             raise ModelCallFailed(completion.error)
-        return completion.text or ""
+        text = completion.text or ""
+        problem = mem0_parse_problem(text)
+        if problem is not None:
+            self.unreadable.append(problem)
+            raise ModelCallFailed(problem)
+        return text
 
     @property
-    def failed(self) -> list[Completion]:
-        return [c for c in self.completions if not c.ok]
+    def failed(self) -> list[str]:
+        """Why each failed call failed: the door's failures, and replies Mem0 cannot read."""
+        return [c.error or "failed" for c in self.completions if not c.ok] + self.unreadable
 
 
 class DoorEmbedder(EmbeddingBase):

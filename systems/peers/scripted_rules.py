@@ -8,6 +8,9 @@ its prompt (`user: ...` / `assistant: ...` lines). The rule keeps the first two 
 user message that has a content word, as the user's facts, and leaves out those already among the
 "## Existing Memories", so Mem0's own parsing, hashing, embedding and writes all run.
 
+`scripted/prose` answers Mem0's extraction in plain words instead (`PROSE_MODEL`): the failed
+call a model that ignores the JSON mode makes.
+
 Graphiti's rules read its tagged sections: entities are the speaker of the current message and the
 capitalized names in it (at most MAX_NAMES); no entity is a duplicate (Graphiti's own exact and
 fuzzy matching still merges same names); each named entity gets one fact from the speaker, the
@@ -61,6 +64,18 @@ def extract_rule(request: ChatRequest) -> ScriptedReply:
 
 
 register_rule("mem0_extract", extract_rule)
+
+PROSE_MODEL = "scripted/prose"
+"""A test model that answers Mem0's extraction in words where its prompt and JSON mode ask for a
+JSON object, as a weak model may: each such reply is a failed call, never "no memories"."""
+PROSE_REPLY = "The user shared a few details about their plans; nothing else stood out."
+
+
+def prose_rule(request: ChatRequest) -> ScriptedReply:
+    return ScriptedReply(text=PROSE_REPLY)
+
+
+register_rule("mem0_extract", prose_rule, model=PROSE_MODEL)
 
 
 def tagged(prompt: str, tag: str) -> str:

@@ -30,8 +30,10 @@ from schemas.runs import MemorySizes
 from stages.common import read_params
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
 from systems.graphrag.system import ingest_settings
+from systems.peers.scripted_rules import PROSE_MODEL
 from systems.port import BuiltMemory
 from tests.conftest import REPO_ROOT
+from tests.support.crafted_chat import crafted_chat
 from tests.support.models import scripted_client
 from tests.support.params import repo_params
 
@@ -78,6 +80,38 @@ def test_missing_slice_exits_2_with_a_clear_message_and_no_stale_outputs(tmp_pat
     assert "Traceback" not in done.stderr
     assert not any(path.exists() for path in stale), "the last run's outputs were left behind"
     assert not record.exists(), "no model may be called without a slice"
+
+
+def test_mem0_on_a_model_that_answers_prose_stops_the_stage_with_exit_3(tmp_path: Path) -> None:
+    """Mem0 alone would read a prose reply as "no memories" and go on; through the door it is a
+    failed call, and with no failure tolerated (max_failed_share 0) the stage stops non-zero and
+    leaves no memory behind."""
+    params = repo_params()
+    params["system"] = "mem0"
+    params["models"]["extraction"] = {"model": PROSE_MODEL, "api_base": None}
+    params["models"]["embedding"] = {"model": "scripted/hash", "api_base": None}
+    params["ingest"]["max_failed_share"] = 0.0
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    chats = tmp_path / "data" / "slice" / "chats"
+    chats.mkdir(parents=True)
+    chat = crafted_chat()
+    (chats / f"conv{chat.conversation_id}.json").write_text(chat.model_dump_json())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "BEAM_"))}
+    env |= {"PYTHONPATH": str(REPO_ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.ingest"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "no JSON object where one was asked for" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data" / "ingest").exists(), "a failed build left a memory behind"
 
 
 # ---- pure helpers ----------------------------------------------------------------------------

@@ -162,6 +162,28 @@ def test_schema_goes_in_the_prompt_where_unsupported_and_fences_are_tolerated(
     assert "JSON schema" in body["messages"][-1]["content"]
 
 
+def test_json_mode_sends_response_format_and_a_reply_without_an_object_is_a_failure(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    """A peer's JSON-mode call (Mem0's): `response_format: json_object` reaches the server, a
+    JSON object comes back as its text, and prose or a list is unusable: asked for again, then a
+    failure, never a finished reply."""
+    client = make(server, tmp_path, attempts=2)
+    server.push(Action.text('{"memory": []}'))
+    reply = client.complete(ask("facts", json_object=True))
+    assert reply.ok and reply.text == '{"memory": []}'
+    assert server.log[0].body["response_format"] == {"type": "json_object"}
+    server.clear()
+    server.push(Action.text("The user has a cat."), Action.text('["a list"]'))
+    failed = client.complete(ask("more facts", json_object=True))
+    assert not failed.ok and failed.failure == "unusable", failed
+    assert "an object was asked for" in (failed.error or ""), failed.error
+    assert len(server.log) == 2 and server.log[0].body == server.log[1].body
+    server.clear()
+    client.complete(ask("facts"))  # no JSON mode: no response_format, another cache key
+    assert "response_format" not in server.log[0].body
+
+
 def test_malformed_json_is_asked_for_again_then_repaired_then_a_failure_value(
     server: LoopbackServer, tmp_path: Path
 ) -> None:

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from clients.llm.embeddings import EmbeddingClient
-from clients.llm.port import Embeddings
+from clients.llm.port import ChatRequest, Completion, Embeddings
 from clients.tokens import count_tokens
 from schemas.params import AgentRates
 from schemas.records import ChatSlice
 from systems.peers import mem0
 from systems.peers.mem0 import Mem0, Mem0Line, adds_of
+from systems.peers.scripted_rules import PROSE_MODEL
 from tests.support.crafted_chat import crafted_chat, question
 from tests.support.models import Recording, hashed_embedder, scripted_client
 
@@ -118,6 +119,59 @@ def test_a_failed_extraction_call_fails_the_build_and_writes_nothing(tmp_path: P
     built = system().build(crafted_chat(), {"extraction": model}, out, tmp_path)  # type: ignore[arg-type]
     assert built.failed_calls == 1 and "gave up after 4 attempts" in (built.last_error or "")
     assert len(model.requests) == 3  # stopped at the failure, no later add
+    assert not out.exists()
+
+
+def test_mem0s_extraction_asks_for_json_mode_and_a_prose_reply_is_a_failed_call(
+    tmp_path: Path,
+) -> None:
+    """Mem0 asks for `response_format: json_object`; the request carries it through the door, and
+    a model that answers in words is a failed call (unusable, retried, then given up on): the
+    build stops there, where Mem0 alone would log the parse error and store nothing."""
+    model = Recording(scripted_client("extraction", tmp_path / "cache", model=PROSE_MODEL))
+    out = tmp_path / "conv.jsonl"
+    built = system().build(crafted_chat(), {"extraction": model}, out, tmp_path)  # type: ignore[arg-type]
+    assert built.failed_calls == 1, built
+    assert "no JSON object where one was asked for" in (built.last_error or ""), built
+    assert [r.json_object for r in model.requests] == [True]  # the first add's call; no other
+    assert not out.exists()
+    healthy = Recording(scripted_client("extraction", tmp_path / "cache"))
+    build(tmp_path / "healthy", crafted_chat(), healthy)
+    assert healthy.requests and all(r.json_object for r in healthy.requests)
+
+
+@pytest.mark.parametrize(
+    ("reply", "readable"),
+    [
+        ('{"memory": [{"id": "0", "text": "Has a cat"}]}', True),
+        ('```json\n{"memory": []}\n```', True),
+        ('Here you go: {"memory": [{"id": "0", "text": "Has a cat"}]} -- done', True),
+        ("", True),  # Mem0 reads it as nothing found (the door refuses an empty reply first)
+        ('{"memory": [{"id": "0", "text": "Has a cat"},]}', False),  # json_repair takes it
+        ("{'memory': []}", False),
+        ('[{"id": "0", "text": "Has a cat"}]', False),
+        ("The user has a cat.", False),
+    ],
+)
+def test_mem0_parse_problem_is_mem0s_own_reading(reply: str, readable: bool) -> None:
+    assert (mem0.mem0_parse_problem(reply) is None) is readable
+
+
+def test_a_reply_the_door_repairs_but_mem0_cannot_read_is_a_failed_call(tmp_path: Path) -> None:
+    """A trailing comma passes the door (json_repair reads it) but not Mem0's `json.loads`, which
+    would drop the add's memories silently: the adapter counts it as a failed call."""
+
+    class TrailingComma(Recording):
+        def complete(self, request: ChatRequest) -> Completion:
+            self.requests.append(request)
+            return Completion(
+                text='{"memory": [{"id": "0", "text": "Has a cat"},]}', model="scripted/rules"
+            )
+
+    model = TrailingComma(scripted_client("extraction", tmp_path / "cache"))
+    out = tmp_path / "conv.jsonl"
+    built = system().build(crafted_chat(), {"extraction": model}, out, tmp_path)  # type: ignore[arg-type]
+    assert built.failed_calls == 1 and "Mem0 cannot read" in (built.last_error or ""), built
     assert not out.exists()
 
 
