@@ -42,7 +42,22 @@ pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-im
 PARAMS = REPO_ROOT / "params.yaml"
 
 
-# ---- the stage as a process: a missing slice -------------------------------------------------
+# ---- the stage as a process ------------------------------------------------------------------
+
+
+def run_ingest(folder: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m stages.ingest` in `folder` (its params.yaml and data/), with the checkout's code
+    and no DVC_ or BEAM_ variable of this process but those in `env`."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "BEAM_"))}
+    kept |= {"PYTHONPATH": str(REPO_ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "stages.ingest"],
+        cwd=folder,
+        env=kept,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_missing_slice_exits_2_with_a_clear_message_and_no_stale_outputs(tmp_path: Path) -> None:
@@ -58,21 +73,8 @@ def test_missing_slice_exits_2_with_a_clear_message_and_no_stale_outputs(tmp_pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}\n")
     record = tmp_path / "model-calls.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "BEAM_"))}
-    env |= {
-        "PYTHONPATH": str(REPO_ROOT),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "BEAM_SCRIPTED_RECORD": str(record),
-    }
 
-    done = subprocess.run(
-        [sys.executable, "-m", "stages.ingest"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_ingest(tmp_path, {"BEAM_SCRIPTED_RECORD": str(record)})
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "error: no conversation slices in data/slice/chats" in done.stderr
@@ -96,17 +98,8 @@ def test_mem0_on_a_model_that_answers_prose_stops_the_stage_with_exit_3(tmp_path
     chats.mkdir(parents=True)
     chat = crafted_chat()
     (chats / f"conv{chat.conversation_id}.json").write_text(chat.model_dump_json())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "BEAM_"))}
-    env |= {"PYTHONPATH": str(REPO_ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
-    done = subprocess.run(
-        [sys.executable, "-m", "stages.ingest"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_ingest(tmp_path)
 
     assert done.returncode == 3, done.stdout + done.stderr
     assert "no JSON object where one was asked for" in done.stderr, done.stderr
