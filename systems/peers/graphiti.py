@@ -1,9 +1,11 @@
 """graphiti: Graphiti's temporal knowledge graph (`graphiti-core`, pinned in pyproject.toml) behind
 the port, on its own Neo4j per conversation started by this project's server code.
 
-Graphiti is run as its authors' own graph-building eval runs it (`eval_e2e_graph_building.py`
-of getzep/graphiti's evals, at 0.29.3): episodes of type `message` whose body is `role: content`
-lines, the session's date as `reference_time`, one group per conversation. The unit is
+Graphiti's episodes are added as its authors' own graph-building eval adds them
+(`eval_e2e_graph_building.py` of getzep/graphiti's evals, at 0.29.3; it scores graphs, not
+answers, and Zep's own answer runs use Zep Cloud's search: README's table of the peers lists every
+difference): episodes of type `message` whose body is `role: content` lines, the session's date
+as `reference_time`, one group per conversation. The unit is
 `graphiti.episode`: `chunk` (the default: the chunks graphrag and rag use, about
 `ingest.chunk_tokens` each, never across sessions) or `message` (one episode per message, as the
 runner does: about ten times the calls). At answer time `search_()` with its

@@ -1,8 +1,10 @@
 """mem0: Mem0's open-source memory (`mem0ai`, pinned in pyproject.toml) behind the port.
 
-Mem0 is run as its own evaluation runner ran it (mem0ai/mem0 `evaluation/`, retired at commit
-9315e30 for mem0ai/memory-benchmarks, which is not public here), with its released code doing the
-work:
+Mem0's open-source `Memory` is batched and searched as Mem0's own LoCoMo runner did it (mem0ai/mem0
+`evaluation/` at b3ede5b, retired by 9315e30 for mem0ai/memory-benchmarks, which is not public
+here). That runner drove Mem0's hosted platform (`MemoryClient`, `version="v2"`, custom
+instructions), which cannot run offline: README's table of the peers lists every difference.
+Its released code does the work:
 - **Build**: `Memory.add()` once per two messages of a session in chat order (the runner's
   `batch_size=2`: a user message and the reply), with the session's date as `metadata.timestamp`,
   for one user. Each add is Mem0's own pipeline: its extraction prompt over the new messages, the
