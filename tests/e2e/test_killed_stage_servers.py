@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,8 +142,8 @@ def wait_for_servers(stage: subprocess.Popen[str], want: set[str]) -> list[Child
     pytest.fail(f"no {want} under the stage within {APPEAR_SECONDS:.0f} s")
 
 
-def owned_folders(prefix: str, pid: int) -> list[Path]:
-    tmp = Path(tempfile.gettempdir())
+def owned_folders(tmp: Path, prefix: str, pid: int) -> list[Path]:
+    """The folders `<tmp>/<prefix>*` whose owner file names `pid` (tmp: the stage's TMPDIR)."""
     found = []
     for folder in tmp.glob(f"{prefix}*"):
         try:
@@ -180,7 +179,7 @@ def kill_answer_stage(repo: RepoCopy, system: str, signum: signal.Signals) -> li
     stage = start_answer_stage(repo)
     try:
         servers = wait_for_servers(stage, want)
-        folders = owned_folders("beam-llama-server-", stage.pid)
+        folders = owned_folders(Path(repo.env["TMPDIR"]), "beam-llama-server-", stage.pid)
         assert folders, "the llama-server folder has no owner file naming the stage"
         killed_at = time.monotonic()
         os.kill(stage.pid, signum)  # the stage alone, as a user or dvc would: not its group

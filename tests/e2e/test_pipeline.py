@@ -443,7 +443,7 @@ def test_a_run_killed_during_ingest_resumes_without_repeating_completed_calls(
         before = repo.model_calls()
         assert process.returncode != 0
         assert not (repo.path / "metrics" / "report.json").exists()
-        assert _no_java_left_under(repo.path)
+        assert _no_java_left_under(Path(repo.env["TMPDIR"]))
 
         repo.dvc("repro")
 
@@ -453,12 +453,12 @@ def test_a_run_killed_during_ingest_resumes_without_repeating_completed_calls(
         assert (repo.path / "metrics" / "report.json").is_file()
 
 
-def _no_java_left_under(root: Path) -> bool:
-    """No JVM whose command line names this copy's folders (our servers run from a temp home,
-    so look for any java process started by this test's dvc run)."""
+def _no_java_left_under(tmp: Path) -> bool:
+    """No Neo4j JVM whose command line names an ingest work folder under `tmp`, the copy's own
+    TMPDIR (another test's servers, beside it under pytest-xdist, live elsewhere)."""
     done = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, timeout=30)
     return not any(
-        "org.neo4j.server.CommunityEntryPoint" in line and "beam-ingest-" in line
+        "org.neo4j.server.CommunityEntryPoint" in line and f"{tmp}/beam-ingest-" in line
         for line in done.stdout.splitlines()
     )
 

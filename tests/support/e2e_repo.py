@@ -123,6 +123,13 @@ def init_git(repo: Path) -> None:
         git(repo, "config", "--local", key, value)
 
 
+def private_tmp(tmp_path: Path) -> Path:
+    """The temp folder of a copy's commands (TMPDIR)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return tmp
+
+
 def empty_home(tmp_path: Path) -> Path:
     """An empty HOME for a copy's commands, as a fresh machine has: no ~/.gitconfig, no caches."""
     home = tmp_path / "home"
@@ -335,6 +342,9 @@ def repo_copy(
             "HF_ENDPOINT": hub.endpoint,
             "HF_HOME": str(tmp_path / "hf"),
             "HOME": str(empty_home(tmp_path)),
+            # the stages' work folders (Neo4j homes among them) under this copy's own folder,
+            # apart from any other test's run beside it (pytest-xdist workers)
+            "TMPDIR": str(private_tmp(tmp_path)),
             "BEAM_LOCAL_CACHE": str(local_cache_root()),
             "DVC_NO_ANALYTICS": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
