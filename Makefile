@@ -79,8 +79,8 @@ compare: venv
 
 # The tests in TEST_WORKERS processes (pytest-xdist), a test file per worker at a time (a file's
 # tests share its module fixtures: one lite run, one set of servers), in collection order: the
-# whole pipelines first, the local models last. Each worker starts its own Neo4j servers and model
-# servers (about 1-2 GB at its peak), so more workers than cores only queue on the CPU.
+# whole pipelines first, the local models last. Each worker starts its own Neo4j and model
+# servers, so each one more needs their memory too, and more workers than cores queue on the CPU.
 TEST_WORKERS ?= 2
 test: setup browser
 	$(PY) pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
