@@ -333,7 +333,7 @@ class LlmClient:
                 **self.settings.key_material(request),
                 **self._local_identity(),
                 # only where asked, so that every other request keeps the key it had
-                **({"json_object": True} if request.json_object and not request.schema else {}),
+                **({"json_object": True} if request.asks_json_object else {}),
                 "prompt_version": request.prompt_version,
                 "task": request.task,
             }

@@ -321,7 +321,7 @@ class LitellmBackend:
                     "strict": False,
                 },
             }
-        elif request.json_object:
+        elif request.asks_json_object:
             kwargs["response_format"] = {"type": "json_object"}
         _record_request(self.role, request.task, kwargs)
         try:

@@ -143,6 +143,11 @@ class ChatRequest:
     "json_object"}`), as a peer's own code asks (Mem0); a reply that holds no JSON object is
     unusable, like a schema reply of the wrong shape. Ignored where `schema` is set."""
 
+    @property
+    def asks_json_object(self) -> bool:
+        """JSON mode without a schema (`json_object`, which a schema overrides)."""
+        return self.json_object and self.schema is None
+
 
 @dataclass(frozen=True)
 class RequestSettings:

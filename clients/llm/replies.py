@@ -183,7 +183,7 @@ def interpret_reply(request: ChatRequest, reply: RawReply) -> tuple[dict[str, An
     if not calls and not (text and text.strip()):
         return {}, "empty reply"
     fields: dict[str, Any] = {"text": text, "finish_reason": reply.finish_reason}
-    if request.schema is None and request.json_object and not calls:
+    if request.asks_json_object and not calls:
         problem = _json_object_problem(text)
         return ({}, problem) if problem is not None else ({**fields, "tool_calls": calls}, None)
     if request.schema is None or calls:

@@ -123,18 +123,12 @@ def init_git(repo: Path) -> None:
         git(repo, "config", "--local", key, value)
 
 
-def private_tmp(tmp_path: Path) -> Path:
-    """The temp folder of a copy's commands (TMPDIR)."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir(exist_ok=True)
-    return tmp
-
-
-def empty_home(tmp_path: Path) -> Path:
-    """An empty HOME for a copy's commands, as a fresh machine has: no ~/.gitconfig, no caches."""
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return home
+def empty_folder(tmp_path: Path, name: str) -> Path:
+    """`tmp_path/name`, made: a copy's HOME (empty, as on a fresh machine: no ~/.gitconfig, no
+    caches) or its TMPDIR."""
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def split_params(
@@ -341,10 +335,10 @@ def repo_copy(
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
             "HF_ENDPOINT": hub.endpoint,
             "HF_HOME": str(tmp_path / "hf"),
-            "HOME": str(empty_home(tmp_path)),
+            "HOME": str(empty_folder(tmp_path, "home")),
             # the stages' work folders (Neo4j homes among them) under this copy's own folder,
             # apart from any other test's run beside it (pytest-xdist workers)
-            "TMPDIR": str(private_tmp(tmp_path)),
+            "TMPDIR": str(empty_folder(tmp_path, "tmp")),
             "BEAM_LOCAL_CACHE": str(local_cache_root()),
             "DVC_NO_ANALYTICS": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
