@@ -66,8 +66,11 @@ def run_ci(root: Path) -> tuple[int, float, str]:
     (root / "shared").symlink_to(SHARED, target_is_directory=True)
     home = root / "home"
     home.mkdir()
-    keep = ("PATH", "LANG", "LC_ALL", "TERM", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")
-    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("OPENBLAS_")}
+    # the machine's environment (its registry and certificate settings included), as CI gets
+    # it, less what names this checkout's environment; HOME empty
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
+    }
     env |= {"HOME": str(home), "CI": "true"}
     start = time.monotonic()
     done = subprocess.run(
