@@ -340,7 +340,18 @@ class IngestParams(Record):
     before the stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
 
 
+Regime = Literal["native", "one_shot", "agent"]
+"""How the answer model uses a system's memory (params `answer.regime`): `native`, as the system
+answers by itself (graphrag: its tool agent; the others: one call with their search's context);
+`one_shot`, one call with what the system's own search found for the question, no tools;
+`agent`, the agent loop with the system's own search as its one tool (graphrag: its own tools)."""
+
+
 class AnswerParams(Record):
+    regime: Regime = "native"
+    """The answer regime of every system (`Regime`): one_shot and agent need a memory that can
+    search itself (systems/port.py `SearchesMemory`); full_context and no_memory answer natively
+    only."""
     max_steps: int = Field(ge=1, le=30)
     """Tool-calling steps before the agent is asked for its final answer."""
     result_limit: int = Field(ge=1, le=50)

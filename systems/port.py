@@ -13,6 +13,12 @@ A system is measured in two steps, each a DVC stage (stages/ingest.py, stages/an
    evidence came from (`reached_message_ids`). Questions of one conversation are answered
    concurrently: a `Memory` must allow that.
 
+How the answer model uses the memory is params `answer.regime`: `native` is `Memory.answer`;
+`one_shot` and `agent` need a memory that can search itself (`SearchesMemory.search`, an
+optional part of the port): one call with what its search found, or the agent loop with that
+search as its one tool (systems/regimes.py). A system says which regime its own answer is
+(`native_regime`: graphrag's is `agent`, every other's `one_shot`).
+
 Every system answers with the same model (the `agent` role) and is scored by the same judge; the
 build may use other roles (`build_roles`). Before any call the stages check the system's own
 estimate (`estimate_build`, `estimate_answer`) against the spend cap (`Budget.check_estimate`).
@@ -28,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from clients.llm.port import ChatModel, EmbeddingModel
 from schemas.errors import ParamsError
@@ -55,17 +61,22 @@ __all__ = [
     "BuiltMemory",
     "EmbedsQuestions",
     "FinishedRun",
+    "Found",
     "Memory",
     "MemorySystem",
     "Progress",
     "RoleEstimate",
+    "SearchesMemory",
     "SystemContext",
     "SystemEntry",
     "SystemEstimate",
     "answer_rates_from_traces",
     "estimate_system",
     "memory_file",
+    "native_regime",
 ]
+
+NativeRegime = Literal["one_shot", "agent"]
 
 
 def memory_file(folder: Path, conversation_id: str) -> Path:
@@ -128,6 +139,46 @@ class Memory(Protocol):
         """The answer with how it was reached; a model call that failed after its retries sets
         `Trace.error` (never raised: the stage counts failures against `max_failed_share`)."""
         ...
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a memory's own search found for a query, as the answer model reads it."""
+
+    context: str
+    """The hits rendered for a prompt (rag: its chunks under their dates; graphrag: its search
+    tool's JSON result); empty when nothing was found."""
+    reached_ids: tuple[str, ...] = ()
+    """The memory's ids of the hits (chunks, facts, memories, nodes)."""
+    reached_message_ids: tuple[int, ...] = ()
+    """The chat message ids the hits trace back to (for evidence recall)."""
+    error: str | None = None
+    """A model call of the search (an embedding) that failed after its retries."""
+    test_model: bool = False
+
+
+@runtime_checkable
+class SearchesMemory(Protocol):
+    """A memory that can search itself (an optional part of the port): `answer.regime` one_shot
+    and agent answer from its search (thread-safe, as `Memory.answer`)."""
+
+    def search(self, query: str) -> Found:
+        """The memory's own search for `query`, at the system's own size (rag.top_k, ...)."""
+        ...
+
+
+def native_regime(system: object) -> NativeRegime:
+    """The regime a system's own `Memory.answer` is: its `native_regime` attribute, else
+    one_shot (one call with its context, as every baseline)."""
+    regime = getattr(system, "native_regime", "one_shot")
+    if regime == "agent":
+        return "agent"
+    if regime != "one_shot":
+        raise ParamsError(
+            f"system {getattr(system, 'name', system)!r}: native_regime must be one_shot or "
+            f"agent, found {regime!r}"
+        )
+    return "one_shot"
 
 
 def _no_embedder() -> EmbeddingModel:
