@@ -1,16 +1,11 @@
 """The read path of the memory system: a tool-using agent that answers a question from the graph.
 
-The agent is a loop through the `ChatModel` port: the model calls tools (each a parameterized,
-read-only query through the store's guarded `read`), sees compact results (ids, short texts,
-dates), and ends with a final answer, or is asked for one when the step limit is reached. A tool
-error (bad arguments, a refused or failed query) goes back to the model as the tool's result.
-Calls a model writes in its reply's text instead of native `tool_calls` (small instruct models
-do) are read by `clients.llm.replies.text_tool_calls` and run the same way, unless params turn
-that off (`answer.text_tool_calls`).
-Every call and every id a tool returned is kept in the question's trace, with the chat message
-ids those ids trace back to (for evidence recall), the tool's result (shortened) and the text the
-model wrote beside its tool calls, so a reader can follow each step (`python -m stages.viewer`).
-The trace holds no wall-clock time: re-run from the call cache, it is byte-identical.
+The model calls tools (each a parameterized, read-only query through the store's guarded `read`),
+sees compact results (ids, short texts, dates), and ends with a final answer; the loop itself is
+the one every agent answer shares (systems/agent_loop.py: step limit, text tool calls, the
+prefetched search, the trace). Every call and every id a tool returned is kept in the question's
+trace, with the chat message ids those ids trace back to (for evidence recall), so a reader can
+follow each step (`python -m stages.viewer`).
 """
 
 from __future__ import annotations
@@ -18,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,24 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clients import cypher
 from clients.cypher import escape_fulltext
 from clients.graph.port import GraphStore, QueryFailed
-from clients.llm.port import (
-    ChatModel,
-    ChatRequest,
-    EmbeddingModel,
-    Message,
-    Tool,
-    ToolCall,
-    tool_from_model,
-)
-from clients.llm.replies import text_tool_calls as read_text_calls
+from clients.llm.port import ChatModel, EmbeddingModel, Tool, ToolCall, tool_from_model
 from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
-from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
+from schemas.traces import Trace
+from systems.agent_loop import AgentSpec, ToolOutcome, run_agent, short
 from systems.retrieval import reciprocal_rank_fusion
 
 PROMPT_VERSION = "agent-v1"
-TASK = "agent"
-TEXT_CHARS = 240
 SOURCE_CHARS = 1500
 RESULT_LIMIT = 8
 _HEADER = re.compile(r"^\[message (\d+) · [^\]]*\]$", re.MULTILINE)
@@ -128,37 +112,13 @@ You cannot see the chat: it is stored in a memory graph that your tools search. 
    numbers. If the memory does not contain the answer, say that you don't know rather than guess.
 Answer in plain text when you are done (no more tool calls)."""
 
-FINAL_NUDGE = "Step limit reached: answer now from what you found, without calling tools."
-PREFETCH_CALL_ID = "prefetch_0"
-"""The id of the search the harness makes for the question (params `answer.prefetch`), shown to
-the model as its own first tool call."""
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    content: str
-    ids: list[str]
-    message_ids: list[int]
-    error: str | None = None
-
-
-def _short(text: Any, limit: int = TEXT_CHARS) -> Any:
-    if isinstance(text, str) and len(text) > limit:
-        return text[: limit - 1] + "…"
-    # read_only_cypher may return whole nodes (`RETURN c`): shorten the texts inside them too
-    if isinstance(text, dict):
-        return {k: _short(v, limit) for k, v in text.items()}
-    if isinstance(text, list):
-        return [_short(v, limit) for v in text]
-    return text
-
 
 def _compact(
     rows: list[dict[str, Any]], drop: tuple[str, ...] = ("score",)
 ) -> list[dict[str, Any]]:
     out = []
     for row in rows:
-        item = {k: _short(v) for k, v in row.items() if k not in drop and v not in (None, [], "")}
+        item = {k: short(v) for k, v in row.items() if k not in drop and v not in (None, [], "")}
         out.append(item)
     return out
 
@@ -279,6 +239,10 @@ class GraphTools:
         rankings = self._search(question, dict.fromkeys(SEARCH_BY_KIND, results))
         return self._outcome(fuse_rows(rankings)[:results])
 
+    def first_search(self, question: str, results: int) -> ToolOutcome:
+        """`prefetch` as the agent loop's first turn: a failed search is the result's error."""
+        return _guarded("search_memory", lambda: self.prefetch(question, results))
+
     def _search(self, query: str, limits: Mapping[str, int]) -> list[list[dict[str, Any]]]:
         """Each kind's hits for `query`, best first, at most its limit."""
         text = escape_fulltext(query)
@@ -341,7 +305,7 @@ class GraphTools:
                     {
                         "message_id": message_id,
                         "date": row.get("date"),
-                        "text": _short(body, SOURCE_CHARS),
+                        "text": short(body, SOURCE_CHARS),
                     }
                 )
         payload = {"id": args.id, "messages": sources[:4]}
@@ -393,30 +357,12 @@ def _guarded(name: str, run: Callable[[], ToolOutcome]) -> ToolOutcome:
         return ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), [], [], error)
 
 
-def prefetched(
-    question: str, tools: GraphTools, results: int
-) -> tuple[list[Message], ToolCallRecord]:
-    """The search for the question (params `answer.prefetch`) as the turns the model reads: a
-    search_memory call and its result, as if it had called it first; so what the chat says stays
-    in a tool result, never in the user's message (a chat can carry instructions). A failed
-    search is its result's error, as a tool's would be. Recorded like a tool call of turn 0."""
-    arguments = {"query": question, "kind": "all"}
-    raw = json.dumps(arguments, ensure_ascii=False)
-    call = ToolCall(
-        id=PREFETCH_CALL_ID, name="search_memory", raw_arguments=raw, arguments=arguments
-    )
-    outcome = _guarded(call.name, lambda: tools.prefetch(question, results))
-    record = ToolCallRecord(
-        name=call.name,
-        arguments=arguments,
-        raw_arguments=raw,
-        ids=outcome.ids,
-        message_ids=outcome.message_ids,
-        result=outcome.content,  # whole: every prompt of the question carries it
-        turn=0,
-        error=outcome.error,
-    )
-    return [Message.assistant("", (call,)), Message.tool_result(call, outcome.content)], record
+AGENT = AgentSpec(
+    system_prompt=SYSTEM_PROMPT,
+    prompt_version=PROMPT_VERSION,
+    tools=TOOLS,
+    search_tool="search_memory",
+)
 
 
 def answer_question(
@@ -428,89 +374,15 @@ def answer_question(
     text_tool_calls: bool = True,
     prefetch: int = 0,
 ) -> Trace:
-    """Run the tool loop for one question (a model call that failed after its retries, or a
-    final answer cut at max_tokens, ends it with `error` set). With `text_tool_calls`, a reply
-    that has no native tool calls but writes calls in its text (`<tool_call>` tags, a JSON call
-    object, `<function name=… arguments=…/>`) has those run like native ones: the same step
-    limit and validation, marked `source="text"` in the trace. Only this turn's reply is read
-    for them, never the question, a tool's result or an earlier turn; the final turn (no tools
-    offered) is always the answer. With `prefetch` above 0, the first call already holds that
-    many fused search results for the question (`prefetched`), kept in the trace's `prefetched`
-    and counted in what the agent reached."""
-    messages: list[Message] = [Message.system(SYSTEM_PROMPT), Message.user(question.question)]
-    first_search = None
-    if prefetch > 0:
-        turns, first_search = prefetched(question.question, tools, prefetch)
-        messages += turns
-    records: list[ToolCallRecord] = []
-    turn_texts: list[str] = []
-    calls = prompt_tokens = completion_tokens = max_context = 0
-    answer, error, test_model = "", None, False
-    for step in range(max_steps + 1):
-        final_turn = step == max_steps
-        if final_turn:
-            messages.append(Message.user(FINAL_NUDGE))
-        request = ChatRequest(
-            messages=tuple(messages),
-            task=TASK,
-            prompt_version=PROMPT_VERSION,
-            tools=() if final_turn else TOOLS,
-        )
-        completion = model.complete(request)
-        calls += 1
-        prompt_tokens += completion.prompt_tokens
-        completion_tokens += completion.completion_tokens
-        max_context = max(max_context, completion.prompt_tokens)
-        test_model = test_model or completion.test_model
-        if not completion.ok:
-            error = completion.error
-            break
-        calls_now, content = completion.tool_calls, completion.text
-        source: Literal["native", "text"] = "native"
-        if not calls_now and text_tool_calls and not final_turn and completion.text:
-            written = read_text_calls(completion.text, TOOLS, id_prefix=f"text_{step}_")
-            if written.calls:
-                # sent back as native calls: the model's own template shows them to it, once
-                calls_now, content, source = written.calls, written.prose, "text"
-        if not calls_now or final_turn:
-            # An empty final answer (only tool calls on the turn without tools) is the model's
-            # answer, scored as such; `error` is kept for calls that failed after retries.
-            answer = (completion.text or "").strip()
-            if completion.hit_max_tokens:  # a fragment: kept to read, failed like a call
-                error = "the answer hit max_tokens before it ended: raise models.agent.max_tokens"
-            break
-        messages.append(Message.assistant(content, calls_now))
-        turn_texts.append((completion.text or "").strip())
-        for call in calls_now:
-            outcome = tools.run(call)
-            records.append(
-                ToolCallRecord(
-                    name=call.name,
-                    arguments=call.arguments,
-                    raw_arguments=call.raw_arguments,
-                    ids=outcome.ids,
-                    message_ids=outcome.message_ids,
-                    result=_short(outcome.content, RESULT_CHARS),
-                    turn=len(turn_texts) - 1,
-                    error=outcome.error,
-                    source=source,
-                )
-            )
-            messages.append(Message.tool_result(call, outcome.content))
-    reached = records if first_search is None else [first_search, *records]
-    return Trace(
-        question_id=question.id,
-        answer=answer,
-        tool_calls=records,
-        prefetched=first_search,
-        turn_texts=turn_texts,
-        reached_ids=sorted({i for r in reached for i in r.ids}),
-        reached_message_ids=sorted({m for r in reached for m in r.message_ids}),
-        steps=len(records),
-        calls=calls,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        max_context_tokens=max_context,
-        test_model=test_model,
-        error=error,
+    """The graph agent's answer: the shared loop (systems/agent_loop.py `run_agent`) with the
+    graph's tools; with `prefetch` above 0 its first turn holds that many fused search results
+    for the question (`GraphTools.prefetch`)."""
+    return run_agent(
+        question,
+        model,
+        AGENT,
+        tools,
+        max_steps=max_steps,
+        text_tool_calls=text_tool_calls,
+        prefetch=prefetch,
     )

@@ -34,7 +34,7 @@ from clients.scripted.rules import (
     split_sentences,
 )
 from schemas.memory import normalize_name
-from systems.graphrag.agent import PREFETCH_CALL_ID
+from systems.agent_loop import PREFETCH_CALL_ID
 
 MAX_STATEMENTS = 12
 MAX_ENTITIES = 12

@@ -22,11 +22,9 @@ from schemas.errors import ServiceError
 from schemas.memory import GraphBatch
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, Trace
+from systems.agent_loop import FINAL_NUDGE, PREFETCH_CALL_ID, TEXT_CHARS
 from systems.graphrag.agent import (
-    FINAL_NUDGE,
-    PREFETCH_CALL_ID,
     SYSTEM_PROMPT,
-    TEXT_CHARS,
     TOOLS,
     GraphTools,
     ReadOnlyCypher,

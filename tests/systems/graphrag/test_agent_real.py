@@ -28,8 +28,8 @@ from schemas.memory import GraphBatch, validate_batch
 from schemas.params import GraphParams, LlmParams, ModelRef
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, Trace
+from systems.agent_loop import FINAL_NUDGE
 from systems.graphrag.agent import (
-    FINAL_NUDGE,
     EntityNeighbourhood,
     GraphTools,
     ReadOnlyCypher,

@@ -43,7 +43,8 @@ from schemas.memory import GraphBatch, validate_batch
 from schemas.params import GraphParams
 from schemas.records import Question
 from stages.answer import answer_all
-from systems.graphrag.agent import GraphTools, ToolOutcome
+from systems.agent_loop import ToolOutcome
+from systems.graphrag.agent import GraphTools
 from systems.graphrag.system import GraphMemory
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 
