@@ -276,6 +276,18 @@ def build_metrics(
     )
 
 
+def regime_line(run: RunSummary) -> str:
+    """How the answer model used the memory (params `answer.regime`, systems/regimes.py)."""
+    if run.regime is None:
+        return "Answer regime: the system's own (a run made before answer regimes)."
+    how = {
+        "one_shot": "one call with what the memory's search found, no tools",
+        "agent": "a tool loop over the memory",
+    }[run.regime]
+    own = "the system's own answer" if run.native_regime else "not the system's own answer"
+    return f"Answer regime: **{run.regime}** ({how}; {own}; params `answer.regime`)."
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -407,6 +419,8 @@ def render_record(inputs: RecordInputs) -> str:
         "## Models and settings",
         "",
         f"Memory system under test: **{system}** (params `system`; systems/port.py).",
+        "",
+        regime_line(run),
         "",
         "| role | model | endpoint |",
         "|---|---|---|",

@@ -340,6 +340,8 @@ class IngestParams(Record):
     before the stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
 
 
+NativeRegime = Literal["one_shot", "agent"]
+"""What a system's own answer is: one call with its context, or a tool loop."""
 Regime = Literal["native", "one_shot", "agent"]
 """How the answer model uses a system's memory (params `answer.regime`): `native`, as the system
 answers by itself (graphrag: its tool agent; the others: one call with their search's context);

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ConfigDict
 
 from schemas.base import Record
-from schemas.params import Mode
+from schemas.params import Mode, NativeRegime
 from schemas.roles import Role
 
 
@@ -42,6 +42,11 @@ class StageRun(Record):
     mode: Mode
     system: str | None = None
     """The memory system (ingest and answer; the judge scores whatever answered)."""
+    regime: NativeRegime | None = None
+    """The answer stage only: the regime it answered in (params `answer.regime`, native
+    resolved to the system's own)."""
+    native_regime: bool | None = None
+    """The answer stage only: whether that is the system's own answer."""
     models: list[ModelUse]
     test_model: bool | None = None
     """Whether a test model made them (the judge check's record leaves it out)."""
@@ -52,9 +57,10 @@ class StageRun(Record):
         return dict(self.model_extra or {})
 
     def to_json(self) -> dict[str, Any]:
-        """The file's content: `system` and `test_model` only where the stage has them."""
+        """The file's content: `system`, the regime and `test_model` only where the stage has
+        them."""
         data = self.model_dump(mode="json")
-        for name in ("system", "test_model"):
+        for name in ("system", "regime", "native_regime", "test_model"):
             if data[name] is None:
                 del data[name]
         return data
@@ -65,6 +71,10 @@ class RunSummary(Record):
 
     mode: Mode
     system: str
+    regime: NativeRegime | None = None
+    """The regime the answers were made in (None: a run made before regimes, the system's own)."""
+    native_regime: bool = True
+    """Whether that is the system's own answer (params `answer.regime` native or equal to it)."""
     models: list[ModelUse]
     """Every role's model, in stage order (ingest's, the agent's, the judge's)."""
     test_model: bool
@@ -82,6 +92,8 @@ def summarize_runs(
         mode=judge.mode,
         # the memory system under test (runs made before the port knew only graphrag)
         system=answer.system or ingest.system or "graphrag",
+        regime=answer.regime,
+        native_regime=answer.native_regime is not False,
         models=models,
         test_model=any(m.test_model for m in models),
         small_models=sorted({m.model for m in models if m.model and m.model in small_models}),

@@ -3,9 +3,12 @@
 Per conversation: the system (params `system`, systems/port.py) opens the memory the ingest stage
 built (graphrag: its own Neo4j with the graph imported; rag: a BM25 index of the chunks;
 full_context: the transcript; no_memory: nothing), answers that conversation's questions with
-the agent's model, `llm.concurrency` at a time, and closes it. Writes
+the agent's model in the run's answer regime (params `answer.regime`, systems/regimes.py: the
+system's own answer, one call from its own search, or the agent loop over its own search),
+`llm.concurrency` at a time, and closes it. Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
-(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the system and the model),
+(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the system, the regime it
+answered in and the model),
 `data/answer/summary.json` (counts, steps, the context size and the tokens left out),
 `metrics/usage/answer.json` (the model calls and tokens the answers took) and
 `metrics/wall_time/answer.json` (the stage's and the phase's seconds: wall time never goes into a
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,7 +37,8 @@ from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
 from systems.port import EmbedsQuestions, Memory, MemorySystem, memory_file
-from systems.registry import lazy_embedder, load_system
+from systems.regimes import effective_regime, in_regime, regime_estimate
+from systems.registry import lazy_embedder, load_system, system_entry
 
 STAGE_IO = StageIO(
     deps=(LAYOUT.slice.folder, LAYOUT.ingest.folder),
@@ -69,15 +74,18 @@ def answer_conversations(
     by_conversation: dict[str, list[Question]],
     model: ChatModel,
     concurrency: int,
+    regime: Callable[[Memory], Memory] = lambda memory: memory,
 ) -> dict[str, Trace]:
-    """Every question's trace, each conversation answered from its own memory."""
+    """Every question's trace, each conversation answered from its own memory (as `regime`
+    makes it answer)."""
     traces: dict[str, Trace] = {}
     with stage_workdir("beam-answer-") as workdir:
         for conversation in sorted(by_conversation, key=int):
             asked = by_conversation[conversation]
             memory_path = memory_file(MEMORIES, conversation)
             with system.open_memory(conversation, memory_path, Path(workdir)) as memory:
-                done = answer_all(memory, asked, model, concurrency, f"conv{conversation}")
+                answering = regime(memory)
+                done = answer_all(answering, asked, model, concurrency, f"conv{conversation}")
             traces.update((t.question_id, t) for t in done)
             print(
                 f"answer conv{conversation} ({system.name}): {len(done)} questions, "
@@ -107,16 +115,30 @@ def main() -> None:
         )
     remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
 
+    native = system_entry(system.name).native_regime
+    regime = effective_regime(params.regime, native)
     agent.check_endpoint()
-    estimate = system.estimate_answer([], questions, MEMORIES)  # from the built memories
+    estimate = regime_estimate(  # from the built memories
+        system.estimate_answer([], questions, MEMORIES),
+        native,
+        regime,
+        run.estimate.agent,
+        params.max_steps,
+    )
     if isinstance(system, EmbedsQuestions):  # the questions' embeddings, charged to one cap
         estimate += system.estimate_query_embedding(questions)
     if agent.budget is not None:
         agent.budget.check_estimate(
-            estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name})"
+            estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name}, {regime})"
         )
 
-    traces = answer_conversations(system, by_conversation, agent, concurrency)
+    traces = answer_conversations(
+        system,
+        by_conversation,
+        agent,
+        concurrency,
+        lambda memory: in_regime(memory, system.name, native, params),
+    )
     ordered = [traces[q.id] for q in questions]
     failed = [t for t in ordered if t.error is not None]
     check_failed_share(
@@ -133,6 +155,8 @@ def main() -> None:
     record = StageRun(
         mode=mode,
         system=system.name,
+        regime=regime,
+        native_regime=regime == native,
         models=models,
         test_model=any(m.test_model for m in models),
     )

@@ -3,10 +3,11 @@ with a final answer, or is asked for one when the step limit is reached.
 
 What an agent is, is its `AgentSpec` (instructions, tools, the tool a prefetched search stands for)
 and its `Toolbox` (runs a call; makes the search for the question). graphrag's agent
-(systems/graphrag/agent.py: its graph tools) runs it; the loop is apart from graphrag so that
-another system's agent runs the same loop, and a difference in their scores is their tools. A tool error (bad arguments, a refused or failed
-query) goes back to the model as the tool's result. Calls a model writes in its reply's text
-instead of native `tool_calls` (small instruct models do) are read by
+(systems/graphrag/agent.py: its graph tools) and the agent regime of every other retrieving
+system (systems/regimes.py: the system's own search as the one tool) run this same loop, so a
+difference in their scores is their tools, not the loop. A tool error (bad arguments, a refused
+or failed query) goes back to the model as the tool's result. Calls a model writes in its
+reply's text instead of native `tool_calls` (small instruct models do) are read by
 `clients.llm.replies.text_tool_calls` and run the same way, unless params turn that off
 (`answer.text_tool_calls`). Every call and every id a tool returned is kept in the question's
 trace, with the chat message ids those ids trace back to (for evidence recall), the tool's result

@@ -16,8 +16,8 @@ A system is measured in two steps, each a DVC stage (stages/ingest.py, stages/an
 How the answer model uses the memory is params `answer.regime`: `native` is `Memory.answer`;
 `one_shot` and `agent` need a memory that can search itself (`SearchesMemory.search`, an
 optional part of the port): one call with what its search found, or the agent loop with that
-search as its one tool (systems/regimes.py). A system says which regime its own answer is
-(`native_regime`: graphrag's is `agent`, every other's `one_shot`).
+search as its one tool (systems/regimes.py). A system's entry says which regime its own answer
+is (`SystemEntry.native_regime`: graphrag's is `agent`, every other's `one_shot`).
 
 Every system answers with the same model (the `agent` role) and is scored by the same judge; the
 build may use other roles (`build_roles`). Before any call the stages check the system's own
@@ -34,12 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from clients.llm.port import ChatModel, EmbeddingModel
 from schemas.errors import ParamsError
 from schemas.estimate import ZERO, FinishedRun, Origins, RateOrigin, RoleEstimate
-from schemas.params import AgentRates, EstimateParams, Mode, Params
+from schemas.params import AgentRates, EstimateParams, Mode, NativeRegime, Params
 from schemas.records import ChatSlice, Question
 from schemas.roles import INGEST_ROLES, Role
 from schemas.traces import Trace
@@ -73,10 +73,7 @@ __all__ = [
     "answer_rates_from_traces",
     "estimate_system",
     "memory_file",
-    "native_regime",
 ]
-
-NativeRegime = Literal["one_shot", "agent"]
 
 
 def memory_file(folder: Path, conversation_id: str) -> Path:
@@ -167,20 +164,6 @@ class SearchesMemory(Protocol):
         ...
 
 
-def native_regime(system: object) -> NativeRegime:
-    """The regime a system's own `Memory.answer` is: its `native_regime` attribute, else
-    one_shot (one call with its context, as every baseline)."""
-    regime = getattr(system, "native_regime", "one_shot")
-    if regime == "agent":
-        return "agent"
-    if regime != "one_shot":
-        raise ParamsError(
-            f"system {getattr(system, 'name', system)!r}: native_regime must be one_shot or "
-            f"agent, found {regime!r}"
-        )
-    return "one_shot"
-
-
 def _no_embedder() -> EmbeddingModel:
     raise ParamsError("this run has no embedder (systems/registry.py load_system makes one)")
 
@@ -210,6 +193,9 @@ class SystemEntry:
     name: str
     """What params `system` says to pick it (the entry point's name too)."""
     build: Callable[[SystemContext], MemorySystem]
+    native_regime: NativeRegime = "one_shot"
+    """The regime its own `Memory.answer` is (params `answer.regime` native): `one_shot`, one
+    call with its memory's context, or `agent`, a tool loop."""
 
 
 class MemorySystem(Protocol):

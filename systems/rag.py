@@ -54,6 +54,7 @@ from systems.one_shot import (
 )
 from systems.port import (
     BuiltMemory,
+    Found,
     Progress,
     SystemContext,
     SystemEntry,
@@ -190,17 +191,35 @@ class RetrievalMemory:
             (query_vector,) = found.vectors
         return rank_chunks(self.retriever, self.index.scores(question), self.vectors, query_vector)
 
-    def answer(self, question: Question, model: ChatModel) -> Trace:
-        ranked = self.ranked(question.question)
+    def search(self, query: str) -> Found:
+        """The top_k chunks for `query` as the answer prompt renders them (a failed embedding of
+        the query: its error)."""
+        ranked = self.ranked(query)
         if isinstance(ranked, Embeddings):
-            return embedding_failed(question, ranked.error, ranked.test_model)
+            return Found("", error=ranked.error or "failed", test_model=ranked.test_model)
         found = [self.index.chunks[i] for i in ranked[: self.top_k]]
+        return Found(
+            context=render_chunks(found),
+            reached_ids=tuple(sorted(c.id for c in found)),
+            reached_message_ids=tuple(sorted({m for c in found for m in c.message_ids})),
+        )
+
+    def answer(self, question: Question, model: ChatModel) -> Trace:
+        found = self.search(question.question)
+        if found.error is not None:
+            return embedding_failed(question, found.error, found.test_model)
+        request = answer_request(
+            question,
+            found.context,
+            instructions=instructions(self.retriever),
+            prompt_version=PROMPT_VERSION,
+        )
         return answer_once(
             question,
             model,
-            rag_request(question, found, self.retriever),
-            reached_ids=sorted(c.id for c in found),
-            reached_message_ids=[m for c in found for m in c.message_ids],
+            request,
+            reached_ids=found.reached_ids,
+            reached_message_ids=found.reached_message_ids,
         )
 
 

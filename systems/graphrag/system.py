@@ -56,6 +56,7 @@ from systems.graphrag.estimate import (
 from systems.graphrag.ingest import IngestSettings, build_graph
 from systems.port import (
     BuiltMemory,
+    Found,
     Progress,
     SystemContext,
     SystemEntry,
@@ -93,6 +94,18 @@ class GraphMemory:
     max_steps: int
     text_tool_calls: bool = True
     prefetch: int = 0
+
+    def search(self, query: str) -> Found:
+        """The agent's prefetched search (`answer.prefetch` results, else `answer.result_limit`)
+        as the one-shot regime's context: the search_memory result the agent's first turn
+        holds, its failure the error."""
+        outcome = self.tools.first_search(query, self.prefetch or self.tools.limit)
+        return Found(
+            context=outcome.content,
+            reached_ids=tuple(sorted(set(outcome.ids))),
+            reached_message_ids=tuple(outcome.message_ids),
+            error=outcome.error,
+        )
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
         return answer_question(
@@ -347,5 +360,5 @@ def build_system(context: SystemContext) -> GraphRag:
     )
 
 
-ENTRY = SystemEntry(name="graphrag", build=build_system)
+ENTRY = SystemEntry(name="graphrag", build=build_system, native_regime="agent")
 """The entry point `graphrag` (pyproject.toml)."""

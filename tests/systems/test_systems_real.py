@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from clients.llm.client import LlmClient
-from schemas.params import AgentRates, GraphParams, IngestRates
+from schemas.params import AgentRates, AnswerParams, GraphParams, IngestRates
 from stages.answer import answer_all
 from systems.graphrag.agent import answer_question
 from systems.graphrag.ingest import IngestSettings, build_graph
 from systems.graphrag.system import GraphMemory, GraphRag, searchable_items
 from systems.port import memory_file
+from systems.regimes import in_regime
 from tests.support.crafted_chat import DANA, crafted_chat, question
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
@@ -53,6 +54,9 @@ INGEST_RATES = IngestRates(
     tokens_per_statement_pair=80,
     completion_tokens_per_pair=12,
 )
+
+
+ONE_SHOT = AnswerParams(regime="one_shot", max_steps=4, result_limit=8, prefetch=4)
 
 
 def client(role: str, tmp_path: Path) -> LlmClient:
@@ -93,11 +97,19 @@ def test_graphrag_behind_the_port_builds_its_graph_and_answers_on_a_real_neo4j(
         assert isinstance(memory, GraphMemory)
         together = answer_all(memory, asked, agent, concurrency=3, desc="conv9")
         one_by_one = [answer_question(q, agent, memory.tools, max_steps=4) for q in asked]
+        # answer.regime one_shot: one call with the agent's prefetched search, no tools
+        found = memory.search(DANA.question)
+        one_shot = in_regime(memory, "graphrag", "agent", ONE_SHOT).answer(DANA, agent)
     assert together == one_by_one  # several at once: the same traces, in question order
     dana = together[0]
     assert dana.error is None and dana.tool_calls and "Lisbon" in dana.answer
     assert 10 in dana.reached_message_ids  # the message that holds the move
     assert dana.dropped_tokens == 0 and dana.calls >= 2
+    assert found.error is None and 10 in found.reached_message_ids
+    assert json.loads(found.context)["results"]  # the search_memory result the agent reads
+    assert one_shot.calls == 1 and not one_shot.tool_calls and one_shot.error is None
+    assert one_shot.reached_message_ids == list(found.reached_message_ids)
+    assert "Lisbon" in one_shot.answer
 
     estimate = system.estimate_answer([chat], asked, tmp_path / "ingest")
     assert estimate.calls == 2 * len(asked)  # calls_per_question
