@@ -32,6 +32,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -86,6 +87,9 @@ class Run(Record):
     """params.yaml, flattened to dotted keys."""
     report: dict[str, dict[str, float]] | None
     """The run's headline metrics; None when the run has none (not run, failed, still queued)."""
+    regime: str | None = None
+    """The answer regime it answered in (params `answer.regime` with native resolved to the
+    system's own: `one_shot` or `agent`; stages/compare.py), `(own)` marked; None: unknown."""
 
 
 class Cell(Record):
@@ -104,12 +108,30 @@ class Row(Record):
     cells: tuple[Cell, ...]
 
 
+class SeedSpread(Record):
+    """Runs that differ only in `llm.seed`: the spread of their overall score beside the
+    interval over questions of each (how much a re-run moves the score, against how much the
+    questions do)."""
+
+    columns: tuple[str, ...]
+    seeds: tuple[str, ...]
+    scores: tuple[float, ...]
+    mean: float
+    low: float
+    high: float
+    stdev: float
+    """The sample standard deviation across the seeds."""
+    interval_width: float | None
+    """The mean width of the runs' own bootstrap intervals (None where a run has none)."""
+
+
 class Comparison(Record):
     columns: tuple[str, ...]
     runs: tuple[Run, ...]
     rows: tuple[Row, ...]
     left_out: tuple[str, ...]
     """Runs shown by DVC but without a report, with why (`name (Failed)`)."""
+    seed_spreads: tuple[SeedSpread, ...] = ()
 
 
 # -- reading `dvc exp show --json` -----------------------------------------------------------------
@@ -237,15 +259,19 @@ def _find(runs: Sequence[Run], name: str) -> Run:
 
 # -- the table ---------------------------------------------------------------------------------
 def column_labels(runs: Sequence[Run]) -> list[str]:
-    """`system`, `system · model` where the agent models differ; the experiment's name where
-    that leaves two columns alike (or there is no system param)."""
+    """`system`, `system · model` where the agent models differ, `· regime` where the answer
+    regimes differ; the experiment's name where that leaves two columns alike (or there is no
+    system param)."""
     systems = [r.params.get("system") for r in runs]
     models = [str(r.params.get("models.agent.model")) for r in runs]
+    regimes = [r.regime for r in runs]
     labels = []
     for run, system, model in zip(runs, systems, models, strict=True):
         parts = [str(system)] if system is not None else []
         if len(set(models)) > 1:
             parts.append(model)
+        if len(set(regimes)) > 1 and run.regime is not None:
+            parts.append(run.regime)
         labels.append(" · ".join(parts) or run.name)
     return [
         f"{label} ({run.name})" if labels.count(label) > 1 else label
@@ -280,7 +306,15 @@ def _per_question(run: Run, group: str) -> float | None:
 
 
 def settings_rows(runs: Sequence[Run]) -> list[Row]:
-    rows = []
+    rows = [
+        Row(
+            section="settings",
+            group="params",
+            key="regime",
+            label="answer regime",
+            cells=tuple(Cell(value=r.regime or MISSING) for r in runs),
+        )
+    ]
     for key in SETTING_PARAMS:
         values = [r.params.get(key) for r in runs]
         if key == "models.judge.model":
@@ -386,12 +420,79 @@ def build_comparison(
     others = sorted({g for r in runs for g in (r.report or {})} - KNOWN_GROUPS)
     for group in others:
         rows += [_row("other", group, k, f"{group}.{k}", runs) for k in _keys(runs, group)]
+    columns = tuple(column_labels(runs))
     return Comparison(
-        columns=tuple(column_labels(runs)),
+        columns=columns,
         runs=tuple(runs),
         rows=tuple(rows),
         left_out=tuple(left_out),
+        seed_spreads=tuple(seed_spreads(runs, columns)),
     )
+
+
+SEED_PARAM = "llm.seed"
+
+
+def seed_spreads(runs: Sequence[Run], columns: Sequence[str]) -> list[SeedSpread]:
+    """Each set of two or more runs whose params differ only in `llm.seed` (a seed sweep: `dvc
+    exp run --queue -S llm.seed=0,1,2`), with its overall scores' spread, in column order."""
+    groups: dict[str, list[int]] = {}
+    for index, run in enumerate(runs):
+        if _value(run, "score", "overall") is None:
+            continue
+        rest = {k: v for k, v in run.params.items() if k != SEED_PARAM}
+        groups.setdefault(repr(sorted(rest.items(), key=lambda kv: kv[0])), []).append(index)
+    spreads = []
+    for members in groups.values():
+        seeds = [str(runs[i].params.get(SEED_PARAM)) for i in members]
+        if len(set(seeds)) < 2:
+            continue
+        scores = [_value(runs[i], "score", "overall") or 0.0 for i in members]
+        widths = [
+            high - low
+            for i in members
+            if (low := _value(runs[i], "score_ci_low", "overall")) is not None
+            and (high := _value(runs[i], "score_ci_high", "overall")) is not None
+        ]
+        spreads.append(
+            SeedSpread(
+                columns=tuple(columns[i] for i in members),
+                seeds=tuple(seeds),
+                scores=tuple(scores),
+                mean=statistics.fmean(scores),
+                low=min(scores),
+                high=max(scores),
+                stdev=statistics.stdev(scores),
+                interval_width=(statistics.fmean(widths) if len(widths) == len(members) else None),
+            )
+        )
+    return spreads
+
+
+def render_seed_spreads(spreads: Sequence[SeedSpread]) -> list[str]:
+    """The Markdown section of the seed spreads (none: nothing)."""
+    if not spreads:
+        return []
+    lines = [
+        "",
+        "## Spread across seeds",
+        "",
+        "Runs that differ only in `llm.seed`: the overall score of each seed, its range and "
+        "standard deviation across seeds, beside the mean width of the runs' own intervals over "
+        "questions (a seed spread near that width means a re-run moves the score as much as the "
+        "choice of questions does).",
+        "",
+        "| runs | seeds | scores | mean | range | stdev | interval width |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for spread in spreads:
+        width = MISSING if spread.interval_width is None else f"{spread.interval_width:.3f}"
+        lines.append(
+            f"| {_md_escape(', '.join(spread.columns))} | {', '.join(spread.seeds)} | "
+            f"{', '.join(f'{x:.3f}' for x in spread.scores)} | {spread.mean:.3f} | "
+            f"{spread.low:.3f}–{spread.high:.3f} | {spread.stdev:.3f} | {width} |"
+        )
+    return lines
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -453,6 +554,7 @@ def render_markdown(table: Comparison) -> str:
     if table.left_out:
         lines.append("")
         lines.append("Left out (no report): " + ", ".join(table.left_out) + ".")
+    lines += render_seed_spreads(table.seed_spreads)
     return "\n".join(lines) + "\n"
 
 

@@ -94,17 +94,28 @@ def paired_differences(
     columns: Sequence[str],
     scores: Sequence[Mapping[str, QuestionScore] | None],
     params: ReportParams,
+    regimes: Sequence[str | None] | None = None,
 ) -> Pairing:
     """Every pair of columns (left before right, in column order) that asked the same questions:
     overall and per ability. A column without per-question scores, or two that asked different
-    questions, gets a note instead."""
+    questions, gets a note instead; so do two of different answer regimes where `regimes` (one
+    per column) is given: a difference between them mixes memory with how it was read."""
     if len(columns) != len(scores):
         raise ValueError("one questions file (or None) per column")
+    if regimes is not None and len(regimes) != len(columns):
+        raise ValueError("one regime (or None) per column")
     differences: list[PairedDifference] = []
     notes: list[str] = []
     for i, left in enumerate(columns):
         for j in range(i + 1, len(columns)):
             right = columns[j]
+            if regimes is not None and regimes[i] != regimes[j]:
+                notes.append(
+                    f"{left} − {right}: different answer regimes ({regimes[i]}, {regimes[j]}): "
+                    "compare with --across-regimes to pair them, or run both in one regime "
+                    "(answer.regime)"
+                )
+                continue
             a, b = scores[i], scores[j]
             if a is None or b is None:
                 missing = left if a is None else right

@@ -43,9 +43,11 @@ from bench.paired import (
     render_pairs_markdown,
 )
 from clients.files import read_json, write_atomic
-from schemas.errors import DataError, ServiceError
+from schemas.errors import DataError, ParamsError, ServiceError
 from schemas.layout import LAYOUT
 from stages.common import read_params, run_stage
+from systems.regimes import effective_regime
+from systems.registry import system_entry
 
 EXP_SHOW_TIMEOUT_SECONDS = 300
 GIT_SHOW_TIMEOUT_SECONDS = 60
@@ -74,6 +76,33 @@ def exp_show(revs: list[str], all_commits: bool) -> Any:
         raise DataError(
             f"`dvc exp show --json` printed no JSON ({exc}): {done.stdout[:200]!r}"
         ) from exc
+
+
+OWN = " (own)"
+
+
+def regime_of(run: Run) -> str | None:
+    """The answer regime a run answered in: params `answer.regime` (native before regimes
+    existed), native resolved through its system's entry and marked `(own)`; None where the
+    system is not installed here and the regime is native."""
+    asked = str(run.params.get("answer.regime") or "native")
+    system = run.params.get("system")
+    try:
+        native = system_entry(str(system)).native_regime if system is not None else None
+    except ParamsError:
+        native = None
+    if native is None:
+        return None if asked == "native" else asked
+    if asked not in ("native", "one_shot", "agent"):
+        return asked
+    regime = effective_regime(asked, native)  # type: ignore[arg-type]
+    return f"{regime}{OWN}" if regime == native else regime
+
+
+def bare_regime(label: str | None) -> str | None:
+    """The regime without its `(own)` mark: graphrag's own agent and another system's agent
+    regime are both the agent loop over their own search, so they pair."""
+    return None if label is None else label.removesuffix(OWN)
 
 
 def run_file(run: Run, path: Path) -> str | None:
@@ -137,16 +166,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--from-json", type=Path, help="a saved `dvc exp show --json` instead of running it"
     )
+    parser.add_argument(
+        "--across-regimes",
+        action="store_true",
+        help="pair runs of different answer regimes too (default: like with like only)",
+    )
     parser.add_argument("--out-dir", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
 
     document = read_json(args.from_json) if args.from_json else exp_show(args.rev, args.all_commits)
     runs, left_out = select_runs(read_exp_show(document), args.names)
+    runs = [run.model_copy(update={"regime": regime_of(run)}) for run in runs]
     scores = [question_scores_of(run) for run in runs]
     build_calls = [build_calls_of(run, s) for run, s in zip(runs, scores, strict=True)]
     table = build_comparison(runs, left_out, build_calls=build_calls)
     bootstrap = read_params().report
-    pairing = paired_differences(table.columns, scores, bootstrap)
+    regimes = None if args.across_regimes else [bare_regime(run.regime) for run in runs]
+    pairing = paired_differences(table.columns, scores, bootstrap, regimes)
     markdown = render_markdown(table) + "\n" + render_pairs_markdown(pairing, bootstrap.confidence)
     write_atomic(args.out_dir / "compare.md", markdown)
     write_atomic(args.out_dir / "compare.csv", render_csv(table))

@@ -274,3 +274,68 @@ def test_the_command_writes_table_csv_and_figure(tmp_path: Path, capsys) -> None
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written == ["compare.csv", "compare.md", "compare.svg", "compare_pairs.csv"]
     assert capsys.readouterr().out == (tmp_path / "out" / "compare.md").read_text()
+
+
+def test_regimes_label_the_columns_where_they_differ_and_always_have_a_row() -> None:
+    runs, _ = select_runs(read_exp_show(sweep()))
+    labelled = [
+        r.model_copy(
+            update={
+                "regime": "agent (own)" if r.params["system"] == "graphrag" else "one_shot (own)"
+            }
+        )
+        for r in runs
+    ]
+    table = build_comparison(labelled)
+    assert table.columns == (
+        "graphrag · agent (own)",
+        *(f"{s} · one_shot (own)" for s in SYSTEMS[1:]),
+    )
+    (row,) = [r for r in table.rows if r.key == "regime"]
+    assert [c.value for c in row.cells] == ["agent (own)", *["one_shot (own)"] * 3]
+    same = build_comparison([r.model_copy(update={"regime": "one_shot"}) for r in runs])
+    assert same.columns == SYSTEMS  # one regime: not in the heading
+    unknown = build_comparison(runs)
+    (row,) = [r for r in unknown.rows if r.key == "regime"]
+    assert {c.value for c in row.cells} == {MISSING}
+
+
+def seed_params(seed: int, system: str = "rag") -> dict:
+    return params(system) | {"llm": {"seed": seed}}
+
+
+def test_runs_that_differ_only_in_their_seed_report_the_spread_beside_their_intervals() -> None:
+    exps = [
+        experiment(f"exp-s{seed}", f"{seed + 1}" * 40, seed_params(seed), report(score, 1000), None)
+        for seed, score in ((0, 0.5), (1, 0.7), (2, 0.6))
+    ]
+    exps.append(
+        experiment("exp-other", "9" * 40, seed_params(0, "graphrag"), report(0.2, 1000), None)
+    )
+    table = table_of(document(exps))
+    (spread,) = table.seed_spreads
+    assert spread.seeds == ("0", "1", "2") and spread.scores == (0.5, 0.7, 0.6)
+    assert spread.mean == pytest.approx(0.6) and (spread.low, spread.high) == (0.5, 0.7)
+    assert spread.stdev == pytest.approx(0.1)
+    assert spread.interval_width == pytest.approx(0.2)  # each run's own [score − 0.1, + 0.1]
+    markdown = render_markdown(table)
+    assert "## Spread across seeds" in markdown
+    assert "| 0, 1, 2 | 0.500, 0.700, 0.600 | 0.600 | 0.500–0.700 | 0.100 | 0.200 |" in markdown
+    assert build_comparison(table.runs[3:]).seed_spreads == ()  # one seed: no spread
+
+
+def test_a_runs_regime_is_its_param_with_native_resolved_through_its_systems_entry() -> None:
+    from stages.compare import bare_regime, regime_of
+
+    runs, _ = select_runs(read_exp_show(sweep()))
+    by_system = {r.params["system"]: r for r in runs}
+    assert regime_of(by_system["graphrag"]) == "agent (own)"  # params before regimes: native
+    assert regime_of(by_system["rag"]) == "one_shot (own)"
+    rag_agent = by_system["rag"].model_copy(
+        update={"params": by_system["rag"].params | {"answer.regime": "agent"}}
+    )
+    assert regime_of(rag_agent) == bare_regime(regime_of(by_system["graphrag"])) == "agent"
+    elsewhere = by_system["rag"].model_copy(
+        update={"params": by_system["rag"].params | {"system": "not_installed_here"}}
+    )
+    assert regime_of(elsewhere) is None

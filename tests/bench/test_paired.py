@@ -160,3 +160,23 @@ def test_the_table_bolds_what_the_interval_separates_and_the_csv_keeps_every_num
     )
     assert not close.separated
     assert "One run" in render_pairs_markdown(paired_differences(["A"], [None], BOOTSTRAP), 0.95)
+
+
+def test_runs_of_different_answer_regimes_are_not_paired_unless_asked() -> None:
+    a = scores({"c1:q0": 1.0, "c1:q1": 0.0})
+    b = scores({"c1:q0": 0.0, "c1:q1": 0.0})
+    regimes = ["agent", "one_shot", "agent"]
+    pairing = paired_differences(["A", "B", "C"], [a, b, a], BOOTSTRAP, regimes)
+    assert {(d.left, d.right) for d in pairing.differences} == {("A", "C")}
+    assert pairing.notes == (
+        "A − B: different answer regimes (agent, one_shot): compare with --across-regimes to "
+        "pair them, or run both in one regime (answer.regime)",
+        "B − C: different answer regimes (one_shot, agent): compare with --across-regimes to "
+        "pair them, or run both in one regime (answer.regime)",
+    )
+    everything = paired_differences(["A", "B", "C"], [a, b, a], BOOTSTRAP)
+    assert {(d.left, d.right) for d in everything.differences} == {
+        ("A", "B"),
+        ("A", "C"),
+        ("B", "C"),
+    }
