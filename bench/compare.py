@@ -607,7 +607,9 @@ def render_csv(table: Comparison) -> str:
 
 def render_svg(table: Comparison) -> bytes:
     """Score per ability with its interval; the overall score against tokens per question (the
-    cost–quality view); tokens per phase. One colour per column."""
+    cost–quality view) and against the answer model's context (95th percentile of its largest
+    prompt per question: the matched-budget view, the runs of one system and regime joined, so a
+    `top_k` sweep draws a curve per system); tokens per phase. One colour per column."""
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -616,13 +618,16 @@ def render_svg(table: Comparison) -> bytes:
     n_cols = len(table.columns)
     height = max(4.0, 0.22 * max(len(scores), len(tokens)) * n_cols + 1.8)
     with matplotlib.rc_context({"svg.hashsalt": "beam-compare", "svg.fonttype": "none"}):
-        figure = Figure(figsize=(15, height), layout="constrained")
-        axes = figure.subplots(1, 3, width_ratios=(1.3, 1, 1))
+        figure = Figure(figsize=(20, height), layout="constrained")
+        axes = figure.subplots(1, 4, width_ratios=(1.3, 1, 1, 1))
         colours = [matplotlib.colormaps["tab10"](i % 10) for i in range(n_cols)]
         _bars(axes[0], scores, table.columns, colours, "score (95% interval)", interval=True)
         axes[0].set_xlim(0, 1)
-        _cost_quality(axes[1], table, colours)
-        _bars(axes[2], tokens, table.columns, colours, "tokens per phase")
+        per_question = _find_row(table, "derived", "cost_tokens_per_question")
+        _score_against(axes[1], table, colours, per_question, COST_VIEW)
+        context = _find_row(table, "agent", "context_tokens_p95")
+        _score_against(axes[2], table, colours, context, BUDGET_VIEW, join=True)
+        _bars(axes[3], tokens, table.columns, colours, "tokens per phase")
         handles, labels = axes[0].get_legend_handles_labels()
         figure.legend(handles, labels, loc="outside lower center", ncols=min(n_cols, 4))
         _freeze_layout(figure)
@@ -667,16 +672,50 @@ def _bars(
     ax.set_xlim(left=0)
 
 
-def _cost_quality(ax: Any, table: Comparison, colours: Sequence[Any]) -> None:
-    """Each column's overall score (with its interval) at its tokens per question."""
+class ScoreView(Record):
+    title: str
+    xlabel: str
+
+
+COST_VIEW = ScoreView(title="score against cost", xlabel="tokens per question (every phase)")
+BUDGET_VIEW = ScoreView(
+    title="score against context",
+    xlabel="answer model's context per question (p95 tokens)",
+)
+
+
+def _find_row(table: Comparison, group: str, key: str) -> Row | None:
+    return next((r for r in table.rows if (r.group, r.key) == (group, key)), None)
+
+
+def _series(table: Comparison) -> list[list[int]]:
+    """Columns of one system and answer regime (a sweep of its budget), in column order."""
+    groups: dict[tuple[object, object], list[int]] = {}
+    for i, run in enumerate(table.runs):
+        groups.setdefault((run.params.get("system"), run.regime), []).append(i)
+    return list(groups.values())
+
+
+def _score_against(
+    ax: Any,
+    table: Comparison,
+    colours: Sequence[Any],
+    xs: Row | None,
+    view: ScoreView,
+    *,
+    join: bool = False,
+) -> None:
+    """Each column's overall score (with its interval) at its value in `xs`; with `join`, the
+    columns of one system and regime joined by a line in the order of x."""
     widest = 0.0
-    overall = next((r for r in table.rows if (r.group, r.key) == ("score", "overall")), None)
-    per_question = next((r for r in table.rows if r.key == "cost_tokens_per_question"), None)
-    if overall is not None and per_question is not None:
+    overall = _find_row(table, "score", "overall")
+    points: dict[int, tuple[float, float]] = {}
+    if overall is not None and xs is not None:
         for i, colour in enumerate(colours):
-            score, x = overall.cells[i], per_question.cells[i].value
+            score, x = overall.cells[i], xs.cells[i].value
             if not isinstance(score.value, float) or not isinstance(x, float | int):
                 continue
+            points[i] = (float(x), score.value)
             low = score.ci_low if score.ci_low is not None else score.value
             high = score.ci_high if score.ci_high is not None else score.value
             widest = max(widest, float(x))
@@ -696,11 +735,16 @@ def _cost_quality(ax: Any, table: Comparison, colours: Sequence[Any]) -> None:
                 xytext=(5, 4),
                 fontsize=8,
             )
-    ax.set_xlabel("tokens per question (every phase)")
+    if join:
+        for members in _series(table):
+            line = sorted(points[i] for i in members if i in points)
+            if len(line) > 1:
+                ax.plot(*zip(*line, strict=True), color="grey", linewidth=1, zorder=0)
+    ax.set_xlabel(view.xlabel)
     ax.set_ylabel("overall score (95% interval)")
     ax.set_ylim(0, 1)
     ax.set_xlim(0, widest * 1.25 or 1.0)  # room for the rightmost point's label
-    ax.set_title("score against cost")
+    ax.set_title(view.title)
     ax.grid(alpha=0.3)
 
 

@@ -260,6 +260,8 @@ def test_the_figure_is_an_svg_with_every_column_and_the_same_bytes_each_time() -
     labels = (
         "score (95% interval)",
         "score against cost",
+        "score against context",
+        "answer model's context per question (p95 tokens)",
         "tokens per phase",
         "information_extraction",
     )
@@ -339,3 +341,22 @@ def test_a_runs_regime_is_its_param_with_native_resolved_through_its_systems_ent
         update={"params": by_system["rag"].params | {"system": "not_installed_here"}}
     )
     assert regime_of(elsewhere) is None
+
+
+def test_the_context_view_joins_the_runs_of_one_system_and_regime() -> None:
+    from bench.compare import _series
+
+    exps = [
+        experiment(
+            f"exp-k{k}",
+            f"{k}" * 40,
+            params("rag") | {"rag": {"top_k": k}},
+            report(0.1 * k, 100 * k),
+            None,
+        )
+        for k in (1, 3, 5)
+    ]
+    exps.append(experiment("exp-g", "9" * 40, params("graphrag"), report(0.3, 900), None))
+    table = table_of(document(exps))
+    assert _series(table) == [[0, 1, 2], [3]]
+    assert render_svg(table).count(b"stroke: #808080") >= 1  # the rag sweep's line
