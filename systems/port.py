@@ -19,6 +19,11 @@ optional part of the port): one call with what its search found, or the agent lo
 search as its one tool (systems/regimes.py). A system says which regime its own answer is
 (`native_regime`: graphrag's is `agent`, every other's `one_shot`).
 
+A system that reads gold evidence (the rubrics' cited messages, which no memory system may see)
+says so (`reads_gold`: only `oracle`, the answer model's ceiling with perfect memory): the answer
+stage records it, and the record, the page, the headline and `make compare` show its score as an
+upper bound, never as a memory system's.
+
 Every system answers with the same model (the `agent` role) and is scored by the same judge; the
 build may use other roles (`build_roles`). Before any call the stages check the system's own
 estimate (`estimate_build`, `estimate_answer`) against the spend cap (`Budget.check_estimate`).
@@ -74,6 +79,7 @@ __all__ = [
     "estimate_system",
     "memory_file",
     "native_regime",
+    "reads_gold",
 ]
 
 NativeRegime = Literal["one_shot", "agent"]
@@ -179,6 +185,20 @@ def native_regime(system: object) -> NativeRegime:
             f"agent, found {regime!r}"
         )
     return "one_shot"
+
+
+def reads_gold(system: object) -> bool:
+    """Whether a system reads gold evidence by design: its `reads_gold` attribute, else False.
+    The harness asks this, never the system's name, so a system of your own that reads gold is
+    flagged the same way (and one that reads it without saying so is what the leak check,
+    bench/leak_check.py, is there to catch)."""
+    declared = getattr(system, "reads_gold", False)
+    if not isinstance(declared, bool):
+        raise ParamsError(
+            f"system {getattr(system, 'name', system)!r}: reads_gold must be true or false, "
+            f"found {declared!r}"
+        )
+    return declared
 
 
 def _no_embedder() -> EmbeddingModel:
