@@ -12,6 +12,9 @@ Inputs are each run's questions file (`LAYOUT.report.questions`, bench/report.py
 calls per role), read from the run's own commit by stages/compare.py. The bootstrap is
 bench/report.py's (its samples, confidence and seed: settings.yaml `report`), seeded per pair and
 group, so the same runs give the same bytes.
+
+A run that reads gold evidence (the oracle, bench/compare.py `Run.reads_gold`) is an upper bound,
+not a system to tell apart from the others: it is left out of the pairs, with a note.
 """
 
 from __future__ import annotations
@@ -94,17 +97,29 @@ def paired_differences(
     columns: Sequence[str],
     scores: Sequence[Mapping[str, QuestionScore] | None],
     params: ReportParams,
+    upper_bounds: Sequence[bool] = (),
 ) -> Pairing:
     """Every pair of columns (left before right, in column order) that asked the same questions:
     overall and per ability. A column without per-question scores, or two that asked different
-    questions, gets a note instead."""
+    questions, gets a note instead; so does each column marked in `upper_bounds` (a run that
+    reads gold evidence), which is in no pair."""
     if len(columns) != len(scores):
         raise ValueError("one questions file (or None) per column")
+    bound = list(upper_bounds) or [False] * len(columns)
+    if len(bound) != len(columns):
+        raise ValueError("one upper_bounds value per column")
     differences: list[PairedDifference] = []
-    notes: list[str] = []
+    notes: list[str] = [
+        f"{column}: reads gold evidence, an upper bound and not a memory system: in no pair "
+        "(its gap to each system is in the table above)"
+        for column, gold in zip(columns, bound, strict=True)
+        if gold
+    ]
     for i, left in enumerate(columns):
         for j in range(i + 1, len(columns)):
             right = columns[j]
+            if bound[i] or bound[j]:
+                continue
             a, b = scores[i], scores[j]
             if a is None or b is None:
                 missing = left if a is None else right

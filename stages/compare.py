@@ -146,7 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     build_calls = [build_calls_of(run, s) for run, s in zip(runs, scores, strict=True)]
     table = build_comparison(runs, left_out, build_calls=build_calls)
     bootstrap = read_params().report
-    pairing = paired_differences(table.columns, scores, bootstrap)
+    pairing = paired_differences(
+        table.columns, scores, bootstrap, upper_bounds=[run.reads_gold for run in runs]
+    )
     markdown = render_markdown(table) + "\n" + render_pairs_markdown(pairing, bootstrap.confidence)
     write_atomic(args.out_dir / "compare.md", markdown)
     write_atomic(args.out_dir / "compare.csv", render_csv(table))

@@ -274,3 +274,18 @@ def test_the_command_writes_table_csv_and_figure(tmp_path: Path, capsys) -> None
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written == ["compare.csv", "compare.md", "compare.svg", "compare_pairs.csv"]
     assert capsys.readouterr().out == (tmp_path / "out" / "compare.md").read_text()
+
+
+def test_a_run_that_reads_gold_is_labelled_an_upper_bound_and_kept_out_of_the_pairs() -> None:
+    oracle = report(0.9, 100) | {"gold": {"reads": 1}}
+    exps = [
+        experiment("a", "1" * 40, params("rag"), report(0.5, 100), None),
+        experiment("o", "2" * 40, params("oracle"), oracle, None),
+    ]
+    table = table_of(document(exps))
+    assert table.columns == ("rag", "oracle (reads gold)")
+    assert not any(r.group == "gold" for r in table.rows)  # the label says it, not a row
+    markdown = render_markdown(table)
+    assert "oracle (reads gold): reads gold evidence by design" in markdown
+    assert "not a memory system's score" in markdown
+    assert "reads gold evidence" not in render_markdown(table_of(document(exps[:1])))

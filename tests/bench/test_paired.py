@@ -160,3 +160,17 @@ def test_the_table_bolds_what_the_interval_separates_and_the_csv_keeps_every_num
     )
     assert not close.separated
     assert "One run" in render_pairs_markdown(paired_differences(["A"], [None], BOOTSTRAP), 0.95)
+
+
+def test_a_run_that_reads_gold_is_in_no_pair_and_a_note_says_why() -> None:
+    a = scores({"c1:q0": 1.0, "c1:q1": 0.0})
+    pairing = paired_differences(
+        ["A", "B", "oracle (reads gold)"], [a, a, a], BOOTSTRAP, upper_bounds=[False, False, True]
+    )
+    assert {(d.left, d.right) for d in pairing.differences} == {("A", "B")}
+    assert pairing.notes == (
+        "oracle (reads gold): reads gold evidence, an upper bound and not a memory system: in no "
+        "pair (its gap to each system is in the table above)",
+    )
+    with pytest.raises(ValueError, match="one upper_bounds value per column"):
+        paired_differences(["A", "B"], [a, a], BOOTSTRAP, upper_bounds=[True])
