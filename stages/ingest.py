@@ -133,12 +133,14 @@ def write_records(
     for memory in memories:
         for key, value in memory.notes.items():
             notes.setdefault(key, {})[f"conv{memory.conversation_id}"] = value
-    record = StageRun(
-        mode=mode,
-        system=system.name,
-        models=models,
-        test_model=any(m.test_model for m in models),
-        **notes,
+    record = StageRun.model_validate(
+        {
+            "mode": mode,
+            "system": system.name,
+            "models": models,
+            "test_model": any(m.test_model for m in models),
+            **notes,  # beside the fields (StageRun allows them)
+        }
     )
     write_json(FILES.run, record.to_json())
     sizes = MemorySizes.of((m.conversation_id, m.counts) for m in memories)
