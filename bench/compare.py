@@ -7,6 +7,12 @@ memory system), with the agent's model added where the models differ, and the ex
 where that still leaves two columns alike. Runs without a report (queued, running, failed) are
 listed below the table, never silently dropped.
 
+A run whose headline has `gold.reads` (a system that reads gold evidence by design, systems/port.py
+`reads_gold`: the oracle) is labelled `<system> (reads gold)` and explained under the table: it
+stays in the table, since the ceiling beside the systems is what a researcher runs it for, but
+it is an upper bound, not a memory system, so bench/paired.py leaves it out of the paired "which
+system is better" differences (a note says so: the gap to it is read from the table).
+
 Rows, from metrics/report.json (bench/report.py writes it; its layout is in the README):
 - the runs' settings: system, mode, the agent's and the judge's model, and every other param
   whose value differs between the columns;
@@ -59,6 +65,7 @@ KNOWN_GROUPS = frozenset(
         "agent",
         *COST_GROUPS,
         "failures",
+        "gold",
     }
 )
 SETTING_PARAMS = ("system", "tier", "mode", "models.agent.model", "models.judge.model")
@@ -72,6 +79,8 @@ UNFINISHED = ("queued", "running", "failed")
 workspace's params and metrics in its row)."""
 
 Kind = Literal["workspace", "baseline", "experiment"]
+READS_GOLD = "(reads gold)"
+"""After the label of a column whose system read gold evidence."""
 
 
 class Run(Record):
@@ -90,6 +99,12 @@ class Run(Record):
     regime: str | None = None
     """The answer regime it answered in (params `answer.regime` with native resolved to the
     system's own: `one_shot` or `agent`; stages/compare.py), `(own)` marked; None: unknown."""
+
+    @property
+    def reads_gold(self) -> bool:
+        """Its system read gold evidence by design (`gold.reads` in its headline): an upper
+        bound, not a memory system's score."""
+        return bool((self.report or {}).get("gold", {}).get("reads"))
 
 
 class Cell(Record):
@@ -261,7 +276,7 @@ def _find(runs: Sequence[Run], name: str) -> Run:
 def column_labels(runs: Sequence[Run]) -> list[str]:
     """`system`, `system · model` where the agent models differ, `· regime` where the answer
     regimes differ; the experiment's name where that leaves two columns alike (or there is no
-    system param)."""
+    system param); ` (reads gold)` after a run that read gold evidence."""
     systems = [r.params.get("system") for r in runs]
     models = [str(r.params.get("models.agent.model")) for r in runs]
     regimes = [r.regime for r in runs]
@@ -272,7 +287,8 @@ def column_labels(runs: Sequence[Run]) -> list[str]:
             parts.append(model)
         if len(set(regimes)) > 1 and run.regime is not None:
             parts.append(run.regime)
-        labels.append(" · ".join(parts) or run.name)
+        label = " · ".join(parts) or run.name
+        labels.append(f"{label} {READS_GOLD}" if run.reads_gold else label)
     return [
         f"{label} ({run.name})" if labels.count(label) > 1 else label
         for label, run in zip(labels, runs, strict=True)
@@ -551,6 +567,14 @@ def render_markdown(table: Comparison) -> str:
         )
         + "."
     )
+    bounds = [c for c, r in zip(table.columns, table.runs, strict=True) if r.reads_gold]
+    if bounds:
+        lines.append("")
+        lines.append(
+            f"{', '.join(bounds)}: reads gold evidence by design (each question's cited "
+            "messages): an upper bound on the answer model with perfect memory, not a memory "
+            "system's score; not paired with the systems below."
+        )
     if table.left_out:
         lines.append("")
         lines.append("Left out (no report): " + ", ".join(table.left_out) + ".")

@@ -12,6 +12,9 @@ Inputs are each run's questions file (`LAYOUT.report.questions`, bench/report.py
 calls per role), read from the run's own commit by stages/compare.py. The bootstrap is
 bench/report.py's (its samples, confidence and seed: settings.yaml `report`), seeded per pair and
 group, so the same runs give the same bytes.
+
+A run that reads gold evidence (the oracle, bench/compare.py `Run.reads_gold`) is an upper bound,
+not a system to tell apart from the others: it is left out of the pairs, with a note.
 """
 
 from __future__ import annotations
@@ -95,20 +98,32 @@ def paired_differences(
     scores: Sequence[Mapping[str, QuestionScore] | None],
     params: ReportParams,
     regimes: Sequence[str | None] | None = None,
+    upper_bounds: Sequence[bool] = (),
 ) -> Pairing:
     """Every pair of columns (left before right, in column order) that asked the same questions:
     overall and per ability. A column without per-question scores, or two that asked different
     questions, gets a note instead; so do two of different answer regimes where `regimes` (one
-    per column) is given: a difference between them mixes memory with how it was read."""
+    per column) is given (a difference between them mixes memory with how it was read), and each
+    column marked in `upper_bounds` (a run that reads gold evidence), which is in no pair."""
     if len(columns) != len(scores):
         raise ValueError("one questions file (or None) per column")
     if regimes is not None and len(regimes) != len(columns):
         raise ValueError("one regime (or None) per column")
+    bound = list(upper_bounds) or [False] * len(columns)
+    if len(bound) != len(columns):
+        raise ValueError("one upper_bounds value per column")
     differences: list[PairedDifference] = []
-    notes: list[str] = []
+    notes: list[str] = [
+        f"{column}: reads gold evidence, an upper bound and not a memory system: in no pair "
+        "(its gap to each system is in the table above)"
+        for column, gold in zip(columns, bound, strict=True)
+        if gold
+    ]
     for i, left in enumerate(columns):
         for j in range(i + 1, len(columns)):
             right = columns[j]
+            if bound[i] or bound[j]:
+                continue
             if regimes is not None and regimes[i] != regimes[j]:
                 notes.append(
                     f"{left} − {right}: different answer regimes ({regimes[i]}, {regimes[j]}): "

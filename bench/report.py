@@ -1,14 +1,21 @@
 """report: the record of a run — metrics for `dvc metrics show`, plots, and reports/memory.md.
 
 Reads the results the other stages wrote (data/judge/questions.jsonl and summary.json,
-data/answer/summary.json, data/ingest/graphs.json, the run.json of ingest, answer and judge with
-the models), the calls and tokens each phase took (metrics/usage/<stage>.json) and the pins in
-pins.yaml, never the stages' wall-time files (metrics/wall_time/), which would make the report
-stale after a re-run that changed no result. Computes seeded bootstrap confidence intervals
+data/answer/summary.json and leak_check.json, data/ingest/graphs.json, the run.json of ingest,
+answer and judge with the models and whether the system reads gold evidence), the calls and
+tokens each phase took (metrics/usage/<stage>.json) and the pins in pins.yaml, never the stages'
+wall-time files (metrics/wall_time/), which would make the report stale after a re-run that
+changed no result. Computes seeded bootstrap confidence intervals
 (resampling questions) per ability and overall, and the dry-run estimate per phase beside the
 actual figures. Writes `metrics/report.json` (the headline), `metrics/plots/abilities.csv`,
 `metrics/plots/cost.csv` and `reports/memory.md`.
 `python -m stages.report --print` prints the record in the terminal.
+
+A run whose system reads gold evidence (systems/port.py `reads_gold`: the oracle) is an upper
+bound, never a memory system's score: its record says so in its title, first lines, settings and
+caveats, and its headline carries `gold.reads: 1` (the only key of that group, absent otherwise,
+so a sweep's `dvc exp show` grows by one column only where an oracle ran). Every record has the
+leak check's line (bench/leak_check.py) under the headline.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from bench.leak_check import leak_verdict
 from clients.local_model.pins import LOCAL_MODELS
 from schemas.headline import Headline
 from schemas.judging import JudgedQuestion
 from schemas.layout import LAYOUT
+from schemas.leak_check import LeakCheck
 from schemas.params import (
     Release,
     ReportParams,
@@ -50,6 +59,24 @@ TEST_MODEL_WARNING = (
     "**This run used a test model (`scripted/rules`): its scores measure nothing.** It checks "
     "that the pipeline runs end to end, not how good any memory system is."
 )
+
+
+def reads_gold_warning(system: str) -> str:
+    """The flag of a run whose system reads gold evidence (systems/port.py `reads_gold`)."""
+    return (
+        f"**This run reads gold evidence: `{system}` is given each question's cited messages "
+        "(the rubrics' `source_chat_ids`). Its score is an upper bound, the answer model's "
+        "ceiling with perfect memory, not a memory system's score: never report it as a "
+        "headline.**"
+    )
+
+
+def leak_line(check: LeakCheck | None, reads_gold: bool) -> str:
+    """The leak check under the headline, bold where it found gold in a prompt."""
+    verdict = leak_verdict(check, reads_gold)
+    return (
+        f"**Leak check: {verdict}.**" if verdict.startswith("LEAK") else f"Leak check: {verdict}."
+    )
 
 
 def small_model_warning(name: str) -> str:
@@ -242,6 +269,7 @@ def build_metrics(
     flags: Mapping[str, int],
     failures: Mapping[str, int],
     judge_check: Mapping[str, Any],
+    reads_gold: bool = False,
 ) -> Headline:
     """The headline (`LAYOUT.report.metrics`): numbers only, two levels, no null.
 
@@ -251,7 +279,8 @@ def build_metrics(
     Every other key is written in every mode. Wall time is not here: each stage's wall-time file
     holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
     cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
-    event F1 and tau, flags) is in the record and data/judge/summary.json."""
+    event F1 and tau, flags) is in the record and data/judge/summary.json. `gold` holds
+    `reads: 1` for a run whose system reads gold evidence (an upper bound), nothing otherwise."""
     asked = [g for g in (*ABILITIES, "overall") if scores[g]["n"]]
     overall = scores["overall"]
     return Headline(
@@ -273,6 +302,7 @@ def build_metrics(
         # (each key is a column of `dvc exp show`, which must stay within 80)
         cost_calls={"total": cost["total"]["calls"]},
         cost_tokens={p: row["tokens"] for p, row in cost.items()},
+        gold={"reads": 1} if reads_gold else {},
     )
 
 
@@ -378,6 +408,8 @@ class RecordInputs:
     """The judge check's summary as its file holds it."""
     judge_warning: str | None
     confidence: float
+    leak_check: LeakCheck | None = None
+    """What the answer stage's scan of the prompts found (None: a run from before it)."""
 
 
 def render_record(inputs: RecordInputs) -> str:
@@ -390,7 +422,10 @@ def render_record(inputs: RecordInputs) -> str:
     judge_warning, confidence = inputs.judge_warning, inputs.confidence
 
     system = run.system
-    out: list[str] = [f"# BEAM memory benchmark: {system}, {run.mode} run", ""]
+    bound = " (reads gold evidence: an upper bound)" if run.reads_gold else ""
+    out: list[str] = [f"# BEAM memory benchmark: {system}{bound}, {run.mode} run", ""]
+    if run.reads_gold:
+        out += [reads_gold_warning(system), ""]
     if run.test_model:
         out += [TEST_MODEL_WARNING, ""]
     for name in run.small_models:
@@ -408,6 +443,8 @@ def render_record(inputs: RecordInputs) -> str:
         "",
         failure_line(failures),
         "",
+        leak_line(inputs.leak_check, run.reads_gold),
+        "",
         judge_check_line(judge_check, judge_warning),
         "",
         "## Pins",
@@ -418,7 +455,7 @@ def render_record(inputs: RecordInputs) -> str:
         "",
         "## Models and settings",
         "",
-        f"Memory system under test: **{system}** (params `system`; systems/port.py).",
+        f"Memory system under test: **{system}**{bound} (params `system`; systems/port.py).",
         "",
         regime_line(run),
         "",
@@ -495,6 +532,12 @@ def render_record(inputs: RecordInputs) -> str:
         "",
     ]
     caveats = []
+    if run.reads_gold:
+        caveats.append(
+            f"{system} reads gold evidence by design: its score bounds what the answer model "
+            "does with perfect memory; compare memory systems with each other, and each with "
+            "this ceiling, never this score with published systems' scores."
+        )
     if run.mode == "lite":
         caveats.append(
             "The lite set is a smoke test of the pipeline (2 questions), not a sample: its score "

@@ -19,8 +19,9 @@ Counts = dict[str, int]
 
 
 class Headline(Record):
-    """The report's metrics. Every group is written in every mode; a group read from an older or
-    partial file that lacks one is empty (the page shows it as absent)."""
+    """The report's metrics. Every group is written in every mode (`gold` only for a run that
+    reads gold evidence); a group read from an older or partial file that lacks one is empty
+    (the page shows it as absent)."""
 
     score: Numbers = Field(default_factory=dict)
     """Per ability asked, and `overall`: the mean item score."""
@@ -41,6 +42,10 @@ class Headline(Record):
     cost_calls: Counts = Field(default_factory=dict)
     """Per role's cost key and `total`."""
     cost_tokens: Counts = Field(default_factory=dict)
+    gold: Counts = Field(default_factory=dict, exclude_if=lambda counts: not counts)
+    """`reads: 1` where the system reads gold evidence by design (the oracle: an upper bound,
+    never a memory system's score); otherwise empty and left out of the file, so a memory
+    system's headline is the same bytes as before the group was."""
 
     def group(self, name: str) -> Numbers:
         """A group by its name in the file (none of that name: empty)."""

@@ -133,6 +133,12 @@ class AnswerFiles(SystemStageFiles):
     def traces(self) -> Path:
         return self.folder / "traces.jsonl"
 
+    @property
+    def leak_check(self) -> Path:
+        """What the scan of every answer-model prompt for gold-only text found
+        (bench/leak_check.py)."""
+        return self.folder / "leak_check.json"
+
 
 @dataclass(frozen=True)
 class JudgeFiles(SystemStageFiles):

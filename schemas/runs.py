@@ -2,8 +2,9 @@
 size of the memories the ingest built.
 
 The ingest, answer and judge stages each write `run.json` in their folder (`LAYOUT.<stage>.run`):
-the mode, the memory system (ingest and answer), every role's model as the stage used it, and
-whether a test model was among them; ingest adds the system's per-conversation notes (graphrag:
+the mode, the memory system (ingest and answer), every role's model as the stage used it,
+whether a test model was among them, and (answer) whether the system reads gold evidence by
+design; ingest adds the system's per-conversation notes (graphrag:
 its empty and failed extractions). The report joins the three into a `RunSummary`, which the
 record, the page and the estimator read. The ingest also writes `MemorySizes`
 (`LAYOUT.ingest.graphs`): what each conversation's memory holds, counted.
@@ -50,6 +51,9 @@ class StageRun(Record):
     models: list[ModelUse]
     test_model: bool | None = None
     """Whether a test model made them (the judge check's record leaves it out)."""
+    reads_gold: bool | None = None
+    """The answer stage: whether the system reads gold evidence by design (systems/port.py
+    `reads_gold`: the oracle, an upper bound); the other stages leave it out."""
 
     @property
     def notes(self) -> dict[str, Any]:
@@ -57,10 +61,10 @@ class StageRun(Record):
         return dict(self.model_extra or {})
 
     def to_json(self) -> dict[str, Any]:
-        """The file's content: `system`, the regime and `test_model` only where the stage has
-        them."""
+        """The file's content: `system`, the regime, `test_model` and `reads_gold` only where
+        the stage has them."""
         data = self.model_dump(mode="json")
-        for name in ("system", "regime", "native_regime", "test_model"):
+        for name in ("system", "regime", "native_regime", "test_model", "reads_gold"):
             if data[name] is None:
                 del data[name]
         return data
@@ -81,6 +85,9 @@ class RunSummary(Record):
     small_models: list[str]
     """The project's own small local models among them (they measure nothing about memory)."""
     judge_is_agent: bool
+    reads_gold: bool = False
+    """The system read gold evidence by design (the answer stage's run.json): its score is an
+    upper bound, not a memory system's."""
 
 
 def summarize_runs(
@@ -98,6 +105,7 @@ def summarize_runs(
         test_model=any(m.test_model for m in models),
         small_models=sorted({m.model for m in models if m.model and m.model in small_models}),
         judge_is_agent=any(m.role == "judge" and m.judge_is_agent for m in models),
+        reads_gold=bool(answer.reads_gold),
     )
 
 

@@ -5,10 +5,13 @@ built (graphrag: its own Neo4j with the graph imported; rag: a BM25 index of the
 full_context: the transcript; no_memory: nothing), answers that conversation's questions with
 the agent's model in the run's answer regime (params `answer.regime`, systems/regimes.py: the
 system's own answer, one call from its own search, or the agent loop over its own search),
-`llm.concurrency` at a time, and closes it. Writes
+`llm.concurrency` at a time, and closes it. Every request the system sends the answer model is
+scanned for the question's gold-only text (its rubric items, its ability: bench/leak_check.py;
+the stage reads the slice's rubrics and chats for that, the system never gets them). Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
-(traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the system, the regime it
-answered in and the model),
+(traces quote the chat: CC BY-SA 4.0), `data/answer/leak_check.json` (what the scan found),
+`data/answer/run.json` (the system, the regime it answered in, the model, and whether the system
+reads gold evidence by design: systems/port.py `reads_gold`),
 `data/answer/summary.json` (counts, steps, the context size and the tokens left out),
 `metrics/usage/answer.json` (the model calls and tokens the answers took) and
 `metrics/wall_time/answer.json` (the stage's and the phase's seconds: wall time never goes into a
@@ -24,19 +27,27 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.answers import agent_usage, summarize_answers
+from bench.leak_check import LeakWatch
 from bench.usage import CountedEmbedder
-from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
+from clients.files import (
+    read_chats,
+    read_jsonl,
+    read_records,
+    remove_outputs,
+    write_json,
+    write_jsonl,
+)
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
 from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
 from schemas.layout import LAYOUT, StageIO
-from schemas.records import Question
+from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
 from stages.common import progress, read_params, run_stage, stage_seconds
-from systems.port import EmbedsQuestions, Memory, MemorySystem, memory_file
+from systems.port import EmbedsQuestions, Memory, MemorySystem, memory_file, reads_gold
 from systems.regimes import effective_regime, in_regime, regime_estimate
 from systems.registry import lazy_embedder, load_system, system_entry
 
@@ -55,12 +66,22 @@ licence: share them only under CC BY-SA 4.0, with this attribution.
 
 
 def answer_all(
-    memory: Memory, questions: list[Question], model: ChatModel, concurrency: int, desc: str
+    memory: Memory,
+    questions: list[Question],
+    model: ChatModel,
+    concurrency: int,
+    desc: str,
+    watch: LeakWatch | None = None,
 ) -> list[Trace]:
     """The traces of one conversation's questions, in question order, `concurrency` at a time
-    (each question's calls stay in sequence; the model layer bounds requests per endpoint)."""
+    (each question's calls stay in sequence; the model layer bounds requests per endpoint);
+    with `watch`, each question's requests are scanned for its gold-only text."""
+
+    def model_for(question: Question) -> ChatModel:
+        return watch.watch(question, model) if watch is not None else model
+
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-answer") as pool:
-        futures = [pool.submit(memory.answer, question, model) for question in questions]
+        futures = [pool.submit(memory.answer, q, model_for(q)) for q in questions]
         try:
             return list(progress((f.result() for f in futures), total=len(futures), desc=desc))
         except BaseException:
@@ -75,6 +96,7 @@ def answer_conversations(
     model: ChatModel,
     concurrency: int,
     regime: Callable[[Memory], Memory] = lambda memory: memory,
+    watch: LeakWatch | None = None,
 ) -> dict[str, Trace]:
     """Every question's trace, each conversation answered from its own memory (as `regime`
     makes it answer)."""
@@ -85,7 +107,9 @@ def answer_conversations(
             memory_path = memory_file(MEMORIES, conversation)
             with system.open_memory(conversation, memory_path, Path(workdir)) as memory:
                 answering = regime(memory)
-                done = answer_all(answering, asked, model, concurrency, f"conv{conversation}")
+                done = answer_all(
+                    answering, asked, model, concurrency, f"conv{conversation}", watch
+                )
             traces.update((t.question_id, t) for t in done)
             print(
                 f"answer conv{conversation} ({system.name}): {len(done)} questions, "
@@ -132,12 +156,16 @@ def main() -> None:
             estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name}, {regime})"
         )
 
+    watch = LeakWatch.of(
+        questions, read_records(LAYOUT.slice.rubrics, Rubric), read_chats(LAYOUT.slice.chats)
+    )
     traces = answer_conversations(
         system,
         by_conversation,
         agent,
         concurrency,
         lambda memory: in_regime(memory, system.name, native, params),
+        watch,
     )
     ordered = [traces[q.id] for q in questions]
     failed = [t for t in ordered if t.error is not None]
@@ -151,6 +179,7 @@ def main() -> None:
     )
     write_jsonl(FILES.traces, ordered)
     (FILES.folder / "NOTICE").write_text(NOTICE, encoding="utf-8")
+    write_json(FILES.leak_check, watch.result().model_dump(mode="json"))
     models = [agent.metadata(), *([embedder.metadata()] if embedder.opened else [])]
     record = StageRun(
         mode=mode,
@@ -159,6 +188,7 @@ def main() -> None:
         native_regime=regime == native,
         models=models,
         test_model=any(m.test_model for m in models),
+        reads_gold=reads_gold(system),
     )
     write_json(FILES.run, record.to_json())
     write_json(FILES.summary, summarize_answers(ordered).to_json())

@@ -182,7 +182,13 @@ def main(argv: list[str] | None = None) -> None:
     table = build_comparison(runs, left_out, build_calls=build_calls)
     bootstrap = read_params().report
     regimes = None if args.across_regimes else [bare_regime(run.regime) for run in runs]
-    pairing = paired_differences(table.columns, scores, bootstrap, regimes)
+    pairing = paired_differences(
+        table.columns,
+        scores,
+        bootstrap,
+        regimes,
+        upper_bounds=[run.reads_gold for run in runs],
+    )
     markdown = render_markdown(table) + "\n" + render_pairs_markdown(pairing, bootstrap.confidence)
     write_atomic(args.out_dir / "compare.md", markdown)
     write_atomic(args.out_dir / "compare.csv", render_csv(table))

@@ -139,7 +139,7 @@ def write_records(
             "system": system.name,
             "models": models,
             "test_model": any(m.test_model for m in models),
-            **notes,
+            **notes,  # beside the fields (StageRun allows them)
         }
     )
     write_json(FILES.run, record.to_json())

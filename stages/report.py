@@ -55,6 +55,7 @@ from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT, USAGE, StageIO, wall_time_file
+from schemas.leak_check import LeakCheck
 from schemas.records import ChatSlice, Question, Rubric, SliceSource
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
@@ -161,7 +162,7 @@ def make_report() -> None:
     warning = judge_warning(summary, min_agreement)
     # as the file holds it, keys sorted: the record lists the kinds in that order
     check = json.loads(stable_json(summary.model_dump(mode="json")))
-    headline = build_metrics(scores, answer, cost, flags, failures, check)
+    headline = build_metrics(scores, answer, cost, flags, failures, check, run.reads_gold)
     write_json(METRICS, headline.model_dump(mode="json"))
     write_atomic(ABILITY_PLOT, ability_plot(scores))
     write_atomic(COST_PLOT, cost_plot(cost))
@@ -188,6 +189,7 @@ def make_report() -> None:
         judge_check=check,
         judge_warning=warning,
         confidence=params.confidence,
+        leak_check=read_record(LAYOUT.answer.leak_check, LeakCheck),
     )
     record = render_record(inputs)
     write_atomic(RECORD, record)
@@ -206,6 +208,7 @@ def make_report() -> None:
         judge_check=summary,
         min_agreement=min_agreement,
         cost=read_cost_plot(cost_plot(cost)),  # as stages/viewer.py reads it back
+        leak_check=inputs.leak_check,
     )
     write_atomic(VIEWER, render_run_page(page))
     overall = scores["overall"]

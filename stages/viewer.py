@@ -20,6 +20,7 @@ from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT
+from schemas.leak_check import LeakCheck
 from schemas.params import Params
 from schemas.records import Question, Rubric
 from schemas.runs import MemorySizes, StageRun
@@ -33,6 +34,7 @@ def read_page_inputs(params: Params) -> PageInputs:
     if not graphs.is_file():
         raise DataError(f"no graph counts in {graphs}: run `dvc repro ingest` first")
     check = LAYOUT.judge_check.summary
+    leaks = LAYOUT.answer.leak_check
     return PageInputs(
         questions=read_records(LAYOUT.slice.questions, Question),
         rubrics=read_records(LAYOUT.slice.rubrics, Rubric),
@@ -53,6 +55,7 @@ def read_page_inputs(params: Params) -> PageInputs:
         cost=read_cost_plot(LAYOUT.report.cost_plot.read_text(encoding="utf-8"))
         if LAYOUT.report.cost_plot.is_file()
         else {},
+        leak_check=read_record(leaks, LeakCheck) if leaks.is_file() else None,
     )
 
 

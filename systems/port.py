@@ -19,6 +19,11 @@ optional part of the port): one call with what its search found, or the agent lo
 search as its one tool (systems/regimes.py). A system's entry says which regime its own answer
 is (`SystemEntry.native_regime`: graphrag's is `agent`, every other's `one_shot`).
 
+A system that reads gold evidence (the rubrics' cited messages, which no memory system may see)
+says so (`reads_gold`: only `oracle`, the answer model's ceiling with perfect memory): the answer
+stage records it, and the record, the page, the headline and `make compare` show its score as an
+upper bound, never as a memory system's.
+
 Every system answers with the same model (the `agent` role) and is scored by the same judge; the
 build may use other roles (`build_roles`). Before any call the stages check the system's own
 estimate (`estimate_build`, `estimate_answer`) against the spend cap (`Budget.check_estimate`).
@@ -73,6 +78,7 @@ __all__ = [
     "answer_rates_from_traces",
     "estimate_system",
     "memory_file",
+    "reads_gold",
 ]
 
 
@@ -162,6 +168,20 @@ class SearchesMemory(Protocol):
     def search(self, query: str) -> Found:
         """The memory's own search for `query`, at the system's own size (rag.top_k, ...)."""
         ...
+
+
+def reads_gold(system: object) -> bool:
+    """Whether a system reads gold evidence by design: its `reads_gold` attribute, else False.
+    The harness asks this, never the system's name, so a system of your own that reads gold is
+    flagged the same way (and one that reads it without saying so is what the leak check,
+    bench/leak_check.py, is there to catch)."""
+    declared = getattr(system, "reads_gold", False)
+    if not isinstance(declared, bool):
+        raise ParamsError(
+            f"system {getattr(system, 'name', system)!r}: reads_gold must be true or false, "
+            f"found {declared!r}"
+        )
+    return declared
 
 
 def _no_embedder() -> EmbeddingModel:

@@ -12,6 +12,7 @@ Every system registers a `SystemEntry` (systems/port.py) as an entry point of th
 | full_context | the sessions                            | full_context                        |
 | rag          | the chunks                              | rag, ingest.chunk_tokens            |
 | no_memory    | empty                                   | -                                   |
+| oracle       | each question's cited messages (gold)   | - (reads data/slice/rubrics.jsonl)  |
 | mem0         | the memories Mem0 stored                | mem0, models.extraction, embedding  |
 | graphiti     | its graph's export                      | graphiti, graph, models.extraction  |
 

@@ -138,6 +138,7 @@ def test_every_system_of_the_project_is_behind_the_port_and_independent() -> Non
         "systems.rag",
         "systems.full_context",
         "systems.no_memory",
+        "systems.oracle",
         "systems.peers",
     }
     contracts = {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}

@@ -1,6 +1,7 @@
 """What the run's page shows, as plain JSON data: the headline (scores with intervals, the
 benchmark-code score, the judge check's agreement per kind and its warning, cost, failures, the
-test-model warning), the graph built per conversation, and every question with its answer,
+test-model warning, the leak check's line and, for a system that reads gold evidence, that its
+score is an upper bound), the graph built per conversation, and every question with its answer,
 rubric verdicts (the judge's raw reply kept), event alignment, the agent's steps and the
 messages it needed or reached. Pure: no wall-clock value, so the same run gives the same data."""
 
@@ -13,11 +14,13 @@ from typing import Any
 from pydantic import Field
 
 from bench.judge_check.summary import judge_warning
+from bench.leak_check import leak_verdict
 from schemas.base import Record
 from schemas.errors import DataError
 from schemas.headline import Headline
 from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, JudgedQuestion, Judgement
+from schemas.leak_check import LeakCheck
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.roles import COST_KEYS
 from schemas.runs import MemorySizes, StageRun
@@ -262,6 +265,8 @@ class PageInputs(Record):
     cost: dict[str, dict[str, int]] = Field(default_factory=dict)
     """Calls and tokens per phase (metrics/plots/cost.csv, which the report writes); empty: the
     headline's."""
+    leak_check: LeakCheck | None = None
+    """The answer stage's scan of its prompts (None: a run from before it)."""
 
 
 def page_data(inputs: PageInputs) -> dict[str, Any]:
@@ -292,6 +297,7 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         for q in questions
     ]
     models = [m for run in runs for m in run.models]
+    reads_gold = any(run.reads_gold for run in runs)
     memories = list(graphs.conversations.items())
     is_graph = any(k in c for _, c in memories for k in GRAPH_KEYS)
     keys = list(GRAPH_KEYS) if is_graph else sorted({k for _, c in memories for k in c})
@@ -299,6 +305,8 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         "mode": runs[-1].mode if runs else None,
         "test_model": any(m.test_model for m in models),
         "judge_is_agent": any(m.role == "judge" and m.judge_is_agent for m in models),
+        "reads_gold": reads_gold,
+        "leak_check": leak_verdict(inputs.leak_check, reads_gold),
         "models": [{"role": m.role, "model": m.model} for m in models],
         "confidence": inputs.confidence,
         "headline": _headline(

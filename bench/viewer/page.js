@@ -47,7 +47,14 @@ const level = RUN.confidence ? Math.round(RUN.confidence * 100) + "% CI" : "inte
 
 function headline() {
   const h = RUN.headline, o = h.overall;
-  app.append(el("h1", "", "BEAM memory benchmark: " + (RUN.mode || "unknown") + " run"));
+  app.append(el("h1", "", "BEAM memory benchmark: " + (RUN.mode || "unknown") + " run" +
+    (RUN.reads_gold ? " (reads gold evidence: an upper bound)" : "")));
+  if (RUN.reads_gold) {
+    app.append(el("div", "warn fail", "This run reads gold evidence: " + RUN.system +
+      " is given each question's cited messages (the rubrics' source_chat_ids). Its score is " +
+      "an upper bound, the answer model's ceiling with perfect memory, not a memory system's " +
+      "score: never report it as a headline."));
+  }
   if (RUN.test_model) {
     app.append(el("div", "warn", "This run used a test model (scripted/rules): its scores " +
       "measure nothing. It checks that the pipeline runs end to end, not how good any memory " +
@@ -81,6 +88,10 @@ function headline() {
     app.append(el("div", model ? "warn fail" : "card ok",
       (model ? model + " model calls failed after retries; their items scored 0" :
         "No model call failed") + " (failed: " + text + ")."));
+  }
+  if (RUN.leak_check) {
+    const leak = RUN.leak_check.startsWith("LEAK");
+    app.append(el("div", leak ? "warn fail" : "card ok", "Leak check: " + RUN.leak_check + "."));
   }
   const grid = el("div", "grid");
   const abilities = el("div", "card");

@@ -52,7 +52,8 @@ def render_page(data: Mapping[str, Any]) -> str:
         "default-src 'none'; base-uri 'none'; form-action 'none'; img-src data:; "
         f"style-src '{_sha256(CSS)}'; script-src '{_sha256(SCRIPT)}'"
     )
-    title = html.escape(f"BEAM memory benchmark: {data.get('mode') or 'unknown'} run")
+    bound = " (reads gold evidence: an upper bound)" if data.get("reads_gold") else ""
+    title = html.escape(f"BEAM memory benchmark: {data.get('mode') or 'unknown'} run{bound}")
     return (
         "<!doctype html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -360,3 +360,18 @@ def test_the_context_view_joins_the_runs_of_one_system_and_regime() -> None:
     table = table_of(document(exps))
     assert _series(table) == [[0, 1, 2], [3]]
     assert render_svg(table).count(b"stroke: #808080") >= 1  # the rag sweep's line
+
+
+def test_a_run_that_reads_gold_is_labelled_an_upper_bound_and_kept_out_of_the_pairs() -> None:
+    oracle = report(0.9, 100) | {"gold": {"reads": 1}}
+    exps = [
+        experiment("a", "1" * 40, params("rag"), report(0.5, 100), None),
+        experiment("o", "2" * 40, params("oracle"), oracle, None),
+    ]
+    table = table_of(document(exps))
+    assert table.columns == ("rag", "oracle (reads gold)")
+    assert not any(r.group == "gold" for r in table.rows)  # the label says it, not a row
+    markdown = render_markdown(table)
+    assert "oracle (reads gold): reads gold evidence by design" in markdown
+    assert "not a memory system's score" in markdown
+    assert "reads gold evidence" not in render_markdown(table_of(document(exps[:1])))

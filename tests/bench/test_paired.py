@@ -180,3 +180,17 @@ def test_runs_of_different_answer_regimes_are_not_paired_unless_asked() -> None:
         ("A", "C"),
         ("B", "C"),
     }
+
+
+def test_a_run_that_reads_gold_is_in_no_pair_and_a_note_says_why() -> None:
+    a = scores({"c1:q0": 1.0, "c1:q1": 0.0})
+    pairing = paired_differences(
+        ["A", "B", "oracle (reads gold)"], [a, a, a], BOOTSTRAP, upper_bounds=[False, False, True]
+    )
+    assert {(d.left, d.right) for d in pairing.differences} == {("A", "B")}
+    assert pairing.notes == (
+        "oracle (reads gold): reads gold evidence, an upper bound and not a memory system: in no "
+        "pair (its gap to each system is in the table above)",
+    )
+    with pytest.raises(ValueError, match="one upper_bounds value per column"):
+        paired_differences(["A", "B"], [a, a], BOOTSTRAP, upper_bounds=[True])

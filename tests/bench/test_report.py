@@ -25,6 +25,7 @@ from bench.report import (
 from clients.git import code_commit
 from schemas.estimate import RoleEstimate
 from schemas.judging import JudgedQuestion
+from schemas.leak_check import LeakCheck
 from schemas.params import ReportParams
 from schemas.records import ABILITIES, RepairedMessage, SliceSource
 from schemas.roles import CHAT_ROLES, ROLES
@@ -306,6 +307,7 @@ def test_record_matches_the_golden_file() -> None:
             judge_check=JUDGE_CHECK,
             judge_warning="the judge gave the known score on 60% of 10 calibration cases",
             confidence=0.95,  # type: ignore[arg-type]
+            leak_check=LeakCheck(questions=4, prompts=6, gold_texts=9, findings=[]),
         )
     )
     if os.environ.get("UPDATE_GOLDEN") == "1":

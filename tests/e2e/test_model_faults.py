@@ -42,6 +42,7 @@ from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Message
 from schemas.params import LlmParams, ModelRef
 from schemas.traces import Trace
+from systems import agent_loop
 from systems.graphrag import agent, decide, extract
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import COMMAND_TIMEOUT_SECONDS, RepoCopy, repo_copy
@@ -120,7 +121,10 @@ def test_the_served_model_replies_as_the_scripted_model_does(tmp_path: Path) -> 
             decide.ResolveReply,
         ),
         ChatRequest(
-            messages=first_agent_turn, task=agent.TASK, prompt_version="test", tools=agent.TOOLS
+            messages=first_agent_turn,
+            task=agent_loop.TASK,
+            prompt_version="test",
+            tools=agent.TOOLS,
         ),
         item_request(item_messages(prompts, "Where?", "The user moved to Berlin", "Berlin.")),
         equivalence_request(equivalence_messages(prompts, "moved to Berlin", "Berlin move")),

@@ -253,6 +253,13 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(lite_run:
     assert default_models <= MAX_LITE_COLUMNS, sorted(own)
     record = (repo.path / "reports" / "memory.md").read_text()
     assert "measure nothing" in record and "conv17:information_extraction:0" in record
+    # graphrag reads no gold: every prompt of its agent scanned, none holding any
+    assert "Leak check: clean (" in record and "reads gold" not in record
+    leaks = repo.read_json("data/answer/leak_check.json")
+    assert leaks["findings"] == [] and leaks["prompts"] == tasks_of(repo)["agent"]
+    assert (
+        "reads_gold" not in report and repo.read_json("data/answer/run.json")["reads_gold"] is False
+    )
     # the lite draw (two cases per kind): the overlap judge is at the threshold (8 of 10)
     cases = repo.read_json("data/judge_check/summary.json")["cases"]["overall"]
     assert_both_scores_and_the_judge_check(record, report, cases, warned=False)
@@ -451,6 +458,11 @@ def test_a_run_killed_during_ingest_resumes_without_repeating_completed_calls(
         repeated = {_request_key(c) for c in before} & {_request_key(c) for c in after}
         assert not repeated, f"{len(repeated)} completed calls were made again"
         assert (repo.path / "metrics" / "report.json").is_file()
+
+
+def tasks_of(repo: RepoCopy) -> Counter[str]:
+    """The test model's calls by task, as its request log holds them."""
+    return Counter(str(c["task"]) for c in repo.model_calls())
 
 
 def _no_java_left_under(tmp: Path) -> bool:

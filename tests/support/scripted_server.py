@@ -52,7 +52,7 @@ from clients.llm.port import ChatRequest, Message, Tool, ToolCall
 from clients.llm.replies import schema_instruction
 from clients.scripted.backend import ScriptedBackend
 from schemas.judging import JudgePrompts
-from systems import one_shot
+from systems import agent_loop, one_shot, regimes
 from systems.graphrag import agent, decide, extract
 from tests.support.openai_server import Action, LoopbackServer
 from tests.support.scorer_standin import compute_metrics_py, prompts_py
@@ -117,7 +117,8 @@ def prompt_tasks(judge: JudgePrompts | None = None) -> tuple[PromptTask, ...]:
         PromptTask("system", extract.SYSTEM_PROMPT, extract.TASK),
         PromptTask("system", decide.RESOLVE_SYSTEM, decide.RESOLVE_TASK),
         PromptTask("system", decide.LINK_SYSTEM, decide.LINK_TASK),
-        PromptTask("system", agent.SYSTEM_PROMPT, agent.TASK),
+        PromptTask("system", agent.SYSTEM_PROMPT, agent_loop.TASK),
+        PromptTask("system", regimes.AGENT_PROMPT, agent_loop.TASK),
         PromptTask("system", one_shot.system_prompt("").split("\n")[0], one_shot.TASK),
         PromptTask("system", _opening(judge.equivalence_system), "equivalence"),
         PromptTask("user", _opening(with_question_slot(judge.item_prompt)), "judge", JudgeVerdict),

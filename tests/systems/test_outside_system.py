@@ -101,6 +101,7 @@ def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
         "graphrag",
         "mem0",
         "no_memory",
+        "oracle",
         "rag",
     ]
     assert shown["name"] == "echo" and shown["counts"] == {"characters": 25}
@@ -109,6 +110,7 @@ def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
     missing = _run(work, [REPO_ROOT])
     assert missing.returncode != 0
     expected = (
-        "system must be one of full_context, graphiti, graphrag, mem0, no_memory, rag, found 'echo'"
+        "system must be one of full_context, graphiti, graphrag, mem0, no_memory, oracle, rag, "
+        "found 'echo'"
     )
     assert expected in missing.stderr

@@ -80,6 +80,7 @@ def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> 
         "graphrag",
         "mem0",
         "no_memory",
+        "oracle",
         "rag",
     ]
     with pytest.raises(
@@ -108,6 +109,7 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
     }
     assert shown["full_context"]["reply tokens kept free"] == params["full_context"]["reply_tokens"]
     assert shown["no_memory"] == {}
+    assert "gold evidence, an upper bound" in str(shown["oracle"]["evidence in the prompt"])
     assert shown["mem0"] == {
         "Mem0 (mem0ai)": "2.2.1",
         "messages per add": 2,

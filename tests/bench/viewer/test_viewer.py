@@ -435,3 +435,18 @@ def test_the_page_reads_no_params_or_files_itself() -> None:
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_run_that_reads_gold_says_so_with_its_leak_check(run_dir: Path) -> None:
+    before = embedded(write_viewer().read_text(encoding="utf-8"))
+    assert before["reads_gold"] is False and before["leak_check"].startswith("not run")
+    answer = json.loads((run_dir / "data/answer/run.json").read_text())
+    write_json(run_dir / "data/answer/run.json", answer | {"system": "oracle", "reads_gold": True})
+    check = {"questions": 2, "prompts": 2, "gold_texts": 6, "findings": []}
+    write_json(run_dir / "data/answer/leak_check.json", check)
+    page = write_viewer().read_text(encoding="utf-8")
+    data = embedded(page)
+    assert data["reads_gold"] is True and data["system"] == "oracle"
+    assert data["leak_check"].startswith("reads gold by design")
+    assert "<title>BEAM memory benchmark: lite run (reads gold evidence: an upper bound)" in page
+    assert "RUN.reads_gold" in page  # the script shows the warning from the data
