@@ -133,6 +133,11 @@ class AnswerFiles(SystemStageFiles):
     def traces(self) -> Path:
         return self.folder / "traces.jsonl"
 
+    @property
+    def question_times(self) -> Path:
+        """Each question's answer and retrieval seconds (wall time: beside the stage's file)."""
+        return self.wall_time.with_name("answer_questions.jsonl")
+
 
 @dataclass(frozen=True)
 class JudgeFiles(SystemStageFiles):

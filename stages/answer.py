@@ -7,20 +7,23 @@ the agent's model, `llm.concurrency` at a time, and closes it. Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
 (traces quote the chat: CC BY-SA 4.0), `data/answer/run.json` (the system and the model),
 `data/answer/summary.json` (counts, steps, the context size and the tokens left out),
-`metrics/usage/answer.json` (the model calls and tokens the answers took) and
-`metrics/wall_time/answer.json` (the stage's and the phase's seconds: wall time never goes into a
-result).
+`metrics/usage/answer.json` (the model calls and tokens the answers took),
+`metrics/wall_time/answer_questions.jsonl` (each question's answer and retrieval seconds) and
+`metrics/wall_time/answer.json` (the stage's and the phase's seconds, the questions' median and
+p95: wall time never goes into a result; schemas/wall_time.py).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.answers import agent_usage, summarize_answers
 from bench.usage import CountedEmbedder
+from bench.wall_time import DIGITS, answer_wall_time
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
 from clients.llm.accounting import Accounting
 from clients.llm.client import open_model
@@ -31,13 +34,26 @@ from schemas.layout import LAYOUT, StageIO
 from schemas.records import Question
 from schemas.runs import StageRun
 from schemas.traces import Trace
+from schemas.wall_time import QuestionTime
 from stages.common import progress, read_params, run_stage, stage_seconds
-from systems.port import EmbedsQuestions, Memory, MemorySystem, memory_file
+from systems.port import (
+    EmbedsQuestions,
+    Memory,
+    MemorySystem,
+    memory_file,
+    question_clock,
+    times_search,
+)
 from systems.registry import lazy_embedder, load_system
 
 STAGE_IO = StageIO(
     deps=(LAYOUT.slice.folder, LAYOUT.ingest.folder),
-    outs=(LAYOUT.answer.folder, LAYOUT.answer.usage, LAYOUT.answer.wall_time),
+    outs=(
+        LAYOUT.answer.folder,
+        LAYOUT.answer.usage,
+        LAYOUT.answer.wall_time,
+        LAYOUT.answer.question_times,
+    ),
 )
 
 FILES = LAYOUT.answer
@@ -49,13 +65,32 @@ licence: share them only under CC BY-SA 4.0, with this attribution.
 """
 
 
+def answer_timed(
+    memory: Memory, question: Question, model: ChatModel
+) -> tuple[Trace, QuestionTime]:
+    """One question's trace, and the wall time of its answer and of the searches the system
+    timed on this thread's question clock (systems/port.py)."""
+    with question_clock() as clock:
+        started = time.perf_counter()
+        trace = memory.answer(question, model)
+        seconds = time.perf_counter() - started
+    retrieval = clock.retrieval_seconds(times_search(memory))
+    return trace, QuestionTime(
+        question_id=question.id,
+        conversation_id=question.conversation_id,
+        answer_seconds=round(seconds, DIGITS),
+        retrieval_seconds=None if retrieval is None else round(retrieval, DIGITS),
+    )
+
+
 def answer_all(
     memory: Memory, questions: list[Question], model: ChatModel, concurrency: int, desc: str
-) -> list[Trace]:
-    """The traces of one conversation's questions, in question order, `concurrency` at a time
-    (each question's calls stay in sequence; the model layer bounds requests per endpoint)."""
+) -> list[tuple[Trace, QuestionTime]]:
+    """The traces of one conversation's questions with their wall times, in question order,
+    `concurrency` at a time (each question's calls stay in sequence; the model layer bounds
+    requests per endpoint)."""
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-answer") as pool:
-        futures = [pool.submit(memory.answer, question, model) for question in questions]
+        futures = [pool.submit(answer_timed, memory, question, model) for question in questions]
         try:
             return list(progress((f.result() for f in futures), total=len(futures), desc=desc))
         except BaseException:
@@ -69,23 +104,24 @@ def answer_conversations(
     by_conversation: dict[str, list[Question]],
     model: ChatModel,
     concurrency: int,
-) -> dict[str, Trace]:
-    """Every question's trace, each conversation answered from its own memory."""
-    traces: dict[str, Trace] = {}
+) -> dict[str, tuple[Trace, QuestionTime]]:
+    """Every question's trace and wall time, each conversation answered from its own memory."""
+    answered: dict[str, tuple[Trace, QuestionTime]] = {}
     with stage_workdir("beam-answer-") as workdir:
         for conversation in sorted(by_conversation, key=int):
             asked = by_conversation[conversation]
             memory_path = memory_file(MEMORIES, conversation)
             with system.open_memory(conversation, memory_path, Path(workdir)) as memory:
-                done = answer_all(memory, asked, model, concurrency, f"conv{conversation}")
-            traces.update((t.question_id, t) for t in done)
+                timed = answer_all(memory, asked, model, concurrency, f"conv{conversation}")
+            answered.update((t.question_id, (t, time_)) for t, time_ in timed)
+            done = [t for t, _ in timed]
             print(
                 f"answer conv{conversation} ({system.name}): {len(done)} questions, "
                 f"{sum(t.calls for t in done)} model calls, "
                 f"{sum(1 for t in done if t.error)} errors",
                 file=sys.stderr,
             )
-    return traces
+    return answered
 
 
 def main() -> None:
@@ -105,7 +141,7 @@ def main() -> None:
             f"no {system.memory_noun} for conversation(s) {', '.join(missing)} in {MEMORIES} "
             f"(system {system.name}): run `dvc repro ingest`"
         )
-    remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
+    remove_outputs(FILES.folder, FILES.wall_time, FILES.question_times, FILES.usage)
 
     agent.check_endpoint()
     estimate = system.estimate_answer([], questions, MEMORIES)  # from the built memories
@@ -116,8 +152,8 @@ def main() -> None:
             estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name})"
         )
 
-    traces = answer_conversations(system, by_conversation, agent, concurrency)
-    ordered = [traces[q.id] for q in questions]
+    answered = answer_conversations(system, by_conversation, agent, concurrency)
+    ordered = [answered[q.id][0] for q in questions]
     failed = [t for t in ordered if t.error is not None]
     check_failed_share(
         "answer",
@@ -141,16 +177,14 @@ def main() -> None:
     usage = {"agent": agent_usage(ordered)}
     usage |= {"embedding": embedder.usage()} if embedder.opened else {}
     write_json(FILES.usage, usage)
+    times = [answered[q.id][1] for q in questions]
+    write_jsonl(FILES.question_times, times)
     # The model layer's wait on the agent's calls (none for cache hits): wall time only.
-    write_json(
-        FILES.wall_time,
-        {
-            "seconds": {
-                "agent": accounting.to_metrics()["agent"]["seconds"],
-                "stage_answer": stage_seconds(),
-            }
-        },
-    )
+    seconds = {
+        "agent": accounting.to_metrics()["agent"]["seconds"],
+        "stage_answer": stage_seconds(),
+    }
+    write_json(FILES.wall_time, answer_wall_time(seconds, times).model_dump(mode="json"))
 
 
 if __name__ == "__main__":
