@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import TypeVar
 
 from schemas.traces import AnswerSummary, Trace
 
+N = TypeVar("N", int, float)
 
-def nearest_rank(values: Sequence[int], share: float) -> int:
+
+def nearest_rank(values: Sequence[N], share: float) -> N:
     """The smallest value with at least `share` of the values at or below it (one of them)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]

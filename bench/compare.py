@@ -20,6 +20,9 @@ Rows, from metrics/report.json (bench/report.py writes it; its layout is in the 
   number of questions;
 - the other scores (beam_code, excluding known-bad rubrics, evidence recall, the judge check);
 - cost: tokens and calls per question, the agent's context tokens;
+- wall time, from each run's own files (metrics/wall_time/, read by stages/compare.py): the
+  questions' answer and retrieval seconds (median, p95) and each conversation's build (median,
+  max), as the machine that ran it timed them (not comparable across machines);
 - calls and tokens per phase, then failures, then any group this module does not know (so a
   metric a system adds still shows).
 A column without a value shows `–`.
@@ -46,6 +49,7 @@ from schemas.base import Record
 from schemas.errors import DataError
 from schemas.layout import LAYOUT
 from schemas.roles import COST_KEYS
+from schemas.wall_time import Spread
 
 REPORT_METRICS = str(LAYOUT.report.metrics)
 PARAMS_FILE = "params.yaml"
@@ -105,6 +109,29 @@ class Run(Record):
         """Its system read gold evidence by design (`gold.reads` in its headline): an upper
         bound, not a memory system's score."""
         return bool((self.report or {}).get("gold", {}).get("reads"))
+
+
+class RunWallTime(Record):
+    """A run's wall time as its own files hold it (None: a run made before it was timed)."""
+
+    answer: Spread | None = None
+    """Over the questions: the system's whole answer."""
+    retrieval: Spread | None = None
+    """Over the questions whose system timed its searches."""
+    build: Spread | None = None
+    """Over the conversations: building each one's memory."""
+
+
+WALL_TIME_SECTION = "wall time (seconds on the machine that ran it)"
+WALL_TIME_ROWS: tuple[tuple[str, str, str, str], ...] = (
+    ("answer", "median", "answer_seconds_median", "answer per question, median"),
+    ("answer", "p95", "answer_seconds_p95", "answer per question, p95"),
+    ("retrieval", "median", "retrieval_seconds_median", "retrieval per question, median"),
+    ("retrieval", "p95", "retrieval_seconds_p95", "retrieval per question, p95"),
+    ("build", "median", "build_seconds_median", "build per conversation, median"),
+    ("build", "max", "build_seconds_max", "build per conversation, max"),
+)
+"""(RunWallTime field, Spread field, row key, row label) of each wall-time row."""
 
 
 class Cell(Record):
@@ -382,18 +409,41 @@ def score_rows(runs: Sequence[Run]) -> list[Row]:
     return rows
 
 
+def wall_time_rows(wall_times: Sequence[RunWallTime | None]) -> list[Row]:
+    """The wall-time rows: a run without a value (not timed, no such file) shows `–`."""
+
+    def value(timed: RunWallTime | None, what: str, statistic: str) -> float | None:
+        found = getattr(timed, what, None) if timed is not None else None
+        return getattr(found, statistic) if isinstance(found, Spread) else None
+
+    return [
+        Row(
+            section=WALL_TIME_SECTION,
+            group="wall_time",
+            key=key,
+            label=label,
+            cells=tuple(Cell(value=value(t, what, statistic)) for t in wall_times),
+        )
+        for what, statistic, key, label in WALL_TIME_ROWS
+    ]
+
+
 def build_comparison(
     runs: Sequence[Run],
     left_out: Sequence[str] = (),
     *,
     build_calls: Sequence[float | None] | None = None,
+    wall_times: Sequence[RunWallTime | None] | None = None,
 ) -> Comparison:
     """The table of the chosen runs (pure); `build_calls`: each run's model calls to build its
-    memory per conversation (bench/paired.py), a cost row beside tokens per question."""
+    memory per conversation (bench/paired.py), a cost row beside tokens per question;
+    `wall_times`: each run's wall time, rows after the cost."""
     if not runs:
         raise DataError("nothing to compare: no run was chosen")
     if build_calls is not None and len(build_calls) != len(runs):
         raise ValueError("one build_calls value (or None) per run")
+    if wall_times is not None and len(wall_times) != len(runs):
+        raise ValueError("one wall_times value (or None) per run")
     rows = [*settings_rows(runs), *score_rows(runs)]
     for group in SCORE_GROUPS:
         rows += [_row("other scores", group, k, f"{group}.{k}", runs) for k in _keys(runs, group)]
@@ -425,6 +475,7 @@ def build_comparison(
             )
         )
     rows += [_row("cost", "agent", k, f"agent.{k}", runs) for k in _keys(runs, "agent")]
+    rows += wall_time_rows(wall_times) if wall_times is not None else []
     for group, section in (("cost_calls", "calls per phase"), ("cost_tokens", "tokens per phase")):
         rows += [_row(section, group, k, k, runs) for k in _keys(runs, group, first=COST_KEYS)]
     rows += [_row("failures", "failures", k, k, runs) for k in _keys(runs, "failures")]
@@ -513,9 +564,12 @@ def render_seed_spreads(spreads: Sequence[SeedSpread]) -> list[str]:
 
 # -- rendering ---------------------------------------------------------------------------------
 def format_number(value: float, group: str, key: str = "") -> str:
-    """Scores and shares with 3 decimals; counts with thousands separators."""
+    """Scores and shares with 3 decimals; counts with thousands separators; seconds with three
+    significant digits below 10 (a BM25 search takes well under a millisecond)."""
     if group in SHARE_GROUPS or (group, key) == ("judge_check", "agreement"):
         return f"{value:.3f}"
+    if group == "wall_time":
+        return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.1f}"
@@ -546,7 +600,9 @@ def render_markdown(table: Comparison) -> str:
         "",
         f"{len(table.columns)} runs from `dvc exp show` (`python -m stages.compare`). Scores "
         "are `score [95% interval] (n=questions)`; an ability a run did not ask shows "
-        f"`{MISSING}`. A run with the test model `scripted/rules` measures nothing.",
+        f"`{MISSING}`. A run with the test model `scripted/rules` measures nothing. Wall time "
+        "is as each run's machine timed it (other jobs beside it; answers from the call cache "
+        "are fast): compare it between runs of one machine only.",
         "",
         "| " + " | ".join(map(_md_escape, head)) + " |",
         "|" + "---|" + "---:|" * len(table.columns),

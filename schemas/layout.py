@@ -139,6 +139,11 @@ class AnswerFiles(SystemStageFiles):
         (bench/leak_check.py)."""
         return self.folder / "leak_check.json"
 
+    @property
+    def question_times(self) -> Path:
+        """Each question's answer and retrieval seconds (wall time: beside the stage's file)."""
+        return self.wall_time.with_name("answer_questions.jsonl")
+
 
 @dataclass(frozen=True)
 class JudgeFiles(SystemStageFiles):

@@ -13,14 +13,16 @@ the stage reads the slice's rubrics and chats for that, the system never gets th
 `data/answer/run.json` (the system, the regime it answered in, the model, and whether the system
 reads gold evidence by design: systems/port.py `reads_gold`),
 `data/answer/summary.json` (counts, steps, the context size and the tokens left out),
-`metrics/usage/answer.json` (the model calls and tokens the answers took) and
-`metrics/wall_time/answer.json` (the stage's and the phase's seconds: wall time never goes into a
-result).
+`metrics/usage/answer.json` (the model calls and tokens the answers took),
+`metrics/wall_time/answer_questions.jsonl` (each question's answer and retrieval seconds) and
+`metrics/wall_time/answer.json` (the stage's and the phase's seconds, the questions' median and
+p95: wall time never goes into a result; schemas/wall_time.py).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +31,7 @@ from pathlib import Path
 from bench.answers import agent_usage, summarize_answers
 from bench.leak_check import LeakWatch
 from bench.usage import CountedEmbedder
+from bench.wall_time import DIGITS, answer_wall_time
 from clients.files import (
     read_chats,
     read_jsonl,
@@ -46,14 +49,28 @@ from schemas.layout import LAYOUT, StageIO
 from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
+from schemas.wall_time import QuestionTime
 from stages.common import progress, read_params, run_stage, stage_seconds
-from systems.port import EmbedsQuestions, Memory, MemorySystem, memory_file, reads_gold
+from systems.port import (
+    EmbedsQuestions,
+    Memory,
+    MemorySystem,
+    memory_file,
+    question_clock,
+    reads_gold,
+    times_search,
+)
 from systems.regimes import effective_regime, in_regime, regime_estimate
 from systems.registry import lazy_embedder, load_system, system_entry
 
 STAGE_IO = StageIO(
     deps=(LAYOUT.slice.folder, LAYOUT.ingest.folder),
-    outs=(LAYOUT.answer.folder, LAYOUT.answer.usage, LAYOUT.answer.wall_time),
+    outs=(
+        LAYOUT.answer.folder,
+        LAYOUT.answer.usage,
+        LAYOUT.answer.wall_time,
+        LAYOUT.answer.question_times,
+    ),
 )
 
 FILES = LAYOUT.answer
@@ -65,6 +82,24 @@ licence: share them only under CC BY-SA 4.0, with this attribution.
 """
 
 
+def answer_timed(
+    memory: Memory, question: Question, model: ChatModel
+) -> tuple[Trace, QuestionTime]:
+    """One question's trace, and the wall time of its answer and of the searches the system
+    timed on this thread's question clock (systems/port.py)."""
+    with question_clock() as clock:
+        started = time.perf_counter()
+        trace = memory.answer(question, model)
+        seconds = time.perf_counter() - started
+    retrieval = clock.retrieval_seconds(times_search(memory))
+    return trace, QuestionTime(
+        question_id=question.id,
+        conversation_id=question.conversation_id,
+        answer_seconds=round(seconds, DIGITS),
+        retrieval_seconds=None if retrieval is None else round(retrieval, DIGITS),
+    )
+
+
 def answer_all(
     memory: Memory,
     questions: list[Question],
@@ -72,16 +107,17 @@ def answer_all(
     concurrency: int,
     desc: str,
     watch: LeakWatch | None = None,
-) -> list[Trace]:
-    """The traces of one conversation's questions, in question order, `concurrency` at a time
-    (each question's calls stay in sequence; the model layer bounds requests per endpoint);
-    with `watch`, each question's requests are scanned for its gold-only text."""
+) -> list[tuple[Trace, QuestionTime]]:
+    """The traces of one conversation's questions with their wall times, in question order,
+    `concurrency` at a time (each question's calls stay in sequence; the model layer bounds
+    requests per endpoint); with `watch`, each question's requests are scanned for its gold-only
+    text."""
 
     def model_for(question: Question) -> ChatModel:
         return watch.watch(question, model) if watch is not None else model
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-answer") as pool:
-        futures = [pool.submit(memory.answer, q, model_for(q)) for q in questions]
+        futures = [pool.submit(answer_timed, memory, q, model_for(q)) for q in questions]
         try:
             return list(progress((f.result() for f in futures), total=len(futures), desc=desc))
         except BaseException:
@@ -97,27 +133,28 @@ def answer_conversations(
     concurrency: int,
     regime: Callable[[Memory], Memory] = lambda memory: memory,
     watch: LeakWatch | None = None,
-) -> dict[str, Trace]:
-    """Every question's trace, each conversation answered from its own memory (as `regime`
-    makes it answer)."""
-    traces: dict[str, Trace] = {}
+) -> dict[str, tuple[Trace, QuestionTime]]:
+    """Every question's trace and wall time, each conversation answered from its own memory (as
+    `regime` makes it answer)."""
+    answered: dict[str, tuple[Trace, QuestionTime]] = {}
     with stage_workdir("beam-answer-") as workdir:
         for conversation in sorted(by_conversation, key=int):
             asked = by_conversation[conversation]
             memory_path = memory_file(MEMORIES, conversation)
             with system.open_memory(conversation, memory_path, Path(workdir)) as memory:
                 answering = regime(memory)
-                done = answer_all(
+                timed = answer_all(
                     answering, asked, model, concurrency, f"conv{conversation}", watch
                 )
-            traces.update((t.question_id, t) for t in done)
+            answered.update((t.question_id, (t, time_)) for t, time_ in timed)
+            done = [t for t, _ in timed]
             print(
                 f"answer conv{conversation} ({system.name}): {len(done)} questions, "
                 f"{sum(t.calls for t in done)} model calls, "
                 f"{sum(1 for t in done if t.error)} errors",
                 file=sys.stderr,
             )
-    return traces
+    return answered
 
 
 def main() -> None:
@@ -137,7 +174,7 @@ def main() -> None:
             f"no {system.memory_noun} for conversation(s) {', '.join(missing)} in {MEMORIES} "
             f"(system {system.name}): run `dvc repro ingest`"
         )
-    remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
+    remove_outputs(FILES.folder, FILES.wall_time, FILES.question_times, FILES.usage)
 
     native = system_entry(system.name).native_regime
     regime = effective_regime(params.regime, native)
@@ -159,7 +196,7 @@ def main() -> None:
     watch = LeakWatch.of(
         questions, read_records(LAYOUT.slice.rubrics, Rubric), read_chats(LAYOUT.slice.chats)
     )
-    traces = answer_conversations(
+    answered = answer_conversations(
         system,
         by_conversation,
         agent,
@@ -167,7 +204,7 @@ def main() -> None:
         lambda memory: in_regime(memory, system.name, native, params),
         watch,
     )
-    ordered = [traces[q.id] for q in questions]
+    ordered = [answered[q.id][0] for q in questions]
     failed = [t for t in ordered if t.error is not None]
     check_failed_share(
         "answer",
@@ -195,16 +232,14 @@ def main() -> None:
     usage = {"agent": agent_usage(ordered)}
     usage |= {"embedding": embedder.usage()} if embedder.opened else {}
     write_json(FILES.usage, usage)
+    times = [answered[q.id][1] for q in questions]
+    write_jsonl(FILES.question_times, times)
     # The model layer's wait on the agent's calls (none for cache hits): wall time only.
-    write_json(
-        FILES.wall_time,
-        {
-            "seconds": {
-                "agent": accounting.to_metrics()["agent"]["seconds"],
-                "stage_answer": stage_seconds(),
-            }
-        },
-    )
+    seconds = {
+        "agent": accounting.to_metrics()["agent"]["seconds"],
+        "stage_answer": stage_seconds(),
+    }
+    write_json(FILES.wall_time, answer_wall_time(seconds, times).model_dump(mode="json"))
 
 
 if __name__ == "__main__":

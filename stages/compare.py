@@ -5,10 +5,11 @@ paired differences, also printed), `reports/compare.csv` (long format),
 `reports/compare_pairs.csv` (each pair of runs that asked the same questions: the mean difference
 per ability and overall with its paired bootstrap interval) and `reports/compare.svg` (score per
 ability with its interval, score against tokens per question, tokens per phase): one column per
-system/model. Each run's per-question scores and build calls are read from its own commit
-(`git show <rev>:metrics/questions.csv`, `metrics/usage/ingest.json`; the workspace's from its
-files). The cores are bench/compare.py, whose docstring lists the rows, and bench/paired.py. Not
-a DVC stage: its inputs are the experiments themselves.
+system/model. Each run's per-question scores, build calls and wall time are read from its own
+commit (`git show <rev>:metrics/questions.csv`, `metrics/usage/ingest.json`,
+`metrics/wall_time/answer.json` and `ingest.json`; the workspace's from its files). The cores
+are bench/compare.py, whose docstring lists the rows, and bench/paired.py. Not a DVC stage: its
+inputs are the experiments themselves.
 
     python -m stages.compare                    # every finished experiment of HEAD (a sweep)
     python -m stages.compare exp-a exp-b main   # these experiments / branches / commits
@@ -23,10 +24,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from bench.compare import (
     Run,
+    RunWallTime,
     build_comparison,
     read_exp_show,
     render_csv,
@@ -45,6 +49,7 @@ from bench.paired import (
 from clients.files import read_json, write_atomic
 from schemas.errors import DataError, ParamsError, ServiceError
 from schemas.layout import LAYOUT
+from schemas.wall_time import AnswerWallTime, IngestWallTime
 from stages.common import read_params, run_stage
 from systems.regimes import effective_regime
 from systems.registry import system_entry
@@ -144,6 +149,32 @@ def build_calls_of(run: Run, scores: dict[str, QuestionScore] | None) -> float |
     return build_calls_per_conversation(usage, scores)
 
 
+W = TypeVar("W", AnswerWallTime, IngestWallTime)
+
+
+def wall_time_file_of(run: Run, path: Path, record: type[W]) -> W | None:
+    """A run's wall-time file, None when its commit has none (a run made before it)."""
+    text = run_file(run, path)
+    if text is None:
+        return None
+    try:
+        return record.model_validate_json(text)
+    except ValidationError as exc:
+        raise DataError(f"{path} of {run.name} is not a wall-time file: {exc}") from exc
+
+
+def wall_time_of(run: Run) -> RunWallTime:
+    """What the run's own wall-time files say of its answers and builds (each None when its
+    commit has no such file or the file has no such group: a run made before they were timed)."""
+    answer = wall_time_file_of(run, LAYOUT.answer.wall_time, AnswerWallTime)
+    ingest = wall_time_file_of(run, LAYOUT.ingest.wall_time, IngestWallTime)
+    return RunWallTime(
+        answer=answer.answer_seconds if answer else None,
+        retrieval=answer.retrieval_seconds if answer else None,
+        build=ingest.build_seconds if ingest else None,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m stages.compare",
@@ -179,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     runs = [run.model_copy(update={"regime": regime_of(run)}) for run in runs]
     scores = [question_scores_of(run) for run in runs]
     build_calls = [build_calls_of(run, s) for run, s in zip(runs, scores, strict=True)]
-    table = build_comparison(runs, left_out, build_calls=build_calls)
+    wall_times = [wall_time_of(run) for run in runs]
+    table = build_comparison(runs, left_out, build_calls=build_calls, wall_times=wall_times)
     bootstrap = read_params().report
     regimes = None if args.across_regimes else [bare_regime(run.regime) for run in runs]
     pairing = paired_differences(

@@ -7,7 +7,8 @@ the sessions, no_memory an empty file. Also writes `data/ingest/run.json` (the s
 its build used, and whether a test model made this run), `data/ingest/graphs.json` (the counts of
 each conversation's memory, and their total), `metrics/usage/ingest.json` (the model calls and
 tokens the memories took, bench/usage.py) and `metrics/wall_time/ingest.json` (the seconds of the
-stage and of each build role: wall time never goes into a result).
+stage, of each build role and of each conversation's build, with their median and p95: wall time
+never goes into a result; schemas/wall_time.py).
 
 Interrupted and run again: every finished model call comes from the call cache, and the memory
 is rebuilt from scratch (graphrag: in a fresh server, MERGE on stable ids: no duplicate nodes).
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.usage import CountedEmbedder, CountedModel
+from bench.wall_time import ingest_wall_time
 from clients.files import read_chats, remove_outputs, write_json
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_budget, open_model
@@ -69,7 +71,7 @@ def main() -> None:
 
     counted = {client.role: CountedModel(client) for client in clients}
     try:
-        memories = build_all(chats, system, counted)
+        memories, build_seconds = build_all(chats, system, counted)
         check_failed_share(
             "ingest",
             "model calls",
@@ -82,15 +84,17 @@ def main() -> None:
         # no half-made set of memories (finished calls are cached)
         remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
         raise
-    write_records(memories, mode, system, clients, list(counted.values()), accounting, embedder)
+    write_records(memories, mode, system, clients, list(counted.values()), embedder)
+    write_wall_time(accounting, build_seconds)
 
 
 def build_all(
     chats: list[ChatSlice], system: MemorySystem, models: Mapping[Role, ChatModel]
-) -> list[BuiltMemory]:
+) -> tuple[list[BuiltMemory], dict[str, float]]:
     """Each conversation's memory, built and written to its file (in a folder made here: a
-    system writes only its files)."""
+    system writes only its files), and the wall seconds of each build by conversation id."""
     memories: list[BuiltMemory] = []
+    build_seconds: dict[str, float] = {}
     FILES.folder.mkdir(parents=True, exist_ok=True)
     with stage_workdir("beam-ingest-") as workdir:
         for index, chat in enumerate(chats, start=1):
@@ -107,12 +111,13 @@ def build_all(
             finally:
                 bar.close()
             memories.append(built)
+            build_seconds[chat.conversation_id] = time.monotonic() - started
             print(
                 f"ingest [{index}/{len(chats)}] conv{chat.conversation_id} ({system.name}): "
-                f"{built.summary} ({time.monotonic() - started:.1f} s)",
+                f"{built.summary} ({build_seconds[chat.conversation_id]:.1f} s)",
                 file=sys.stderr,
             )
-    return memories
+    return memories, build_seconds
 
 
 def write_records(
@@ -121,12 +126,10 @@ def write_records(
     system: MemorySystem,
     clients: list[LlmClient],
     counted: list[CountedModel],
-    accounting: Accounting,
     embedder: CountedEmbedder,
 ) -> None:
     """The stage's data outs (results only: byte-identical when re-run from the call cache) and
-    its metrics (seconds per build role under its `cost_key`: the model layer's wait, none for
-    cache hits)."""
+    its usage."""
     models = [client.metadata() for client in clients]
     models += [embedder.metadata()] if embedder.opened else []
     notes: dict[str, dict[str, Any]] = {}
@@ -148,9 +151,15 @@ def write_records(
     usage = {model.role: model.usage() for model in counted}
     usage |= {"embedding": embedder.usage()} if embedder.opened else {}
     write_json(FILES.usage, usage)
+
+
+def write_wall_time(accounting: Accounting, build_seconds: Mapping[str, float]) -> None:
+    """The stage's wall time: seconds per build role under its `cost_key` (the model layer's
+    wait, none for cache hits), of the stage, and of each conversation's build."""
     llm = accounting.to_metrics()
     seconds = {cost_key(r): llm[r]["seconds"] if r in llm else 0.0 for r in INGEST_ROLES}
-    write_json(FILES.wall_time, {"seconds": {**seconds, "stage_ingest": stage_seconds()}})
+    seconds["stage_ingest"] = stage_seconds()
+    write_json(FILES.wall_time, ingest_wall_time(seconds, build_seconds).model_dump(mode="json"))
 
 
 if __name__ == "__main__":

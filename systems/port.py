@@ -24,6 +24,12 @@ says so (`reads_gold`: only `oracle`, the answer model's ceiling with perfect me
 stage records it, and the record, the page, the headline and `make compare` show its score as an
 upper bound, never as a memory system's.
 
+How long a question's searches took is the system's to say, as it searches: it wraps the code
+that searches its memory (the query's embedding included) in `timing_search()` and marks its
+`Memory` with `times_search = True`; the answer stage opens a `question_clock()` around each
+`Memory.answer` and writes the sum (metrics/wall_time/answer_questions.jsonl). A system that does
+not has no retrieval time (None), never a made-up 0.
+
 Every system answers with the same model (the `agent` role) and is scored by the same judge; the
 build may use other roles (`build_roles`). Before any call the stages check the system's own
 estimate (`estimate_build`, `estimate_answer`) against the spend cap (`Budget.check_estimate`).
@@ -35,8 +41,11 @@ memory system").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -71,6 +80,7 @@ __all__ = [
     "MemorySystem",
     "Progress",
     "RoleEstimate",
+    "SearchClock",
     "SearchesMemory",
     "SystemContext",
     "SystemEntry",
@@ -78,7 +88,10 @@ __all__ = [
     "answer_rates_from_traces",
     "estimate_system",
     "memory_file",
+    "question_clock",
     "reads_gold",
+    "times_search",
+    "timing_search",
 ]
 
 
@@ -182,6 +195,75 @@ def reads_gold(system: object) -> bool:
             f"found {declared!r}"
         )
     return declared
+
+
+class SearchClock:
+    """The wall seconds one question's answer spent searching its memory, summed over its
+    searches (`timing_search`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a system may search from a thread of its own
+        self._depth = 0
+        self._started = 0.0
+        self._seconds = 0.0
+        self.searched = False
+        """Whether any search was timed."""
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Adds the wall time of the code inside; searches inside one another (or overlapping,
+        in threads) count the time any of them ran, once."""
+        with self._lock:
+            if self._depth == 0:
+                self._started = time.perf_counter()
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._seconds += time.perf_counter() - self._started
+                    self.searched = True
+
+    def retrieval_seconds(self, timed_by_system: bool) -> float | None:
+        """The seconds searched; None when no search was timed and the system does not time its
+        searches (`times_search`): a question it answered without a search then took 0."""
+        return self._seconds if self.searched or timed_by_system else None
+
+
+_CLOCK: ContextVar[SearchClock | None] = ContextVar("beam_search_clock", default=None)
+"""The clock of the question the code running in this context answers: a context variable, so
+that each of the answer stage's threads (one question at a time each) has its own."""
+
+
+@contextmanager
+def question_clock() -> Iterator[SearchClock]:
+    """A new clock for the question answered inside (in this thread); the answer stage's."""
+    clock = SearchClock()
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
+
+
+@contextmanager
+def timing_search() -> Iterator[None]:
+    """A system's search of its memory for a question, timed on the question's clock (outside
+    the answer stage, or in a thread the system started without copying its context, there is
+    none and nothing is timed)."""
+    clock = _CLOCK.get()
+    if clock is None:
+        yield
+        return
+    with clock.timed():
+        yield
+
+
+def times_search(memory: object) -> bool:
+    """Whether a memory times its searches (its `times_search` attribute, else False)."""
+    return getattr(memory, "times_search", False) is True
 
 
 def _no_embedder() -> EmbeddingModel:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, EmbeddingModel, Embeddings
@@ -59,6 +60,7 @@ from systems.port import (
     SystemContext,
     SystemEntry,
     memory_file,
+    timing_search,
 )
 from systems.retrieval import best_passage_cosines, ranking, reciprocal_rank_fusion
 
@@ -178,9 +180,16 @@ class RetrievalMemory:
     vectors: tuple[tuple[tuple[float, ...], ...], ...] = ()
     """Per chunk, its messages' vectors."""
     embedder: EmbeddingModel | None = None
+    times_search: ClassVar[bool] = True
+    """Its ranking is timed (`timing_search`, systems/port.py)."""
 
     def ranked(self, question: str) -> list[int] | Embeddings:
-        """The chunk indexes for a question, best first (or the failed embedding)."""
+        """The chunk indexes for a question, best first (or the failed embedding); its wall
+        time, the question's embedding included, is the question's retrieval time."""
+        with timing_search():
+            return self._ranked(question)
+
+    def _ranked(self, question: str) -> list[int] | Embeddings:
         query_vector = None
         if self.retriever != "bm25":
             if self.embedder is None:

@@ -33,7 +33,7 @@ from schemas.records import Question
 from schemas.traces import Trace
 from systems.agent_loop import AgentSpec, ToolOutcome, error_outcome, run_agent
 from systems.one_shot import answer_once, answer_request, system_prompt
-from systems.port import Found, Memory, SearchesMemory
+from systems.port import Found, Memory, SearchesMemory, times_search
 
 ONE_SHOT_PROMPT_VERSION = "search-one-shot-v1"
 AGENT_PROMPT_VERSION = "search-agent-v1"
@@ -137,6 +137,11 @@ class OneShotFromSearch:
 
     memory: SearchesMemory
 
+    @property
+    def times_search(self) -> bool:
+        """Its search is the memory's, timed where the memory times it."""
+        return times_search(self.memory)
+
     def answer(self, question: Question, model: ChatModel) -> Trace:
         found = self.memory.search(question.question)
         if found.error is not None:
@@ -164,6 +169,10 @@ class AgentOverSearch:
     max_steps: int
     text_tool_calls: bool
     prefetch: bool
+
+    @property
+    def times_search(self) -> bool:
+        return times_search(self.memory)
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
         return run_agent(

@@ -6,6 +6,8 @@ the one every agent answer shares (systems/agent_loop.py: step limit, text tool 
 prefetched search, the trace). Every call and every id a tool returned is kept in the question's
 trace, with the chat message ids those ids trace back to (for evidence recall), so a reader can
 follow each step (`python -m stages.viewer`).
+The tools' time (every call's, the prefetched search's) is the question's retrieval time
+(`timing_search`, systems/port.py), which the answer stage writes beside its wall time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
 from schemas.traces import Trace
 from systems.agent_loop import AgentSpec, ToolOutcome, run_agent, short
+from systems.port import timing_search
 from systems.retrieval import reciprocal_rank_fusion
 
 PROMPT_VERSION = "agent-v1"
@@ -244,7 +247,11 @@ class GraphTools:
         return _guarded("search_memory", lambda: self.prefetch(question, results))
 
     def _search(self, query: str, limits: Mapping[str, int]) -> list[list[dict[str, Any]]]:
-        """Each kind's hits for `query`, best first, at most its limit."""
+        """Each kind's hits for `query`, best first, at most its limit (timed as a search)."""
+        with timing_search():
+            return self._search_kinds(query, limits)
+
+    def _search_kinds(self, query: str, limits: Mapping[str, int]) -> list[list[dict[str, Any]]]:
         text = escape_fulltext(query)
         if not text:
             return []
@@ -323,9 +330,14 @@ class GraphTools:
         return self._outcome(listed, **extra)
 
     def run(self, call: ToolCall) -> ToolOutcome:
-        """Run one tool call; any problem with the call becomes an error the model reads, never an
-        exception. A dead or unreachable graph server (ServiceError) is not the model's to fix:
-        it propagates and stops the stage, instead of every later question seeing tool errors."""
+        """Run one tool call (timed as a search: every tool reads the memory); any problem with the
+        call becomes an error the model reads, never an exception. A dead or unreachable graph
+        server (ServiceError) is not the model's to fix: it propagates and stops the stage,
+        instead of every later question seeing tool errors."""
+        with timing_search():
+            return self._run(call)
+
+    def _run(self, call: ToolCall) -> ToolOutcome:
         handler = self._handlers.get(call.name)
         if handler is None:
             error = f"unknown tool {call.name!r}; use one of {', '.join(self._handlers)}"

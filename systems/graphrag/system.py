@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from clients.graph.store import Neo4jGraphStore, export_header, start_graph
 from clients.llm.port import RESTORE_TASK, ChatModel, EmbeddingModel
@@ -94,6 +95,8 @@ class GraphMemory:
     max_steps: int
     text_tool_calls: bool = True
     prefetch: int = 0
+    times_search: ClassVar[bool] = True
+    """Its tools' time is timed (`timing_search`, systems/port.py)."""
 
     def search(self, query: str) -> Found:
         """The agent's prefetched search (`answer.prefetch` results, else `answer.result_limit`)

@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from clients.files import read_jsonl, write_atomic
 from clients.graph.store import Neo4jGraphStore, start_graph
@@ -67,7 +67,14 @@ from systems.one_shot import (
     system_prompt,
 )
 from systems.peers.common import ModelCallFailed, query_embedding_estimate
-from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
+from systems.port import (
+    BuiltMemory,
+    Progress,
+    SystemContext,
+    SystemEntry,
+    memory_file,
+    timing_search,
+)
 
 # isort: off
 os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"  # read when Graphiti starts
@@ -330,10 +337,14 @@ class GraphitiAnswers:
     top_k: int
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    times_search: ClassVar[bool] = True
+    """Its search is timed (`timing_search`, systems/port.py)."""
+
     def search(self, question: str) -> list[Any]:
+        """Graphiti's search on its loop (timed once it has the lock, as Mem0's)."""
         config = EDGE_HYBRID_SEARCH_RRF.model_copy(update={"limit": self.top_k})
         search = self.graphiti.search_(question, config=config, group_ids=[self.group_id])
-        with self.lock:  # one loop, one search at a time
+        with self.lock, timing_search():  # one loop, one search at a time
             return list(asyncio.run_coroutine_threadsafe(search, self.loop).result().edges)
 
     def answer(self, question: Question, model: ChatModel) -> Trace:

@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, Completion, EmbeddingModel, Message
@@ -70,7 +70,14 @@ from systems.one_shot import (
     system_prompt,
 )
 from systems.peers.common import ModelCallFailed, query_embedding_estimate
-from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
+from systems.port import (
+    BuiltMemory,
+    Progress,
+    SystemContext,
+    SystemEntry,
+    memory_file,
+    timing_search,
+)
 
 # isort: off
 os.environ["MEM0_TELEMETRY"] = "false"  # read once, when mem0 is first imported
@@ -384,10 +391,15 @@ class Mem0Answers:
     top_k: int
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    times_search: ClassVar[bool] = True
+    """Its search is timed (`timing_search`, systems/port.py)."""
+
     def search(self, question: str) -> list[Mem0Line]:
+        """Mem0's search (timed once it has the lock: waiting for another question's search is
+        in the answer's time, not the retrieval's)."""
         if not self.lines:
             return []
-        with self.lock:
+        with self.lock, timing_search():
             found = self.memory.search(question, filters={"user_id": USER_ID}, top_k=self.top_k)
         return [self.lines[str(hit["id"])] for hit in found["results"]]
 

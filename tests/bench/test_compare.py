@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,10 @@ import pytest
 
 from bench.compare import (
     MISSING,
+    WALL_TIME_ROWS,
+    WALL_TIME_SECTION,
+    Run,
+    RunWallTime,
     build_comparison,
     column_labels,
     read_exp_show,
@@ -22,9 +27,11 @@ from bench.compare import (
     render_svg,
     select_runs,
 )
+from bench.wall_time import answer_wall_time, ingest_wall_time
 from schemas.errors import DataError
 from schemas.roles import COST_KEYS
-from stages.compare import main
+from schemas.wall_time import QuestionTime, Spread
+from stages.compare import main, wall_time_of
 
 SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
 
@@ -375,3 +382,96 @@ def test_a_run_that_reads_gold_is_labelled_an_upper_bound_and_kept_out_of_the_pa
     assert "oracle (reads gold): reads gold evidence by design" in markdown
     assert "not a memory system's score" in markdown
     assert "reads gold evidence" not in render_markdown(table_of(document(exps[:1])))
+
+
+# -- wall time, from each run's own files --------------------------------------------------------
+
+
+def timed(answer_p95: float, retrieval: float | None) -> RunWallTime:
+    return RunWallTime(
+        answer=Spread(n=2, median=answer_p95 / 2, p95=answer_p95, max=answer_p95),
+        retrieval=Spread(n=0) if retrieval is None else Spread(n=2, median=retrieval, p95=0.5),
+        build=Spread(n=1, median=42.25, p95=42.25, max=42.25),
+    )
+
+
+def test_wall_time_rows_show_each_runs_latency_and_a_dash_where_a_run_has_none() -> None:
+    runs, _ = select_runs(read_exp_show(sweep()))
+    wall_times = [timed(12.5, 0.000412), timed(3.0, None), None, RunWallTime()]
+    table = build_comparison(runs, wall_times=wall_times)
+    rows = {r.key: r for r in table.rows if r.group == "wall_time"}
+    assert list(rows) == [key for _, _, key, _ in WALL_TIME_ROWS]
+    assert all(r.section == WALL_TIME_SECTION for r in rows.values())
+    markdown = render_markdown(table)
+    assert "wall time (seconds on the machine that ran it)" in markdown
+    line = next(x for x in markdown.splitlines() if x.startswith("| answer per question, p95 |"))
+    assert line == f"| answer per question, p95 | 12.5 | 3 | {MISSING} | {MISSING} |"
+    line = next(x for x in markdown.splitlines() if x.startswith("| retrieval per question, med"))
+    # rag's BM25 in well under a millisecond; a system that times no search: a dash, not 0
+    assert line.split(" | ")[1:3] == ["0.000412", MISSING]
+    line = next(x for x in markdown.splitlines() if x.startswith("| build per conversation, max"))
+    assert line.split(" | ")[1] == "42.2"
+    by_csv = [
+        r
+        for r in csv.DictReader(io.StringIO(render_csv(table)))
+        if (r["group"], r["key"]) == ("wall_time", "retrieval_seconds_median")
+    ]
+    assert [r["value"] for r in by_csv] == ["0.000412", "", "", ""]
+    assert [r["system"] for r in by_csv] == list(SYSTEMS)
+
+
+def test_without_wall_times_the_table_has_no_wall_time_rows() -> None:
+    assert not [r for r in table_of(sweep()).rows if r.group == "wall_time"]
+    runs, _ = select_runs(read_exp_show(sweep()))
+    with pytest.raises(ValueError, match="one wall_times value"):
+        build_comparison(runs, wall_times=[None])
+
+
+def _git(folder: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_a_runs_wall_time_is_read_from_its_own_commit(tmp_path: Path, monkeypatch) -> None:
+    _git(tmp_path, "init", "-q")
+    folder = tmp_path / "metrics" / "wall_time"
+    folder.mkdir(parents=True)
+    (folder / "answer.json").write_text(json.dumps({"seconds": {"agent": 1.0}}))
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "a run made before latency was timed")
+    before = _git(tmp_path, "rev-parse", "HEAD")
+    answer = answer_wall_time(
+        {"agent": 1.0},
+        [
+            QuestionTime(
+                question_id="q", conversation_id="1", answer_seconds=2.0, retrieval_seconds=0.5
+            )
+        ],
+    )
+    (folder / "answer.json").write_text(answer.model_dump_json())
+    (folder / "ingest.json").write_text(
+        ingest_wall_time({"stage_ingest": 9.0}, {"1": 8.0}).model_dump_json()
+    )
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "a timed run")
+    after = _git(tmp_path, "rev-parse", "HEAD")
+    (folder / "ingest.json").write_text("{not json")  # the workspace: as it is on disk
+    monkeypatch.chdir(tmp_path)
+
+    def run(rev: str, kind: str = "experiment") -> Run:
+        return Run(name=rev[:7], rev=rev, kind=kind, params={}, report={})  # type: ignore[arg-type]
+
+    timed_run = wall_time_of(run(after))
+    assert timed_run.answer == Spread(n=1, median=2.0, p95=2.0, max=2.0)
+    assert timed_run.retrieval == Spread(n=1, median=0.5, p95=0.5, max=0.5)
+    assert timed_run.build == Spread(n=1, median=8.0, p95=8.0, max=8.0)
+    assert wall_time_of(run(before)) == RunWallTime()  # its files have no such groups
+    assert wall_time_of(run("f" * 40)) == RunWallTime()  # a commit git does not know
+    with pytest.raises(DataError, match=r"metrics/wall_time/ingest\.json of workspace"):
+        wall_time_of(run("workspace", "workspace").model_copy(update={"name": "workspace"}))

@@ -80,7 +80,18 @@ SNAPSHOT = (
     "settings.yaml",  # a test's setting (a Neo4j timeout) would leave the report stale after it
     "pins.yaml",
 )
-TIMING_KEYS = frozenset({"seconds", "seconds_total", "seconds_mean"})
+TIMING_KEYS = frozenset(
+    {
+        "seconds",
+        "seconds_total",
+        "seconds_mean",
+        # latency (schemas/wall_time.py): the answers' and the builds' seconds
+        "answer_seconds",
+        "retrieval_seconds",
+        "build_seconds",
+        "build_seconds_by_conversation",
+    }
+)
 STAGE_TASKS = {"ingest": ("extract", "resolve", "link"), "answer": ("agent",), "judge": ("judge",)}
 
 

@@ -24,8 +24,10 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.wall_time import spread
 from schemas.records import ABILITIES
 from schemas.roles import COST_KEYS
+from schemas.wall_time import AnswerWallTime, IngestWallTime, QuestionTime
 from tests.conftest import REPO_ROOT, skip_or_fail
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.estimates import estimate_json, usage_of
@@ -73,9 +75,15 @@ HEADLINE_KEYS = {
 STAGE_FILES = {
     "metrics/slice.json": {"chat": {"tokens"}},
     "metrics/wall_time/ingest.json": {
-        "seconds": {"ingest_extraction", "ingest_resolution", "stage_ingest"}
+        "seconds": {"ingest_extraction", "ingest_resolution", "stage_ingest"},
+        "build_seconds": {"n", "median", "p95", "max"},
+        "build_seconds_by_conversation": {"conv17"},  # lite: conversation 17
     },
-    "metrics/wall_time/answer.json": {"seconds": {"agent", "stage_answer"}},
+    "metrics/wall_time/answer.json": {
+        "seconds": {"agent", "stage_answer"},
+        "answer_seconds": {"n", "median", "p95", "max"},
+        "retrieval_seconds": {"n", "median", "p95", "max"},
+    },
     "metrics/wall_time/judge.json": {"seconds": {"judge", "stage_judge"}},
     "metrics/wall_time/judge_check.json": {"seconds": {"judge_check", "stage_judge_check"}},
 }
@@ -203,6 +211,25 @@ def assert_both_scores_and_the_judge_check(
     assert "## Ours and the benchmark's code" in record
 
 
+def assert_latency(repo: RepoCopy, questions: int) -> None:
+    """Each question's answer and retrieval seconds (graphrag times its tools) and each
+    conversation's build, in metrics/wall_time/ (never in a result), and their spread."""
+    lines = (repo.path / "metrics" / "wall_time" / "answer_questions.jsonl").read_text()
+    times = [QuestionTime.model_validate_json(line) for line in lines.splitlines()]
+    asked = [json.loads(line)["id"] for line in (repo.path / "data/slice/questions.jsonl").open()]
+    assert [t.question_id for t in times] == asked and len(times) == questions
+    for timed in times:
+        assert timed.retrieval_seconds is not None  # prefetch: at least one search
+        assert 0 < timed.retrieval_seconds <= timed.answer_seconds
+    answer = AnswerWallTime.model_validate(repo.read_json("metrics/wall_time/answer.json"))
+    assert answer.answer_seconds == spread(t.answer_seconds for t in times)
+    assert answer.retrieval_seconds == spread(t.retrieval_seconds for t in times)
+    ingest = IngestWallTime.model_validate(repo.read_json("metrics/wall_time/ingest.json"))
+    built = ingest.build_seconds_by_conversation or {}
+    assert ingest.build_seconds == spread(built.values()) and all(s > 0 for s in built.values())
+    assert built["conv17"] <= ingest.seconds["stage_ingest"]
+
+
 def _stdout(repo: RepoCopy, *args: str) -> str:
     """What `dvc <args>` printed on stdout alone (`RepoCopy.dvc` adds stderr)."""
     return repo.python("-m", "dvc", *args, timeout=300)
@@ -275,6 +302,7 @@ def test_lite_repro_makes_every_record_and_a_second_repro_does_nothing(lite_run:
     assert printed.startswith(record) and "| ingest | " in printed[len(record) :]
     page = (repo.path / "reports" / "run.html").read_text()
     assert "conv17:information_extraction:0" in page and "<script" in page
+    assert_latency(repo, report["questions"]["overall"])
     assert (repo.path / "data" / "answer" / "NOTICE").is_file()
 
     # bytecode in the package folders the deps list (what Python writes beside the modules

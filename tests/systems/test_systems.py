@@ -319,6 +319,6 @@ class SlowMemory:
 def test_answer_all_answers_concurrently_and_keeps_the_question_order(agent: LlmClient) -> None:
     questions = [question(f"q{i}", index=i) for i in range(5)]
     memory = SlowMemory()
-    traces = answer_all(memory, questions, agent, concurrency=3, desc="conv9")
+    traces = [t for t, _ in answer_all(memory, questions, agent, concurrency=3, desc="conv9")]
     assert [t.question_id for t in traces] == [q.id for q in questions]
     assert memory.most == 3

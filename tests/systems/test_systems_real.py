@@ -95,7 +95,7 @@ def test_graphrag_behind_the_port_builds_its_graph_and_answers_on_a_real_neo4j(
     agent = client("agent", tmp_path)
     with system.open_memory("9", out, tmp_path / "work") as memory:
         assert isinstance(memory, GraphMemory)
-        together = answer_all(memory, asked, agent, concurrency=3, desc="conv9")
+        together = [t for t, _ in answer_all(memory, asked, agent, concurrency=3, desc="conv9")]
         one_by_one = [answer_question(q, agent, memory.tools, max_steps=4) for q in asked]
         # answer.regime one_shot: one call with the agent's prefetched search, no tools
         found = memory.search(DANA.question)

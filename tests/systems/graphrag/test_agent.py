@@ -9,6 +9,7 @@ tests/systems/graphrag/test_agent_real.py.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ from systems.graphrag.agent import (
     answer_question,
     messages_in,
 )
+from systems.graphrag.system import GraphMemory
+from systems.port import question_clock
 
 
 class FakeStore:
@@ -598,3 +601,46 @@ def test_a_failed_prefetch_is_an_error_in_the_first_turn_and_a_dead_server_stops
     store.fail_with = ServiceError("the graph server is gone")
     with pytest.raises(ServiceError):
         answer_question(QUESTION, model, GraphTools(store), max_steps=3, prefetch=5)  # type: ignore[arg-type]
+
+
+# -- the tools' time: the question's retrieval time (systems/port.py) ---------------------------
+
+
+class SlowStore(FakeStore):
+    """A store that takes `seconds` per query."""
+
+    def __init__(self, store: FakeStore, seconds: float) -> None:
+        super().__init__(store.rows)
+        self.seconds = seconds
+
+    def read(self, query: str, params: Mapping[str, object] | None = None) -> Rows:
+        time.sleep(self.seconds)
+        return super().read(query, params)
+
+
+class SlowTurns(ScriptedTurns):
+    """ScriptedTurns that think `seconds` per call."""
+
+    def __init__(self, completions: Sequence[Completion], seconds: float) -> None:
+        super().__init__(completions)
+        self.seconds = seconds
+
+    def complete(self, request: ChatRequest) -> Completion:
+        time.sleep(self.seconds)
+        return super().complete(request)
+
+
+def test_the_prefetch_and_every_tool_call_are_the_questions_retrieval_time_the_model_is_not() -> (
+    None
+):
+    store = SlowStore(prefetch_store(), seconds=0.05)
+    model = SlowTurns(
+        [tool_turn(call("search_memory", {"query": "work", "kind": "statements"})), text_turn("x")],
+        seconds=0.5,
+    )
+    assert GraphMemory.times_search is True
+    with question_clock() as clock:
+        answer_question(QUESTION, model, GraphTools(store), max_steps=3, prefetch=5)  # type: ignore[arg-type]
+    assert len(store.asked) == 4  # the prefetch's three kinds, the tool's statements
+    seconds = clock.retrieval_seconds(timed_by_system=True)
+    assert seconds is not None and 0.2 <= seconds < 1.0  # the model's two calls: 1 s

@@ -633,7 +633,11 @@ def test_answer_stage_writes_traces_notice_and_metrics(
     assert agent["context_tokens_max"] == max(t.max_context_tokens for t in traces)
     assert agent["context_tokens_p95"] == agent["context_tokens_max"]  # nearest rank of two
     metrics = json.loads((work / "metrics" / "wall_time" / "answer.json").read_text())
-    assert list(metrics) == ["seconds"] and metrics["seconds"]["agent"] > 0  # wall time: here only
+    assert metrics["seconds"]["agent"] > 0  # wall time: here only
+    assert list(metrics) == ["answer_seconds", "retrieval_seconds", "seconds"]
+    assert metrics["answer_seconds"]["n"] == metrics["retrieval_seconds"]["n"] == 2
+    times = (work / "metrics" / "wall_time" / "answer_questions.jsonl").read_text().splitlines()
+    assert [json.loads(line)["question_id"] for line in times] == [t.question_id for t in traces]
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     assert [c["task"] for c in calls] == ["agent"] * 4
 

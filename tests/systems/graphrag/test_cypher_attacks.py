@@ -798,7 +798,7 @@ def test_a_bomb_in_one_question_leaves_the_other_question_of_the_stage_whole(
     runs = []
     for _ in range(2):
         restarts = store.restarts
-        traces = answer_all(memory, questions, HostileAgentModel(), 2, "conv5")
+        traces = [t for t, _ in answer_all(memory, questions, HostileAgentModel(), 2, "conv5")]
         assert store.restarts == restarts + 1  # the bomb needed the restart each time
         runs.append([t.model_dump(mode="json") for t in traces])
     bomb, reader = runs[0]

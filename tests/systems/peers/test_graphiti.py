@@ -14,6 +14,7 @@ import pytest
 
 from schemas.params import AgentRates, GraphParams
 from schemas.records import ChatSlice
+from stages.answer import answer_timed
 from systems.peers import graphiti
 from systems.peers.graphiti import GraphitiLine, GraphitiSystem, episodes_of, message_ids_of
 from tests.support.crafted_chat import crafted_chat, question
@@ -99,8 +100,11 @@ def test_each_fact_comes_from_its_episodes_and_the_answer_reaches_their_messages
     with system(graph_params, top_k=3).open_memory(
         chat.conversation_id, memory, no_jvm_left
     ) as opened:
-        trace = opened.answer(question("Which city did Dana move to?"), agent)  # type: ignore[arg-type]
+        trace, timed = answer_timed(opened, question("Which city did Dana move to?"), agent)  # type: ignore[arg-type]
     assert trace.error is None and "Lisbon" in trace.answer
+    # Graphiti's search is the question's retrieval time, a part of its answer's
+    assert timed.retrieval_seconds is not None
+    assert 0 < timed.retrieval_seconds <= timed.answer_seconds
     assert str(lisbon.properties["uuid"]) in trace.reached_ids and len(trace.reached_ids) <= 3
     wanted = {m for ep in lisbon.properties["episodes"] for m in by_episode[ep]}
     assert wanted <= set(trace.reached_message_ids)

@@ -20,6 +20,7 @@ from clients.llm.port import ChatRequest, Completion, Embeddings
 from clients.tokens import count_tokens
 from schemas.params import AgentRates
 from schemas.records import ChatSlice
+from stages.answer import answer_timed
 from systems.peers import mem0
 from systems.peers.mem0 import Mem0, Mem0Line, adds_of
 from systems.peers.scripted_rules import PROSE_MODEL
@@ -101,8 +102,11 @@ def test_the_answer_searches_mem0_and_reaches_the_messages_behind_what_it_found(
     lisbon = next(line for line in lines.values() if "Lisbon" in line.text)
     agent = Recording(scripted_client("agent", tmp_path / "cache"))
     with system(top_k=2).open_memory(chat.conversation_id, memory, tmp_path) as opened:
-        trace = opened.answer(question("Which city did Dana move to?"), agent)  # type: ignore[arg-type]
+        trace, timed = answer_timed(opened, question("Which city did Dana move to?"), agent)  # type: ignore[arg-type]
     assert trace.error is None and "Lisbon" in trace.answer
+    # Mem0's search is the question's retrieval time, a part of its answer's
+    assert timed.retrieval_seconds is not None
+    assert 0 < timed.retrieval_seconds <= timed.answer_seconds
     assert 1 <= len(trace.reached_ids) <= 2 and lisbon.id in trace.reached_ids  # top_k 2
     assert set(lisbon.message_ids) <= set(trace.reached_message_ids)
     want = {m for i in trace.reached_ids for m in lines[i].message_ids}
