@@ -7,7 +7,8 @@ answers, and Zep's own answer runs use Zep Cloud's search: README's table of the
 difference): episodes of type `message` whose body is `role: content` lines, the session's date
 as `reference_time`, one group per conversation. The unit is
 `graphiti.episode`: `chunk` (the default: the chunks graphrag and rag use, about
-`ingest.chunk_tokens` each, never across sessions) or `message` (one episode per message, as the
+`ingest.chunk_tokens` each, never across sessions; a message longer than a chunk goes whole into
+one episode) or `message` (one episode per message, as the
 runner does: about ten times the calls).
 
 At answer time it searches as Zep's own LoCoMo benchmark does (getzep/zep
@@ -252,17 +253,22 @@ class EpisodeInput:
 
 
 def episodes_of(chat: ChatSlice, unit: Episode, chunk_tokens: int) -> list[EpisodeInput]:
-    """The chat as Graphiti's episodes: each message, or each chunk's messages, in chat order."""
+    """The chat as Graphiti's episodes: each message, or each chunk's messages, in chat order.
+    A message longer than a chunk is whole in the episode of its first chunk, and a chunk whose
+    messages are all in earlier episodes makes none: no message is added twice."""
     dates = {s.number: s.date_iso for s in chat.sessions}
     groups: list[tuple[int, tuple[ChatMessage, ...]]]
     if unit == "message":
         groups = [(s.number, (m,)) for s in chat.sessions for m in s.messages]
     else:
         by_id = {m.id: m for s in chat.sessions for m in s.messages}
-        groups = [
-            (c.session, tuple(by_id[i] for i in dict.fromkeys(c.message_ids)))
-            for c in chunk_conversation(chat, chunk_tokens)
-        ]
+        added: set[int] = set()
+        groups = []
+        for chunk in chunk_conversation(chat, chunk_tokens):
+            new = [i for i in dict.fromkeys(chunk.message_ids) if i not in added]
+            added.update(new)
+            if new:
+                groups.append((chunk.session, tuple(by_id[i] for i in new)))
     return [
         EpisodeInput(n, session, dates[session], messages)
         for n, (session, messages) in enumerate(groups)

@@ -10,15 +10,17 @@ from datetime import UTC, datetime
 import pytest
 
 from schemas.params import GraphitiParams
+from systems.chunking import chunk_conversation
 from systems.peers.graphiti import (
     CONTEXT_TEMPLATE,
+    episodes_of,
     graphiti_request,
     render_context,
     render_entity,
     render_fact,
     shown_share,
 )
-from tests.support.crafted_chat import question
+from tests.support.crafted_chat import crafted_chat, question
 
 
 @dataclass
@@ -89,3 +91,14 @@ def test_the_params_default_to_zeps_benchmark_and_entities_may_be_off() -> None:
         GraphitiParams(entities=-1)
     with pytest.raises(ValueError, match="top_k"):
         GraphitiParams(top_k=0)
+
+
+def test_a_message_longer_than_a_chunk_is_one_episode_not_one_per_chunk_of_it() -> None:
+    chat = crafted_chat()
+    chunks = chunk_conversation(chat, 20)  # the filler messages run over several chunks
+    assert len(chunks) > len({i for c in chunks for i in c.message_ids})
+    episodes = episodes_of(chat, "chunk", 20)
+    added = [m.id for e in episodes for m in e.messages]
+    assert added == [m.id for s in chat.sessions for m in s.messages]  # each once, in order
+    assert len(episodes) == len(episodes_of(chat, "message", 20))
+    assert [e.number for e in episodes] == list(range(len(episodes)))
