@@ -9,7 +9,7 @@ as `reference_time`, one group per conversation. The unit is
 `graphiti.episode`: `chunk` (the default: the chunks graphrag and rag use, about
 `ingest.chunk_tokens` each, never across sessions; a message longer than a chunk goes whole into
 one episode) or `message` (one episode per message, as the
-runner does: about ten times the calls).
+runner does: on 100K full 1.7 times the episodes, BEAM's messages being long).
 
 At answer time it searches as Zep's own LoCoMo benchmark does (getzep/zep
 `benchmarks/locomo/`, `evaluation.py` and `benchmark_config.yaml` at 7de18df): two searches for
