@@ -500,8 +500,11 @@ class GraphitiParams(Record):
 
     episode: Literal["chunk", "message"] = "chunk"
     """One episode per chunk (`ingest.chunk_tokens`) or per message (its eval runner's unit)."""
-    top_k: int = Field(default=10, ge=1, le=100)
-    """Facts its search puts in the answer prompt (its MCP server's default: 10)."""
+    top_k: int = Field(default=15, ge=1, le=100)
+    """Facts (edges) its search puts in the answer prompt (Zep's LoCoMo benchmark: 15)."""
+    entities: int = Field(default=5, ge=0, le=100)
+    """Entities (nodes, with their summaries) its search puts in the answer prompt (Zep's LoCoMo
+    benchmark: 5; 0: none)."""
 
 
 class FullContextParams(Record):

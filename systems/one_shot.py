@@ -25,7 +25,7 @@ from schemas.params import EstimateParams
 from schemas.records import ChatMessage, Question, Session
 from schemas.traces import Trace
 from systems.chunking import message_header
-from systems.port import answer_rates_from_traces
+from systems.port import Found, answer_rates_from_traces
 
 TASK = "answer"
 CHAT_OPEN = "<chat>"
@@ -101,6 +101,20 @@ def answer_once(
         test_model=completion.test_model,
         error=completion.error,
         dropped_tokens=dropped_tokens,
+    )
+
+
+def answer_found(question: Question, model: ChatModel, found: Found, request: ChatRequest) -> Trace:
+    """One call with what a memory's own search found (`request` holds `found.context`); a
+    search whose embedding failed makes no call."""
+    if found.error is not None:
+        return embedding_failed(question, found.error, found.test_model)
+    return answer_once(
+        question,
+        model,
+        request,
+        reached_ids=found.reached_ids,
+        reached_message_ids=found.reached_message_ids,
     )
 
 

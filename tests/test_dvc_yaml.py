@@ -65,6 +65,7 @@ EXPECTED_PARAMS = {
         "rag",  # top_k and the retriever: the chunks in rag's prompt
         "mem0",  # top_k: the memories in mem0's prompt
         "graphiti.top_k",  # the facts in graphiti's prompt
+        "graphiti.entities",  # the entities in graphiti's prompt
         "full_context",  # the context window and the reply's room decide what the prompt holds
         "models.agent",
         "models.embedding",  # the questions' vectors

@@ -7,12 +7,24 @@ answers, and Zep's own answer runs use Zep Cloud's search: README's table of the
 difference): episodes of type `message` whose body is `role: content` lines, the session's date
 as `reference_time`, one group per conversation. The unit is
 `graphiti.episode`: `chunk` (the default: the chunks graphrag and rag use, about
-`ingest.chunk_tokens` each, never across sessions) or `message` (one episode per message, as the
-runner does: about ten times the calls). At answer time `search_()` with its
-`EDGE_HYBRID_SEARCH_RRF` recipe (BM25 and cosine over facts, fused by reciprocal rank; no
-cross-encoder) for the question, the `graphiti.top_k` best facts (10, its MCP server's default)
-shown as `<fact> (valid <from> until <to>)` lines under the one-shot systems' instructions. The
-evidence of a fact is the messages of the episodes Graphiti links it to.
+`ingest.chunk_tokens` each, never across sessions; a message longer than a chunk goes whole into
+one episode) or `message` (one episode per message, as the
+runner does: on 100K full 1.7 times the episodes, BEAM's messages being long).
+
+At answer time it searches as Zep's own LoCoMo benchmark does (getzep/zep
+`benchmarks/locomo/`, `evaluation.py` and `benchmark_config.yaml` at 7de18df): two searches for
+the question, `graphiti.top_k` facts (edges, their 15) and `graphiti.entities` entities (nodes,
+their 5), no center node (theirs passes none), and the context their `CONTEXT_TEMPLATE` makes:
+`  - <fact> (event_time: <valid_at>)` under FACTS, `  - <name>: <summary>` under ENTITIES, best
+match first, in the one-shot systems' prompt (systems/one_shot.py). Theirs runs on Zep Cloud with
+a cross-encoder reranking both lists; here graphiti-core's own recipes `EDGE_HYBRID_SEARCH_RRF`
+and `NODE_HYBRID_SEARCH_RRF` (BM25 and cosine, fused by reciprocal rank) with one query
+embedding: its cross-encoders need OpenAI, Gemini or weights downloaded at run time
+(`BGERerankerClient` loads BAAI/bge-reranker-v2-m3 from the hub), and no PyPI package was found
+that ships a reranker's weights. `search` gives that context (`Found`); `answer` is one call
+with it. The evidence of a fact is the messages of the episodes Graphiti links it to. An
+entity's summary is credited with none: it digests every episode that mentions it (the speakers:
+all of them), so crediting it would make evidence recall say that the whole chat was reached.
 
 What differs from Graphiti run on its own, and why:
 - Every model call goes through this project's model door: its `LLMClient`, `EmbedderClient` and
@@ -59,16 +71,11 @@ from schemas.records import ChatMessage, ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
-from systems.one_shot import (
-    OneShotRates,
-    answer_once,
-    answer_request,
-    embedding_failed,
-    system_prompt,
-)
+from systems.one_shot import OneShotRates, answer_found, answer_request, system_prompt
 from systems.peers.common import ModelCallFailed, query_embedding_estimate
 from systems.port import (
     BuiltMemory,
+    Found,
     Progress,
     SystemContext,
     SystemEntry,
@@ -94,7 +101,10 @@ from graphiti_core.prompts.dedupe_edges import EdgeDuplicate
 from graphiti_core.prompts.dedupe_nodes import NodeResolutions
 from graphiti_core.prompts.extract_edges import EdgeTimestamps, ExtractedEdges
 from graphiti_core.prompts.extract_nodes import ExtractedEntities, SummarizedEntities
-from graphiti_core.search.search_config_recipes import EDGE_HYBRID_SEARCH_RRF
+from graphiti_core.search.search_config_recipes import (
+    EDGE_HYBRID_SEARCH_RRF,
+    NODE_HYBRID_SEARCH_RRF,
+)
 from graphiti_core.utils.maintenance import (
     dangling_endpoints,
     edge_operations,
@@ -103,16 +113,34 @@ from graphiti_core.utils.maintenance import (
 # isort: on
 
 GRAPHITI_VERSION = "0.31.2"
-PROMPT_VERSION = "graphiti-v1"
+PROMPT_VERSION = "graphiti-v2"
 TASK_PREFIX = "graphiti_"
 NAMESPACE = uuid.UUID("0b6f5d1e-2c44-4f0a-8a51-7e3c2f9d6a10")
 GROUP_PREFIX = "conv"
 Episode = Literal["chunk", "message"]
 INSTRUCTIONS = system_prompt(
-    "Below are the facts a memory system (Graphiti) kept of the chat that a search by keywords "
-    "and meaning found for the question, best match first, each with the time it held from and "
-    "until where known."
+    "Below are the facts and entities a memory system (Graphiti) kept of the chat that a search "
+    "by keywords and meaning found for the question, best match first: each fact with the time "
+    "of the event it refers to where known, each entity with its summary."
 )
+CONTEXT_TEMPLATE = """FACTS and ENTITIES represent relevant context to the current conversation.
+
+# These are the most relevant facts for the conversation along with the datetime of the event that the fact refers to.
+# If a fact mentions something happening a week ago, then the datetime will be the date time of last week and not the datetime
+# of when the fact was stated.
+# Timestamps in memories represent the actual time the event occurred, not the time the event was mentioned in a message.
+
+<FACTS>
+{facts}
+</FACTS>
+
+# These are the most relevant entities
+# ENTITY_NAME: entity summary
+<ENTITIES>
+{entities}
+</ENTITIES>"""  # noqa: E501 (their text, line for line)
+"""Zep's LoCoMo benchmark's context (`benchmarks/locomo/prompts.py` at 7de18df), word for word
+less its leading and trailing blank line."""
 REPLY_SCHEMAS = (
     ExtractedEntities,
     NodeResolutions,
@@ -124,8 +152,11 @@ REPLY_SCHEMAS = (
 """The replies Graphiti asks for while it builds (without custom entity or edge types)."""
 FACT_TOKENS = 30
 """A fact line's tokens before any graph is built (a guess)."""
-FACT_DATE_TOKENS = 8
-"""What `render_fact` adds to a fact at most: its dates and the line break."""
+ENTITY_TOKENS = 120
+"""An entity line's tokens before any graph is built (a guess: Graphiti asks for summaries of
+2-6 sentences, under 1,000 characters)."""
+SAMPLE_EVENT_TIME = datetime(2024, 3, 15, 9, 30, tzinfo=UTC)
+"""A `valid_at` of the usual width, for the estimate's fact lines."""
 _CLOCKED = (graphiti_main, graphiti_nodes, node_operations, edge_operations, dangling_endpoints)
 _BUILD_LOCK = threading.Lock()
 
@@ -230,17 +261,22 @@ class EpisodeInput:
 
 
 def episodes_of(chat: ChatSlice, unit: Episode, chunk_tokens: int) -> list[EpisodeInput]:
-    """The chat as Graphiti's episodes: each message, or each chunk's messages, in chat order."""
+    """The chat as Graphiti's episodes: each message, or each chunk's messages, in chat order.
+    A message longer than a chunk is whole in the episode of its first chunk, and a chunk whose
+    messages are all in earlier episodes makes none: no message is added twice."""
     dates = {s.number: s.date_iso for s in chat.sessions}
     groups: list[tuple[int, tuple[ChatMessage, ...]]]
     if unit == "message":
         groups = [(s.number, (m,)) for s in chat.sessions for m in s.messages]
     else:
         by_id = {m.id: m for s in chat.sessions for m in s.messages}
-        groups = [
-            (c.session, tuple(by_id[i] for i in dict.fromkeys(c.message_ids)))
-            for c in chunk_conversation(chat, chunk_tokens)
-        ]
+        added: set[int] = set()
+        groups = []
+        for chunk in chunk_conversation(chat, chunk_tokens):
+            new = [i for i in dict.fromkeys(chunk.message_ids) if i not in added]
+            added.update(new)
+            if new:
+                groups.append((chunk.session, tuple(by_id[i] for i in new)))
     return [
         EpisodeInput(n, session, dates[session], messages)
         for n, (session, messages) in enumerate(groups)
@@ -310,18 +346,31 @@ def message_ids_of(lines: Sequence[GraphitiLine]) -> dict[str, tuple[int, ...]]:
     }
 
 
-def render_fact(edge: Any) -> str:
-    when = [
-        f"valid {edge.valid_at.date().isoformat()}" if edge.valid_at else "",
-        f"until {edge.invalid_at.date().isoformat()}" if edge.invalid_at else "",
-    ]
-    dated = " ".join(w for w in when if w)
-    return f"{edge.fact} ({dated})" if dated else str(edge.fact)
+def render_fact(fact: str, valid_at: datetime | None) -> str:
+    """A fact as Zep's benchmark shows it: `  - <fact> (event_time: <valid_at>)`. Without a
+    `valid_at` no time (theirs prints `None`); its `invalid_at` theirs does not show either."""
+    return f"  - {fact} (event_time: {valid_at.isoformat()})" if valid_at else f"  - {fact}"
 
 
-def graphiti_request(question: Question, facts: Sequence[str]) -> ChatRequest:
+def render_entity(name: str, summary: str) -> str:
+    """An entity as Zep's benchmark shows it: `  - <name>: <summary>`."""
+    return f"  - {name}: {summary}"
+
+
+def render_context(edges: Sequence[Any], nodes: Sequence[Any]) -> str:
+    """The facts and entities in Zep's `CONTEXT_TEMPLATE`, in the order given (best first);
+    empty when there are none."""
+    if not edges and not nodes:
+        return ""
+    return CONTEXT_TEMPLATE.format(
+        facts="\n".join(render_fact(e.fact, e.valid_at) for e in edges),
+        entities="\n".join(render_entity(n.name, n.summary) for n in nodes),
+    )
+
+
+def graphiti_request(question: Question, context: str) -> ChatRequest:
     return answer_request(
-        question, "\n".join(facts), instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION
+        question, context, instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION
     )
 
 
@@ -335,31 +384,57 @@ class GraphitiAnswers:
     group_id: str
     episodes: Mapping[str, tuple[int, ...]]
     top_k: int
+    entities: int
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     times_search: ClassVar[bool] = True
     """Its search is timed (`timing_search`, systems/port.py)."""
 
-    def search(self, question: str) -> list[Any]:
-        """Graphiti's search on its loop (timed once it has the lock, as Mem0's)."""
-        config = EDGE_HYBRID_SEARCH_RRF.model_copy(update={"limit": self.top_k})
-        search = self.graphiti.search_(question, config=config, group_ids=[self.group_id])
-        with self.lock, timing_search():  # one loop, one search at a time
-            return list(asyncio.run_coroutine_threadsafe(search, self.loop).result().edges)
+    async def find(self, query: str) -> tuple[list[Any], list[Any]]:
+        """The `top_k` best facts and `entities` best entities for `query`: two searches, as
+        Zep's benchmark makes them, over one embedding of the query."""
+        vector = await self.graphiti.embedder.create(input_data=[query.replace("\n", " ")])
+        searches = [
+            (EDGE_HYBRID_SEARCH_RRF, self.top_k, "edges"),
+            (NODE_HYBRID_SEARCH_RRF, self.entities, "nodes"),
+        ]
+        found: list[list[Any]] = []
+        for recipe, limit, kind in searches:
+            if limit == 0:
+                found.append([])
+                continue
+            config = recipe.model_copy(update={"limit": limit})
+            results = await self.graphiti.search_(
+                query, config=config, group_ids=[self.group_id], query_vector=vector
+            )
+            found.append(list(getattr(results, kind)))
+        return found[0], found[1]
+
+    def search(self, query: str) -> Found:
+        """Zep's benchmark's context for `query`; reached: the facts' and entities' ids, and
+        the messages of the facts' episodes."""
+        test_model = self.embedder.test_model
+        if not query.strip():
+            return Found("", test_model=test_model)
+        try:
+            with self.lock, timing_search():  # one loop, one search at a time (timed once held)
+                edges, nodes = run(self.loop, self.find(query))
+        except ModelCallFailed as exc:
+            return Found("", error=str(exc), test_model=test_model)
+        return Found(
+            render_context(edges, nodes),
+            reached_ids=tuple(str(x.uuid) for x in [*edges, *nodes]),
+            reached_message_ids=tuple(
+                dict.fromkeys(
+                    m for e in edges for ep in e.episodes for m in self.episodes.get(ep, ())
+                )
+            ),
+            test_model=test_model,
+        )
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
-        try:
-            edges = self.search(question.question)
-        except ModelCallFailed as exc:
-            return embedding_failed(question, str(exc), self.embedder.test_model)
-        messages = [m for e in edges for ep in e.episodes for m in self.episodes.get(ep, ())]
-        return answer_once(
-            question,
-            model,
-            graphiti_request(question, [render_fact(e) for e in edges]),
-            reached_ids=sorted(str(e.uuid) for e in edges),
-            reached_message_ids=messages,
-        )
+        found = self.search(question.question)
+        return answer_found(question, model, found, graphiti_request(question, found.context))
 
 
 @contextmanager
@@ -417,13 +492,14 @@ class AnswersOnly(LLMClient):
 
 @dataclass(frozen=True)
 class GraphitiSystem(OneShotRates):
-    """Graphiti (its released code) behind the port: an episode per chunk or message, RRF search
-    of its facts at answer time."""
+    """Graphiti (its released code) behind the port: an episode per chunk or message, RRF searches
+    of its facts and entities at answer time."""
 
     graph: GraphParams
     episode: Episode
     chunk_tokens: int
     top_k: int
+    entities: int
     agent_rates: AgentRates
     embedder: Callable[[], EmbeddingModel]
     embedding_model: str | None = None
@@ -439,7 +515,9 @@ class GraphitiSystem(OneShotRates):
         return {
             "Graphiti (graphiti-core)": GRAPHITI_VERSION,
             "episode": self.episode,
+            "search": "RRF of BM25 and cosine (no cross-encoder)",
             "facts in the prompt": self.top_k,
+            "entities in the prompt": self.entities,
             "embedder": self.embedding_model,
         }
 
@@ -530,6 +608,7 @@ class GraphitiSystem(OneShotRates):
                     f"{GROUP_PREFIX}{conversation_id}",
                     message_ids_of(lines),
                     self.top_k,
+                    self.entities,
                 )
             finally:
                 run(loop, graphiti.close())
@@ -562,14 +641,17 @@ class GraphitiSystem(OneShotRates):
         questions: Sequence[Question],
         memory_dir: Path | None = None,
     ) -> RoleEstimate:
-        """One call per question: the instructions, the question and `top_k` facts of the
-        conversation's average size: from the built graphs (`memory_dir`), else FACT_TOKENS."""
+        """One call per question: the instructions, the question, Zep's context template and
+        `top_k` facts and `entities` entities of the conversation's average size: from the built
+        graphs (`memory_dir`), else FACT_TOKENS and ENTITY_TOKENS."""
         shown = {
-            cid: self.fact_tokens(cid, memory_dir) for cid in {q.conversation_id for q in questions}
+            cid: self.shown_tokens(cid, memory_dir)
+            for cid in {q.conversation_id for q in questions}
         }
+        frame = CONTEXT_TEMPLATE.format(facts="", entities="")
         prompt = 0
         for question in questions:
-            request = graphiti_request(question, [])
+            request = graphiti_request(question, frame)
             prompt += count_tokens("\n".join(m.content or "" for m in request.messages))
             prompt += round(shown[question.conversation_id])
         calls = len(questions)
@@ -577,17 +659,34 @@ class GraphitiSystem(OneShotRates):
             calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
         )
 
-    def fact_tokens(self, conversation_id: str, memory_dir: Path | None) -> float:
-        """The tokens of the `top_k` fact lines a question's prompt shows, on average."""
+    def shown_tokens(self, conversation_id: str, memory_dir: Path | None) -> float:
+        """The tokens of the fact and entity lines a question's prompt shows, on average (each
+        line and its line break)."""
         built = memory_file(memory_dir, conversation_id) if memory_dir is not None else None
         if built is None or not built.is_file():
-            return self.top_k * FACT_TOKENS
+            return self.top_k * FACT_TOKENS + self.entities * ENTITY_TOKENS
+        lines = read_jsonl(built, GraphitiLine)
         facts = [
-            count_tokens(str(line.properties.get("fact", ""))) + FACT_DATE_TOKENS
-            for line in read_jsonl(built, GraphitiLine)
-            if line.type == "RELATES_TO"
+            count_tokens(render_fact(str(x.properties.get("fact", "")), SAMPLE_EVENT_TIME)) + 1
+            for x in lines
+            if x.type == "RELATES_TO"
         ]
-        return min(self.top_k, len(facts)) * (sum(facts) / len(facts) if facts else 0.0)
+        entities = [
+            count_tokens(
+                render_entity(
+                    str(x.properties.get("name", "")), str(x.properties.get("summary", ""))
+                )
+            )
+            + 1
+            for x in lines
+            if x.kind == "node" and "Entity" in x.labels
+        ]
+        return shown_share(facts, self.top_k) + shown_share(entities, self.entities)
+
+
+def shown_share(sizes: Sequence[int], limit: int) -> float:
+    """What `limit` lines of the average size take, at most as many as there are."""
+    return min(limit, len(sizes)) * (sum(sizes) / len(sizes)) if sizes else 0.0
 
 
 async def add_episode(graphiti: Any, episode: EpisodeInput, group: str) -> None:
@@ -619,6 +718,7 @@ def build_system(context: SystemContext) -> GraphitiSystem:
         episode=params.graphiti.episode,
         chunk_tokens=params.ingest.chunk_tokens,
         top_k=params.graphiti.top_k,
+        entities=params.graphiti.entities,
         agent_rates=context.rates.agent,
         embedder=context.embedder,
         embedding_model=params.models.embedding.model,

@@ -13,6 +13,7 @@ Its released code does the work:
   the answer model as `<date>: <memory>` lines, best match first (the runner's layout), under the
   same instructions as the other one-shot systems (systems/one_shot.py), so that systems differ in
   their memory only. The runner's own answer prompt is written for LoCoMo's two speakers.
+  `search` gives those lines (`Found`); `answer` is one call with them.
 
 What differs from Mem0 run on its own, and why:
 - Every model call goes through this project's model door: Mem0's `llm` and `embedding_model` are
@@ -62,16 +63,11 @@ from schemas.params import AgentRates, Mem0Rates
 from schemas.records import ChatMessage, ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
-from systems.one_shot import (
-    OneShotRates,
-    answer_once,
-    answer_request,
-    embedding_failed,
-    system_prompt,
-)
+from systems.one_shot import OneShotRates, answer_found, answer_request, system_prompt
 from systems.peers.common import ModelCallFailed, query_embedding_estimate
 from systems.port import (
     BuiltMemory,
+    Found,
     Progress,
     SystemContext,
     SystemEntry,
@@ -374,9 +370,9 @@ def render_memories(lines: Sequence[Mem0Line]) -> str:
     return "\n".join(f"{line.date_iso}: {line.text}" for line in lines)
 
 
-def mem0_request(question: Question, lines: Sequence[Mem0Line]) -> ChatRequest:
+def mem0_request(question: Question, context: str) -> ChatRequest:
     return answer_request(
-        question, render_memories(lines), instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION
+        question, context, instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION
     )
 
 
@@ -394,27 +390,32 @@ class Mem0Answers:
     times_search: ClassVar[bool] = True
     """Its search is timed (`timing_search`, systems/port.py)."""
 
-    def search(self, question: str) -> list[Mem0Line]:
-        """Mem0's search (timed once it has the lock: waiting for another question's search is
-        in the answer's time, not the retrieval's)."""
+    def find(self, query: str) -> list[Mem0Line]:
+        """Mem0's `top_k` best memories for `query`, best first (timed once it has the lock:
+        waiting for another question's search is in the answer's time, not the retrieval's)."""
         if not self.lines:
             return []
         with self.lock, timing_search():
-            found = self.memory.search(question, filters={"user_id": USER_ID}, top_k=self.top_k)
+            found = self.memory.search(query, filters={"user_id": USER_ID}, top_k=self.top_k)
         return [self.lines[str(hit["id"])] for hit in found["results"]]
 
-    def answer(self, question: Question, model: ChatModel) -> Trace:
+    def search(self, query: str) -> Found:
+        """The memories as the answer prompt shows them; reached: their ids and messages."""
+        test_model = self.embedder.test_model
         try:
-            found = self.search(question.question)
+            lines = self.find(query)
         except ModelCallFailed as exc:
-            return embedding_failed(question, str(exc), self.embedder.test_model)
-        return answer_once(
-            question,
-            model,
-            mem0_request(question, found),
-            reached_ids=sorted(line.id for line in found),
-            reached_message_ids=[m for line in found for m in line.message_ids],
+            return Found("", error=str(exc), test_model=test_model)
+        return Found(
+            render_memories(lines),
+            reached_ids=tuple(line.id for line in lines),
+            reached_message_ids=tuple(dict.fromkeys(m for x in lines for m in x.message_ids)),
+            test_model=test_model,
         )
+
+    def answer(self, question: Question, model: ChatModel) -> Trace:
+        found = self.search(question.question)
+        return answer_found(question, model, found, mem0_request(question, found.context))
 
 
 @dataclass(frozen=True)
@@ -556,7 +557,7 @@ class Mem0(OneShotRates):
         }
         prompt = 0
         for question in questions:
-            request = mem0_request(question, [])
+            request = mem0_request(question, "")
             prompt += count_tokens("\n".join(m.content or "" for m in request.messages))
             prompt += round(shown_tokens.get(question.conversation_id, 0.0))
         calls = len(questions)

@@ -119,7 +119,9 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
     assert shown["graphiti"] == {
         "Graphiti (graphiti-core)": "0.31.2",
         "episode": params["graphiti"]["episode"],
+        "search": "RRF of BM25 and cosine (no cross-encoder)",
         "facts in the prompt": params["graphiti"]["top_k"],
+        "entities in the prompt": params["graphiti"]["entities"],
         "embedder": params["models"]["embedding"]["model"],
     }
     # what a run of a system needs beside the harness's files, for its rates

@@ -26,7 +26,7 @@ from clients.llm.client import LlmClient
 from clients.llm.port import ChatRequest, Completion, ToolCall
 from schemas.memory import GraphBatch, validate_batch
 from schemas.params import GraphParams, LlmParams, ModelRef
-from schemas.records import Question
+from schemas.records import Question, Rubric
 from schemas.traces import RESULT_CHARS, Trace
 from systems.agent_loop import FINAL_NUDGE
 from systems.graphrag.agent import (
@@ -41,6 +41,7 @@ from systems.graphrag.agent import (
     answer_question,
 )
 from tests.conftest import REPO_ROOT
+from tests.support.crafted_chat import crafted_chat
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
 from tests.support.openai_server import Action, LoopbackServer
@@ -611,6 +612,17 @@ def test_answer_stage_writes_traces_notice_and_metrics(
     (work / "data" / "slice" / "questions.jsonl").write_text(
         "".join(q.model_dump_json() + "\n" for q in questions)
     )
+    # what the stage's leak check reads beside the questions (the system never gets them)
+    rubrics = [
+        Rubric(question_id=q.id, ability=q.ability, rubric=["A fact.."], source_chat_ids=[7])
+        for q in questions
+    ]
+    (work / "data" / "slice" / "rubrics.jsonl").write_text(
+        "".join(r.model_dump_json() + "\n" for r in rubrics)
+    )
+    (work / "data" / "slice" / "chats").mkdir()
+    chat = crafted_chat().model_copy(update={"conversation_id": CONV})
+    (work / "data" / "slice" / "chats" / f"conv{CONV}.json").write_text(chat.model_dump_json())
     (work / "data" / "ingest" / f"conv{CONV}.jsonl").write_text(export_lines(crafted_batch()))
     record = tmp_path / "calls.jsonl"
 

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from clients.tokens import count_tokens
 from schemas.params import AgentRates, GraphParams
 from schemas.records import ChatSlice
 from stages.answer import answer_timed
 from systems.peers import graphiti
 from systems.peers.graphiti import GraphitiLine, GraphitiSystem, episodes_of, message_ids_of
+from systems.port import SearchesMemory
 from tests.support.crafted_chat import crafted_chat, question
 from tests.support.models import Recording, hashed_embedder, scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
@@ -33,13 +35,16 @@ RATES = AgentRates(
 )
 
 
-def system(graph: GraphParams, episode: str = "message", top_k: int = 5) -> GraphitiSystem:
+def system(
+    graph: GraphParams, episode: str = "message", top_k: int = 5, entities: int = 5
+) -> GraphitiSystem:
     embedder = hashed_embedder()
     return GraphitiSystem(
         graph=graph,
         episode=episode,  # type: ignore[arg-type]
         chunk_tokens=300,
         top_k=top_k,
+        entities=entities,
         agent_rates=RATES,
         embedder=lambda: embedder,
     )
@@ -96,20 +101,76 @@ def test_each_fact_comes_from_its_episodes_and_the_answer_reaches_their_messages
         sources = [m for ep in fact.properties["episodes"] for m in by_episode[ep]]
         assert any(str(fact.properties["fact"]) in messages[m] for m in sources), fact
     lisbon = next(f for f in facts if "Lisbon" in str(f.properties["fact"]))
+    entities = {str(x.properties["uuid"]): x for x in lines if "Entity" in x.labels}
+    fact_ids = {str(f.properties["uuid"]) for f in facts}
     agent = Recording(scripted_client("agent", no_jvm_left / "cache"))
-    with system(graph_params, top_k=3).open_memory(
+    asked = "Which city did Dana move to?"
+    with system(graph_params, top_k=3, entities=2).open_memory(
         chat.conversation_id, memory, no_jvm_left
     ) as opened:
-        trace, timed = answer_timed(opened, question("Which city did Dana move to?"), agent)  # type: ignore[arg-type]
+        assert isinstance(opened, SearchesMemory)
+        found = opened.search(asked)
+        trace, timed = answer_timed(opened, question(asked), agent)  # type: ignore[arg-type]
     assert trace.error is None and "Lisbon" in trace.answer
     # Graphiti's search is the question's retrieval time, a part of its answer's
     assert timed.retrieval_seconds is not None
     assert 0 < timed.retrieval_seconds <= timed.answer_seconds
-    assert str(lisbon.properties["uuid"]) in trace.reached_ids and len(trace.reached_ids) <= 3
+    assert trace.reached_ids == list(found.reached_ids)
+    reached_facts = [i for i in found.reached_ids if i in fact_ids]
+    reached_entities = [i for i in found.reached_ids if i in entities]
+    assert str(lisbon.properties["uuid"]) in reached_facts and len(reached_facts) <= 3
+    assert 1 <= len(reached_entities) <= 2
+    assert reached_facts + reached_entities == list(found.reached_ids)  # facts, then entities
     wanted = {m for ep in lisbon.properties["episodes"] for m in by_episode[ep]}
     assert wanted <= set(trace.reached_message_ids)
+    by_fact = {str(f.properties["uuid"]): f for f in facts}
+    cited = {
+        m for i in reached_facts for ep in by_fact[i].properties["episodes"] for m in by_episode[ep]
+    }
+    assert set(trace.reached_message_ids) == cited  # the facts' episodes; no entity's
     prompt = agent.requests[0].messages[-1].content or ""
-    assert str(lisbon.properties["fact"]) in prompt
+    assert found.context and found.context in prompt
+    assert lisbon.properties.get("valid_at") is None  # the test model dates no fact
+    assert f"<FACTS>\n  - {lisbon.properties['fact']}\n" in prompt  # best first, no time
+    for uuid_ in reached_entities:
+        assert f"  - {entities[uuid_].properties['name']}: " in prompt
+
+
+def test_the_answer_estimate_reads_the_built_graph(
+    graph_params: GraphParams, no_jvm_left: Path
+) -> None:
+    chat = crafted_chat()
+    built = build(graph_params, no_jvm_left / "memories", chat)
+    built.rename(built.with_name(f"conv{chat.conversation_id}.jsonl"))
+    lines = lines_of(no_jvm_left / "memories" / f"conv{chat.conversation_id}.jsonl")
+    fact_sizes = [
+        count_tokens(graphiti.render_fact(str(x.properties["fact"]), graphiti.SAMPLE_EVENT_TIME))
+        + 1
+        for x in lines
+        if x.type == "RELATES_TO"
+    ]
+    entity_sizes = [
+        count_tokens(
+            graphiti.render_entity(str(x.properties["name"]), str(x.properties["summary"]))
+        )
+        + 1
+        for x in lines
+        if "Entity" in x.labels
+    ]
+    assert len(fact_sizes) > 2 and len(entity_sizes) > 1
+    shown = 2 * sum(fact_sizes) / len(fact_sizes) + sum(entity_sizes) / len(entity_sizes)
+    asked = [question("Which city did Dana move to?")]
+    sized = system(graph_params, top_k=2, entities=1)
+    bare = sized.estimate_answer([], asked)  # no graph: the guessed line sizes
+    read = sized.estimate_answer([], asked, no_jvm_left / "memories")
+    guessed = 2 * graphiti.FACT_TOKENS + graphiti.ENTITY_TOKENS
+    assert read.prompt_tokens - bare.prompt_tokens == round(shown) - guessed
+    frame = graphiti.graphiti_request(
+        asked[0], graphiti.CONTEXT_TEMPLATE.format(facts="", entities="")
+    )
+    assert bare.prompt_tokens == guessed + count_tokens(
+        "\n".join(m.content or "" for m in frame.messages)
+    )
 
 
 def test_a_failed_extraction_call_fails_the_build_and_writes_nothing(

@@ -24,6 +24,7 @@ from stages.answer import answer_timed
 from systems.peers import mem0
 from systems.peers.mem0 import Mem0, Mem0Line, adds_of
 from systems.peers.scripted_rules import PROSE_MODEL
+from systems.port import SearchesMemory
 from tests.support.crafted_chat import crafted_chat, question
 from tests.support.models import Recording, hashed_embedder, scripted_client
 
@@ -101,18 +102,23 @@ def test_the_answer_searches_mem0_and_reaches_the_messages_behind_what_it_found(
     lines = {line.id: line for line in lines_of(memory)}
     lisbon = next(line for line in lines.values() if "Lisbon" in line.text)
     agent = Recording(scripted_client("agent", tmp_path / "cache"))
+    asked = "Which city did Dana move to?"
     with system(top_k=2).open_memory(chat.conversation_id, memory, tmp_path) as opened:
-        trace, timed = answer_timed(opened, question("Which city did Dana move to?"), agent)  # type: ignore[arg-type]
+        assert isinstance(opened, SearchesMemory)
+        found = opened.search(asked)
+        trace, timed = answer_timed(opened, question(asked), agent)  # type: ignore[arg-type]
     assert trace.error is None and "Lisbon" in trace.answer
     # Mem0's search is the question's retrieval time, a part of its answer's
     assert timed.retrieval_seconds is not None
     assert 0 < timed.retrieval_seconds <= timed.answer_seconds
+    assert trace.reached_ids == list(found.reached_ids)
+    assert found.context == mem0.render_memories([lines[i] for i in found.reached_ids])
     assert 1 <= len(trace.reached_ids) <= 2 and lisbon.id in trace.reached_ids  # top_k 2
     assert set(lisbon.message_ids) <= set(trace.reached_message_ids)
     want = {m for i in trace.reached_ids for m in lines[i].message_ids}
     assert set(trace.reached_message_ids) == want
     prompt = agent.requests[0].messages[-1].content or ""
-    assert f"{lisbon.date_iso}: {lisbon.text}" in prompt
+    assert found.context in prompt and f"{lisbon.date_iso}: {lisbon.text}" in prompt
     shown = [line for line in prompt.splitlines() if line[:4].isdigit()]
     assert len(shown) == len(trace.reached_ids)
 

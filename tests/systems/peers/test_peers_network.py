@@ -75,7 +75,7 @@ if peer == "mem0":
 else:
     graph = read_params(REPO_ROOT / "params.yaml").graph
     system = graphiti.GraphitiSystem(graph=graph, episode="chunk", chunk_tokens=300, top_k=5,
-                                     agent_rates=rates, embedder=lambda: embedder)
+                                     entities=2, agent_rates=rates, embedder=lambda: embedder)
     from graphiti_core.telemetry.telemetry import is_telemetry_enabled
     telemetry_on = is_telemetry_enabled()
 chat = crafted_chat()
