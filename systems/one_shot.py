@@ -106,9 +106,9 @@ def answer_once(
 
 def answer_found(question: Question, model: ChatModel, found: Found, request: ChatRequest) -> Trace:
     """One call with what a memory's own search found (`request` holds `found.context`); a
-    search whose embedding failed makes no call."""
+    search that failed (its query's embedding, after its retries) makes no call."""
     if found.error is not None:
-        return embedding_failed(question, found.error, found.test_model)
+        return search_failed(question, found.error, found.test_model)
     return answer_once(
         question,
         model,
@@ -118,8 +118,9 @@ def answer_found(question: Question, model: ChatModel, found: Found, request: Ch
     )
 
 
-def embedding_failed(question: Question, error: str | None, test_model: bool) -> Trace:
-    """The trace of a question whose embedding failed after its retries: no answer call."""
+def search_failed(question: Question, error: str | None, test_model: bool) -> Trace:
+    """The trace of a question whose search failed (a model call of it, after its retries): no
+    answer call."""
     return Trace(
         question_id=question.id,
         answer="",
@@ -133,7 +134,7 @@ def embedding_failed(question: Question, error: str | None, test_model: bool) ->
         completion_tokens=0,
         max_context_tokens=0,
         test_model=test_model,
-        error=f"the question's embedding failed: {error}",
+        error=f"the memory's search failed: {error}",
     )
 
 

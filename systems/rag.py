@@ -48,9 +48,8 @@ from schemas.traces import Trace
 from systems.chunking import chunk_conversation
 from systems.one_shot import (
     OneShotRates,
-    answer_once,
+    answer_found,
     answer_request,
-    embedding_failed,
     system_prompt,
 )
 from systems.port import (
@@ -205,7 +204,8 @@ class RetrievalMemory:
         the query: its error)."""
         ranked = self.ranked(query)
         if isinstance(ranked, Embeddings):
-            return Found("", error=ranked.error or "failed", test_model=ranked.test_model)
+            error = f"the query's embedding failed: {ranked.error}"
+            return Found("", error=error, test_model=ranked.test_model)
         found = [self.index.chunks[i] for i in ranked[: self.top_k]]
         return Found(
             context=render_chunks(found),
@@ -215,21 +215,13 @@ class RetrievalMemory:
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
         found = self.search(question.question)
-        if found.error is not None:
-            return embedding_failed(question, found.error, found.test_model)
         request = answer_request(
             question,
             found.context,
             instructions=instructions(self.retriever),
             prompt_version=PROMPT_VERSION,
         )
-        return answer_once(
-            question,
-            model,
-            request,
-            reached_ids=found.reached_ids,
-            reached_message_ids=found.reached_message_ids,
-        )
+        return answer_found(question, model, found, request)
 
 
 def read_chunks(memory: Path) -> list[Chunk]:

@@ -32,7 +32,7 @@ from schemas.params import AgentRates, AnswerParams, NativeRegime, Regime
 from schemas.records import Question
 from schemas.traces import Trace
 from systems.agent_loop import AgentSpec, ToolOutcome, error_outcome, run_agent
-from systems.one_shot import answer_once, answer_request, system_prompt
+from systems.one_shot import answer_found, answer_request, system_prompt
 from systems.port import Found, Memory, SearchesMemory, times_search
 
 ONE_SHOT_PROMPT_VERSION = "search-one-shot-v1"
@@ -111,26 +111,6 @@ class SearchTools:
         return outcome_of(self.memory.search(question))
 
 
-def search_failed(question: Question, found: Found) -> Trace:
-    """The trace of a question whose search failed (a model call of it, after its retries):
-    no answer call."""
-    return Trace(
-        question_id=question.id,
-        answer="",
-        tool_calls=[],
-        turn_texts=[],
-        reached_ids=[],
-        reached_message_ids=[],
-        steps=0,
-        calls=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-        max_context_tokens=0,
-        test_model=found.test_model,
-        error=f"the memory's search failed: {found.error}",
-    )
-
-
 @dataclass(frozen=True)
 class OneShotFromSearch:
     """One call with the memory's own search's context for the question."""
@@ -144,21 +124,13 @@ class OneShotFromSearch:
 
     def answer(self, question: Question, model: ChatModel) -> Trace:
         found = self.memory.search(question.question)
-        if found.error is not None:
-            return search_failed(question, found)
         request = answer_request(
             question,
             found.context,
             instructions=ONE_SHOT_INSTRUCTIONS,
             prompt_version=ONE_SHOT_PROMPT_VERSION,
         )
-        return answer_once(
-            question,
-            model,
-            request,
-            reached_ids=found.reached_ids,
-            reached_message_ids=found.reached_message_ids,
-        )
+        return answer_found(question, model, found, request)
 
 
 @dataclass(frozen=True)

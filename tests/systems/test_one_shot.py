@@ -1,5 +1,5 @@
 """systems/one_shot.py `answer_found`: one answer call with what a memory's own search found,
-and none when that search's embedding failed."""
+and none when that search failed (its embedding)."""
 
 from __future__ import annotations
 
@@ -37,5 +37,5 @@ def test_a_failed_search_embedding_makes_no_call_and_says_why(tmp_path: Path) ->
     model = Recording(scripted_client("agent", tmp_path / "cache"))
     trace = answer_found(ASKED, model, found, request_for(""))  # type: ignore[arg-type]
     assert model.requests == [] and trace.calls == 0 and trace.answer == ""
-    assert trace.error == "the question's embedding failed: gave up after 4 attempts"
+    assert trace.error == "the memory's search failed: gave up after 4 attempts"
     assert trace.test_model
