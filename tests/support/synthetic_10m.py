@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,14 @@ MONTHS = (
 """A plan's month: plan k's sessions are dated in the k-th month of 2024, in order."""
 
 
+@dataclass(frozen=True)
+class Shape:
+    """How many sessions each plan has and messages each session (a test makes them few)."""
+
+    sessions_per_plan: int = SESSIONS_PER_PLAN
+    messages_per_session: int = MESSAGES_PER_SESSION
+
+
 class SentencePool:
     """Seeded made-up sentences and their cl100k token counts."""
 
@@ -106,15 +115,15 @@ def message_text(pool: SentencePool, rng: random.Random, tokens: int) -> str:
 
 
 def plan_chat(
-    pool: SentencePool, rng: random.Random, plan: int, message_tokens: int
+    pool: SentencePool, rng: random.Random, plan: int, message_tokens: int, shape: Shape
 ) -> list[list[dict[str, Any]]]:
     """One plan's sessions: ids from 0, the first message of each session dated, user and
     assistant in turn, dates in order across plans."""
     sessions, local = [], 0
-    for session in range(SESSIONS_PER_PLAN):
+    for session in range(shape.sessions_per_plan):
         anchor = f"{MONTHS[plan - 1]}-{session + 1:02d}-2024"
         messages = []
-        for position in range(MESSAGES_PER_SESSION):
+        for position in range(shape.messages_per_session):
             user = position % 2 == 0
             messages.append(
                 {
@@ -155,12 +164,13 @@ def conversation_row(
     questions: Mapping[str, int],
     tokens_per_conversation: int,
     seed: int,
+    shape: Shape,
 ) -> dict[str, Any]:
     rng = random.Random(f"{seed}:{conversation_id}")
-    messages = PLANS * SESSIONS_PER_PLAN * MESSAGES_PER_SESSION
+    messages = PLANS * shape.sessions_per_plan * shape.messages_per_session
     # users write a third of an assistant's reply: 2 messages of a turn weigh 4/3 of a reply
     message_tokens = round(tokens_per_conversation / (messages / 2 * (1 + 1 / 3)))
-    plans = {k: plan_chat(pool, rng, k, message_tokens) for k in range(1, PLANS + 1)}
+    plans = {k: plan_chat(pool, rng, k, message_tokens, shape) for k in range(1, PLANS + 1)}
     return {
         "conversation_id": conversation_id,
         "conversation_seed": {
@@ -197,11 +207,13 @@ def write_release(
     questions: Mapping[str, Mapping[str, int]],
     tokens_per_conversation: int = 10_000_000,
     seed: int = 0,
+    shape: Shape | None = None,
 ) -> list[Path]:
     """The shards `10M-0000<k>-of-00002.parquet` in `folder`: the conversations of `questions`
     (id -> ability -> count) split in order between them, each shard one row group."""
     folder.mkdir(parents=True, exist_ok=True)
     pool = SentencePool(random.Random(seed))
+    shape = shape or Shape()
     ids = sorted(questions, key=int)
     per_shard = -(-len(ids) // SHARDS)
     paths = []
@@ -210,7 +222,7 @@ def write_release(
         chunk = ids[shard * per_shard : (shard + 1) * per_shard]
         batches = [
             pa.RecordBatch.from_pylist(
-                [conversation_row(pool, c, questions[c], tokens_per_conversation, seed)],
+                [conversation_row(pool, c, questions[c], tokens_per_conversation, seed, shape)],
                 schema=SCHEMA,
             )
             for c in chunk
