@@ -7,8 +7,8 @@ it, and runs, each as its own process as DVC does (`python -m stages.<stage>` in
 workspace with the checkout's params, pins and fixtures, `tier: 10M`, `mode: all`): repair,
 `slice --repin` (the 10M slices are not pinned: this pins them on the synthetic data, as a
 person would on the real one) and slice. For `100K`: the shared copy's rebuilt 100K parquet
-(../shared/beam), repair and slice of mode all. Each process's peak RSS comes from `os.wait4`
-(the kernel's ru_maxrss of that child alone).
+(../shared/beam), repair and slice of mode all. Each process's peak RSS is GNU time's maximum
+resident set size (`/usr/bin/time -f %M`) of that process alone.
 
 `--code DIR` runs the stages of another checkout (e.g. an export of an older commit, for a
 before/after table); the data, the workspace and the interpreter are this checkout's.
@@ -72,22 +72,33 @@ def write_receipt(work: Path, tier: str, files: list[Path]) -> None:
     path.write_text(receipt.model_dump_json(), encoding="utf-8")
 
 
+TIME = Path("/usr/bin/time")
+"""GNU time (Debian package `time`): the stage runs as its child, so its maximum RSS is the
+stage's own. (The kernel's ru_maxrss of a child of this script would not do: a process forked
+from this one starts with this one's high-water mark, which after the data generation is large.)"""
+
+
 def run_stage(code: Path, work: Path, *args: str) -> tuple[float, float]:
     """Run `python -m stages.<args>` in `work` with `code`'s modules: (peak RSS MiB, seconds);
     exits with the stage's output when it fails."""
     env = {**os.environ, "PYTHONPATH": str(code), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    log = work / f"{'_'.join(args).replace('-', '')}.log"
+    name = "_".join(args).replace("-", "")
+    log, peak = work / f"{name}.log", work / f"{name}.maxrss"
     started = time.monotonic()
     with log.open("wb") as out:
-        child = subprocess.Popen(
-            [sys.executable, "-m", *args], cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT
+        done = subprocess.run(
+            [str(TIME), "-f", "%M", "-o", str(peak), sys.executable, "-m", *args],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
         )
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.monotonic() - started
-    if child.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed ({child.returncode}):\n{log.read_text()[-4000:]}")
-    return usage.ru_maxrss / 1024, seconds  # ru_maxrss is in KiB on Linux
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed ({done.returncode}):\n{log.read_text()[-4000:]}")
+    kib = int(peak.read_text().split()[-1])  # GNU time's %M: the maximum RSS in KiB
+    return kib / 1024, seconds
 
 
 def measure(code: Path, tier: str, tokens: int, keep: bool) -> list[str]:
@@ -138,6 +149,8 @@ def main() -> None:
     parser.add_argument("--code", type=Path, default=ROOT, help="the checkout whose stages run")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders")
     args = parser.parse_args()
+    if not TIME.is_file():
+        sys.exit(f"{TIME} not found: install GNU time (`apt-get install time`)")
     tiers = ["100K", "synthetic-10M"] if args.tier == "both" else [args.tier]
     code = args.code.resolve()
     rows = [row for tier in tiers for row in measure(code, tier, args.tokens, args.keep)]
