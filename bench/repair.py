@@ -9,6 +9,11 @@ against the pin (never cut blindly) and that what it cuts is what the pin says: 
 filler characters, or one block of lines repeated to the end. What was done goes to
 `data/repair/record.json` (a fact of the pinned release, not a measure: no DVC metric).
 
+It holds one conversation at a time (`RepairPass`): the stage reads the release in batches of one
+row and writes each conversation as its own row group of the output (zstd, the release's
+schema), so the slice can read it back one conversation at a time too. The bytes therefore
+differ from a whole-table write (`encode_table`: one row group), the content does not.
+
 The pins were made from the public repository's copy of the chats (`../shared/beam`), because
 the release file cannot be downloaded on the machines the project was built on. If a verified
 release file holds a different message, the stage says so and names the re-pin command:
@@ -77,13 +82,17 @@ class RepairsRecord(Record):
 
 def check_verified(data: bytes, receipt: FileReceipt) -> bytes:
     """`data` (read from the receipt's file), refused unless it hashes to the receipt's sha256."""
-    found = digest_bytes(data)
+    check_sha256(digest_bytes(data), receipt)
+    return data
+
+
+def check_sha256(found: str, receipt: FileReceipt) -> None:
+    """IntegrityError unless `found` (the sha256 of the receipt's file now) is the receipt's."""
     if found != receipt.sha256:
         raise IntegrityError(
             f"{receipt.path} changed after it was verified: the receipt {RECEIPT} says sha256 "
             f"{receipt.sha256}, the file now hashes to {found}; run `dvc repro verify-hash`"
         )
-    return data
 
 
 def load_table(data: bytes, source: str, required: tuple[str, ...] = REQUIRED_COLUMNS) -> pa.Table:
@@ -96,13 +105,32 @@ def load_table(data: bytes, source: str, required: tuple[str, ...] = REQUIRED_CO
         raise DataError(
             f"{source} is not a readable parquet file ({exc}); it may be truncated: fetch it again"
         ) from exc
-    missing = [name for name in required if name not in table.column_names]
+    check_columns(table.schema, source, required)
+    return table
+
+
+def check_columns(
+    schema: pa.Schema, source: str, required: tuple[str, ...] = REQUIRED_COLUMNS
+) -> None:
+    """DataError unless the columns a stage needs are in `schema` (a release file's)."""
+    missing = [name for name in required if name not in schema.names]
     if missing:
         raise DataError(
             f"{source} lacks column(s) {missing}; expected the BEAM release layout with "
-            f"{list(required)}, found {table.column_names}"
+            f"{list(required)}, found {schema.names}"
         )
-    return table
+
+
+def check_shard_schemas(schemas: Sequence[pa.Schema], source: str) -> pa.Schema:
+    """The one schema a release's shards share (their rows are read as one table, in shard
+    order): DataError when their columns differ."""
+    first = schemas[0]
+    for other in schemas[1:]:
+        if not other.equals(first, check_metadata=False):
+            raise DataError(
+                f"the shards of {source} do not share one schema: {first} and {other} differ"
+            )
+    return first
 
 
 def join_shards(tables: Sequence[pa.Table], source: str) -> pa.Table:
@@ -296,9 +324,70 @@ def repair_table(
     )
 
 
+class RepairPass:
+    """The repair of a release read one conversation at a time (`repair_rows` on each batch of
+    rows, in the release's order, then `record`): only the rows a pin names are converted to
+    Python and rebuilt, every other row passes through as read. The same cuts, records and
+    errors as `repair_table` on the whole table, the records in pin order."""
+
+    def __init__(self, repairs: Sequence[Repair], tier: Tier, source: str) -> None:
+        self.tier, self.source = tier, source
+        self.pins = [r for r in repairs if r.tier == tier]
+        self.seen: list[str] = []
+        self.done: dict[int, RepairRecord] = {}
+
+    def repair_rows(self, rows: pa.Table) -> pa.Table:
+        """`rows` (one or more conversations of the release) with their pinned messages cut."""
+        ids = [str(c) for c in rows.column("conversation_id").to_pylist()]
+        self.seen += ids
+        wanted = [(n, r) for n, r in enumerate(self.pins) if r.conversation_id in ids]
+        if not wanted:
+            return rows
+        position = rows.column_names.index("chat")
+        chat_type = rows.schema.field("chat").type
+        chats = rows.column("chat").to_pylist()
+        for number, repair in wanted:
+            row = ids.index(repair.conversation_id)
+            where = (
+                f"{self.source}: conversation {repair.conversation_id}, message {repair.message_id}"
+            )
+            message = find_message(chats[row] or [], repair.message_id, where)
+            content = message.get("content")
+            if not isinstance(content, str):
+                raise DataError(f"{where} has no text content (found {type(content).__name__})")
+            message["content"], self.done[number] = cut_message(content, repair, where)
+        try:
+            column = pa.array(chats, type=chat_type)
+        except (pa.ArrowException, ValueError) as exc:
+            raise DataError(f"{self.source}: could not rebuild the chat column: {exc}") from exc
+        return rows.set_column(position, rows.schema.field("chat"), column)
+
+    def record(self) -> RepairsRecord:
+        """What was done, once every row has passed: DataError naming a pinned conversation the
+        release does not have."""
+        for number, repair in enumerate(self.pins):
+            if number not in self.done and repair.conversation_id not in self.seen:
+                ids = self.seen
+                raise DataError(
+                    f"{self.source} has no conversation {repair.conversation_id!r} (found "
+                    f"{len(ids)}: {ids[:25]}); is this the run's tier?"
+                )
+        done = [self.done[n] for n in sorted(self.done)]
+        return RepairsRecord(
+            tier=self.tier,
+            messages_changed=len(done),
+            chars_cut=sum(r.chars_cut for r in done),
+            repairs=done,
+        )
+
+
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd"}
+"""How the repaired dataset is written: zstd, as the release file."""
+
+
 def encode_table(table: pa.Table) -> bytes:
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")  # as the release file
+    pq.write_table(table, sink, **PARQUET_OPTIONS)
     return sink.getvalue()
 
 

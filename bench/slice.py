@@ -32,6 +32,10 @@ choices and stay as they are; `scripts/pin_official_cut.py` re-pins the cut poin
 A 10M chat (ten plans, `plan-1` ... `plan-10`) is read as the sessions of its plans in order,
 with global message ids (`plan_sessions`); the `plans` column is never read.
 
+The stage reads the repaired data one conversation at a time (`ModeSlicer`): each slice is
+written as soon as it is built and only its counts and pins are kept, so the stage's memory is
+that of the largest conversation, not of the tier (`scripts/measure_memory_10m.py`).
+
 The stage (stages/slice.py, with the readers the stages share in stages/common.py) reads the
 fixture and the repaired data and writes the outs; this module builds and checks the slices.
 """
@@ -41,7 +45,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +53,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import Field, ValidationError
 
+from bench.data_check import Finding, check_chat, check_rubrics
 from bench.repair import load_table
 from clients.tokens import count_tokens
 from schemas.base import Record
@@ -120,6 +125,16 @@ class SliceFixture(Record):
     modes: dict[Mode, ModePin]
 
 
+class SliceSummary(Record):
+    """What is kept of a slice once it is written: its counts and pins, not its text."""
+
+    conversation_id: str
+    sessions: int
+    message_ids: list[int]
+    tokens: int
+    sha256: str
+
+
 class BuiltSlice(Record):
     """One conversation's slice as it will be written, with its pins and counts."""
 
@@ -129,11 +144,40 @@ class BuiltSlice(Record):
     message_ids: list[int]
     tokens: int
 
+    def summary(self) -> SliceSummary:
+        return SliceSummary(
+            conversation_id=self.chat.conversation_id,
+            sessions=len(self.chat.sessions),
+            message_ids=self.message_ids,
+            tokens=self.tokens,
+            sha256=self.sha256,
+        )
+
+
+class BuiltSummary(Record):
+    """A mode's slices as counts and pins (each slice's text already written), its questions
+    and rubrics: what the stage holds of a mode built one conversation at a time."""
+
+    slices: list[SliceSummary]
+    questions: list[Question]
+    rubrics: list[Rubric]
+
 
 class Built(Record):
     slices: list[BuiltSlice]
     questions: list[Question]
     rubrics: list[Rubric]
+
+    def summary(self) -> BuiltSummary:
+        return BuiltSummary(
+            slices=[s.summary() for s in self.slices],
+            questions=self.questions,
+            rubrics=self.rubrics,
+        )
+
+
+def as_summary(built: Built | BuiltSummary) -> BuiltSummary:
+    return built.summary() if isinstance(built, Built) else built
 
 
 # ---- pure helpers -------------------------------------------------------------------------
@@ -284,6 +328,106 @@ def has_official_cut(fixture: SliceFixture) -> bool:
     return fixture.official_cut.last_message_ids is not None
 
 
+WantedQuestion = tuple[str, Ability, int]
+"""A fixture question: its id, ability and index among the conversation's questions of it."""
+
+
+def questions_by_conversation(pin: ModePin) -> dict[str, list[WantedQuestion]]:
+    """The mode's questions per conversation, in the fixture's order; ParamsError for a
+    question of a conversation the mode does not have."""
+    wanted: dict[str, list[WantedQuestion]] = {c: [] for c in pin.conversations}
+    for question_id in pin.question_ids:
+        conv, ability, index = split_question_id(question_id)
+        if conv not in wanted:
+            raise ParamsError(
+                f"fixture question {question_id} is not in the mode's conversations "
+                f"{pin.conversations}"
+            )
+        wanted[conv].append((question_id, ability, index))
+    return wanted
+
+
+class BuiltConversation(Record):
+    """One conversation of a mode: its slice, questions and rubrics (in the fixture's order)."""
+
+    slice: BuiltSlice
+    questions: list[Question]
+    rubrics: list[Rubric]
+
+
+def build_conversation(
+    conv: str,
+    row: Mapping[str, Any],
+    wanted: Sequence[WantedQuestion],
+    selection: str,
+    known_bad: Mapping[str, str],
+    tokenizer: str,
+    cut: int | None = None,
+) -> BuiltConversation:
+    """One conversation's slice (its chat up to its `cut` point, when it has one), questions and
+    rubrics; DataError when the data lacks something (a question citing a message past the cut
+    included)."""
+    whole_chat = row["chat"] or []
+    chat = cut_chat(whole_chat, cut) if cut is not None else whole_chat
+    present = set(message_ids(chat))
+    probing = parse_probing(row["probing_questions"], f"conversation {conv}")
+    answer_ids: set[int] = set()
+    questions, rubrics = [], []
+    for question_id, ability, index in wanted:
+        items = probing.get(ability, [])
+        if index >= len(items):
+            raise IntegrityError(
+                f"fixture question {question_id} does not exist: conversation {conv} has "
+                f"{len(items)} {ability} question(s); {PIN_PROVENANCE}. A person must edit "
+                "the fixture's question_ids"
+            )
+        item = items[index]
+        where = f"question {question_id}"
+        ids = normalize_ids(item.get("source_chat_ids"), where)
+        unknown = [i for i in ids if i not in present]
+        if unknown and cut is not None and all(i > cut for i in unknown):
+            raise DataError(
+                f"{where}: source_chat_ids {unknown} are past the official cut of "
+                f"conversation {conv} (its last message there is {cut}): the fixture's "
+                "official_cut contradicts the questions; check it against the benchmark's "
+                "files"
+            )
+        if unknown:
+            raise DataError(f"{where}: source_chat_ids {unknown} are not messages of the chat")
+        text, rubric = item.get("question"), item.get("rubric")
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"{where} has no question text")
+        if not isinstance(rubric, list) or not all(isinstance(r, str) for r in rubric):
+            raise DataError(f"{where}: rubric is not a list of strings")
+        answer_ids.update(ids)
+        questions.append(
+            Question(
+                id=question_id, conversation_id=conv, ability=ability, index=index, question=text
+            )
+        )
+        rubrics.append(
+            Rubric(
+                question_id=question_id,
+                ability=ability,
+                rubric=rubric,
+                source_chat_ids=ids,
+                known_bad_rubric=question_id in known_bad,
+                known_bad_reason=known_bad.get(question_id),
+            )
+        )
+    keep = None if selection == "whole_conversations" else answer_ids
+    chat_slice = build_slice(conv, chat, keep)
+    text = stable_json(chat_slice.model_dump(mode="json"))
+    built = BuiltSlice(
+        chat=chat_slice,
+        text=text,
+        sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        message_ids=[m.id for s in chat_slice.sessions for m in s.messages],
+        tokens=sum(count_tokens(render_session(s), tokenizer) for s in chat_slice.sessions),
+    )
+    return BuiltConversation(slice=built, questions=questions, rubrics=rubrics)
+
+
 def build_mode(
     rows: Mapping[str, Mapping[str, Any]],
     pin: ModePin,
@@ -295,78 +439,19 @@ def build_mode(
     one; DataError when the data lacks something (a question citing a message past the cut
     included). Every conversation of `pin` must be in `rows` (`check_fixture_ids`)."""
     cut = cut or {}
-    wanted: dict[str, list[tuple[str, Ability, int]]] = {c: [] for c in pin.conversations}
-    for question_id in pin.question_ids:
-        conv, ability, index = split_question_id(question_id)
-        if conv not in wanted:
-            raise ParamsError(
-                f"fixture question {question_id} is not in the mode's conversations "
-                f"{pin.conversations}"
-            )
-        wanted[conv].append((question_id, ability, index))
-
+    wanted = questions_by_conversation(pin)
     questions: dict[str, Question] = {}
     rubrics: dict[str, Rubric] = {}
     slices = []
     for conv in pin.conversations:
         if conv not in rows:  # check_fixture_ids says it better, with the file and the mode
             raise ParamsError(f"the fixture names conversation {conv!r}, not in the data")
-        row = rows[conv]
-        whole_chat = row["chat"] or []
-        chat = cut_chat(whole_chat, cut[conv]) if conv in cut else whole_chat
-        present = set(message_ids(chat))
-        probing = parse_probing(row["probing_questions"], f"conversation {conv}")
-        answer_ids: set[int] = set()
-        for question_id, ability, index in wanted[conv]:
-            items = probing.get(ability, [])
-            if index >= len(items):
-                raise IntegrityError(
-                    f"fixture question {question_id} does not exist: conversation {conv} has "
-                    f"{len(items)} {ability} question(s); {PIN_PROVENANCE}. A person must edit "
-                    "the fixture's question_ids"
-                )
-            item = items[index]
-            where = f"question {question_id}"
-            ids = normalize_ids(item.get("source_chat_ids"), where)
-            unknown = [i for i in ids if i not in present]
-            if unknown and conv in cut and all(i > cut[conv] for i in unknown):
-                raise DataError(
-                    f"{where}: source_chat_ids {unknown} are past the official cut of "
-                    f"conversation {conv} (its last message there is {cut[conv]}): the fixture's "
-                    "official_cut contradicts the questions; check it against the benchmark's "
-                    "files"
-                )
-            if unknown:
-                raise DataError(f"{where}: source_chat_ids {unknown} are not messages of the chat")
-            text, rubric = item.get("question"), item.get("rubric")
-            if not isinstance(text, str) or not text.strip():
-                raise DataError(f"{where} has no question text")
-            if not isinstance(rubric, list) or not all(isinstance(r, str) for r in rubric):
-                raise DataError(f"{where}: rubric is not a list of strings")
-            answer_ids.update(ids)
-            questions[question_id] = Question(
-                id=question_id, conversation_id=conv, ability=ability, index=index, question=text
-            )
-            rubrics[question_id] = Rubric(
-                question_id=question_id,
-                ability=ability,
-                rubric=rubric,
-                source_chat_ids=ids,
-                known_bad_rubric=question_id in known_bad,
-                known_bad_reason=known_bad.get(question_id),
-            )
-        keep = None if pin.selection == "whole_conversations" else answer_ids
-        chat_slice = build_slice(conv, chat, keep)
-        text = stable_json(chat_slice.model_dump(mode="json"))
-        slices.append(
-            BuiltSlice(
-                chat=chat_slice,
-                text=text,
-                sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                message_ids=[m.id for s in chat_slice.sessions for m in s.messages],
-                tokens=sum(count_tokens(render_session(s), tokenizer) for s in chat_slice.sessions),
-            )
+        built = build_conversation(
+            conv, rows[conv], wanted[conv], pin.selection, known_bad, tokenizer, cut.get(conv)
         )
+        questions.update((q.id, q) for q in built.questions)
+        rubrics.update((r.question_id, r) for r in built.rubrics)
+        slices.append(built.slice)
     return Built(
         slices=slices,
         questions=[questions[q] for q in pin.question_ids],
@@ -385,34 +470,139 @@ def check_fixture_ids(
     """ParamsError when the fixture names a conversation, or (with `messages`) a slice message id,
     that the repaired data does not have. The release file passed verify-hash, so the fixture is
     what is wrong; --repin rewrites message ids, never the conversations a person chose."""
-    where = f"slice fixture {fixture_path}, mode {mode}"
-    not_release = "The fixture is wrong, not the release file (which passed verify-hash)"
-    named = list(pin.conversations)
-    if messages:  # else the slices are about to be re-pinned, stale ones dropped
-        named += [c for c in pin.slices if c not in pin.conversations]
-    missing = [c for c in named if c not in rows]
-    if missing:
-        raise ParamsError(
-            f"{where}: conversation id(s) {missing} (in modes.{mode}.conversations or .slices) "
-            f"do not exist in the repaired data, which has conversations {sorted(rows)}. "
-            f"{not_release}: correct modes.{mode} (conversations, question_ids and slices) in "
-            f"the fixture; `{REPIN_COMMAND}` does not change which conversations a mode uses"
-        )
+    check_fixture_conversations(rows, pin, mode, fixture_path, messages=messages)
     if not messages:
         return
     for conv, slice_pin in pin.slices.items():
-        present = set(message_ids(rows[conv]["chat"] or []))
-        unknown = [i for i in from_ranges(slice_pin.message_ids) if i not in present]
-        if unknown:
-            ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in to_ranges(present))
-            raise ParamsError(
-                f"{where}: modes.{mode}.slices[{conv!r}].message_ids names message id(s) "
-                f"{unknown[:20]}{' ...' if len(unknown) > 20 else ''} that conversation {conv} "
-                f"does not have (its {len(present)} messages have ids {ranges or 'none'}). "
-                f"{not_release}: correct those ids in the fixture, or, only if the release "
-                "itself changed (a new pin in pins.yaml `release`), re-pin with "
-                f"`{REPIN_COMMAND}`"
-            )
+        check_slice_messages(rows[conv]["chat"] or [], conv, slice_pin, mode, fixture_path)
+
+
+NOT_RELEASE = "The fixture is wrong, not the release file (which passed verify-hash)"
+
+
+def check_fixture_conversations(
+    present: Collection[str],
+    pin: ModePin,
+    mode: str,
+    fixture_path: Path,
+    *,
+    messages: bool = True,
+) -> None:
+    """ParamsError when the fixture names a conversation (of the mode, or with `messages` of its
+    slice pins) that the repaired data's conversation ids `present` lack."""
+    named = list(pin.conversations)
+    if messages:  # else the slices are about to be re-pinned, stale ones dropped
+        named += [c for c in pin.slices if c not in pin.conversations]
+    missing = [c for c in named if c not in present]
+    if missing:
+        raise ParamsError(
+            f"slice fixture {fixture_path}, mode {mode}: conversation id(s) {missing} (in "
+            f"modes.{mode}.conversations or .slices) do not exist in the repaired data, which has "
+            f"conversations {sorted(present)}. {NOT_RELEASE}: correct modes.{mode} "
+            "(conversations, question_ids and slices) in the fixture; "
+            f"`{REPIN_COMMAND}` does not change which conversations a mode uses"
+        )
+
+
+def check_slice_messages(
+    chat: Sequence[Sequence[Mapping[str, Any]]],
+    conv: str,
+    slice_pin: SlicePin,
+    mode: str,
+    fixture_path: Path,
+) -> None:
+    """ParamsError when a slice pin names message ids that conversation `conv`'s chat lacks."""
+    present = set(message_ids(chat))
+    unknown = [i for i in from_ranges(slice_pin.message_ids) if i not in present]
+    if unknown:
+        ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in to_ranges(present))
+        raise ParamsError(
+            f"slice fixture {fixture_path}, mode {mode}: modes.{mode}.slices[{conv!r}].message_ids "
+            f"names message id(s) {unknown[:20]}{' ...' if len(unknown) > 20 else ''} that "
+            f"conversation {conv} does not have (its {len(present)} messages have ids "
+            f"{ranges or 'none'}). {NOT_RELEASE}: correct those ids in the fixture, or, only if "
+            "the release itself changed (a new pin in pins.yaml `release`), re-pin with "
+            f"`{REPIN_COMMAND}`"
+        )
+
+
+class ModeSlicer:
+    """A mode's slices built one conversation at a time, as the repaired data is read (`add`
+    each row, in any order), so that one conversation is in memory at a time: each built slice
+    goes back to the caller to be written, and only its counts and pins stay (`summary`, in
+    the fixture's order), with the data check's findings and what the cut left out. The same
+    slices, checks, findings and errors as `build_mode` with `check_fixture_ids`, `check_pins`
+    and `check_mode` on the whole table."""
+
+    def __init__(
+        self,
+        pin: ModePin,
+        mode: str,
+        fixture_path: Path,
+        known_bad: Mapping[str, str],
+        tokenizer: str,
+        points: Mapping[str, int],
+    ) -> None:
+        self.pin, self.mode, self.fixture_path = pin, mode, fixture_path
+        self.known_bad, self.tokenizer, self.points = known_bad, tokenizer, points
+        self.wanted = questions_by_conversation(pin)
+        self.slices: dict[str, SliceSummary] = {}
+        self.questions: dict[str, Question] = {}
+        self.rubrics: dict[str, Rubric] = {}
+        self.found: dict[str, list[Finding]] = {}
+        self.left_out: dict[str, int] = {}
+
+    def needs(self, conv: str) -> bool:
+        """Whether the mode reads conversation `conv` (to slice it, or to check its pin)."""
+        return conv in self.wanted or conv in self.pin.slices
+
+    def add(self, conv: str, row: Mapping[str, Any]) -> BuiltSlice | None:
+        """Check and build conversation `conv` of the repaired data: its slice, to be written
+        (None when the mode only checks its pin)."""
+        chat = row["chat"] or []
+        if conv in self.pin.slices:
+            check_slice_messages(chat, conv, self.pin.slices[conv], self.mode, self.fixture_path)
+        if conv not in self.wanted:
+            return None
+        point = self.points.get(conv)
+        built = build_conversation(
+            conv, row, self.wanted[conv], self.pin.selection, self.known_bad, self.tokenizer, point
+        )
+        whole = self.pin.selection == "whole_conversations"
+        self.found[conv] = check_chat(built.slice.chat, whole=whole)
+        past = sum(1 for i in message_ids(chat) if point is not None and i > point)
+        if past:
+            self.left_out[conv] = past
+        self.slices[conv] = built.slice.summary()
+        self.questions.update((q.id, q) for q in built.questions)
+        self.rubrics.update((r.question_id, r) for r in built.rubrics)
+        return built.slice
+
+    def summary(self) -> BuiltSummary:
+        """The mode's slices (counts and pins), questions and rubrics, in the fixture's order."""
+        missing = [c for c in self.pin.conversations if c not in self.slices]
+        if missing:  # check_fixture_conversations says it better, with the file and the mode
+            raise ParamsError(f"the fixture names conversation {missing[0]!r}, not in the data")
+        return BuiltSummary(
+            slices=[self.slices[c] for c in self.pin.conversations],
+            questions=[self.questions[q] for q in self.pin.question_ids],
+            rubrics=[self.rubrics[q] for q in self.pin.question_ids],
+        )
+
+    def findings(self) -> list[Finding]:
+        """The data check's findings (`check_mode`): conversation by conversation in the
+        fixture's order, then the rubrics'."""
+        chats = [f for c in self.pin.conversations for f in self.found.get(c, [])]
+        return chats + check_rubrics(self.summary().rubrics)
+
+    def source(self, cut: Cut, repaired: Iterable[RepairedMessage]) -> SliceSource:
+        """`slice_source` of the slices built."""
+        held = {(c, i) for c, s in self.slices.items() for i in s.message_ids}
+        return SliceSource(
+            cut=cut,
+            left_out={f"conv{c}": n for c, n in self.left_out.items()},
+            repaired=[r for r in repaired if (r.conversation_id, r.message_id) in held],
+        )
 
 
 def restrict(pin: ModePin, conversations: Sequence[str], mode: str) -> ModePin:
@@ -439,9 +629,10 @@ def restrict(pin: ModePin, conversations: Sequence[str], mode: str) -> ModePin:
     )
 
 
-def check_pins(built: Built, pin: ModePin, mode: str, cut: Cut = "full") -> None:
+def check_pins(built: Built | BuiltSummary, pin: ModePin, mode: str, cut: Cut = "full") -> None:
     """IntegrityError listing every slice whose message ids or hash differ from the fixture (the
     official cut's pins where the cut changes a slice)."""
+    built = as_summary(built)
     if not pin.slices:
         raise IntegrityError(
             f"the {mode} slices are not pinned yet: this tier's question set was pinned from the "
@@ -450,7 +641,7 @@ def check_pins(built: Built, pin: ModePin, mode: str, cut: Cut = "full") -> None
         )
     problems = []
     for item in built.slices:
-        conv = item.chat.conversation_id
+        conv = item.conversation_id
         expected = pin.slices.get(conv)
         if cut == "official":
             expected = pin.official_slices.get(conv, expected)
@@ -469,7 +660,7 @@ def check_pins(built: Built, pin: ModePin, mode: str, cut: Cut = "full") -> None
             problems.append(
                 f"conv{conv}: slice sha256 expected {expected.sha256}, found {item.sha256}"
             )
-    stale = sorted(set(pin.slices) - {s.chat.conversation_id for s in built.slices})
+    stale = sorted(set(pin.slices) - {s.conversation_id for s in built.slices})
     if stale:
         problems.append(f"fixture pins slices of conversations not in the mode: {stale}")
     if problems:
@@ -480,21 +671,22 @@ def check_pins(built: Built, pin: ModePin, mode: str, cut: Cut = "full") -> None
         )
 
 
-def sizes(built: Built) -> dict[str, dict[str, int]]:
+def sizes(built: Built | BuiltSummary) -> dict[str, dict[str, int]]:
     """The slice's sizes (`LAYOUT.slice.sizes`): per slice and total counts, questions per
     ability (all present)."""
+    built = as_summary(built)
     counts: dict[str, dict[str, int]] = {}
     for item in built.slices:
-        conv = item.chat.conversation_id
+        conv = item.conversation_id
         counts[f"conv{conv}"] = {
-            "sessions": len(item.chat.sessions),
+            "sessions": item.sessions,
             "messages": len(item.message_ids),
             "tokens": item.tokens,
             "questions": sum(1 for q in built.questions if q.conversation_id == conv),
         }
     counts["total"] = {
         "conversations": len(built.slices),
-        "sessions": sum(len(s.chat.sessions) for s in built.slices),
+        "sessions": sum(s.sessions for s in built.slices),
         "messages": sum(len(s.message_ids) for s in built.slices),
         "tokens": sum(s.tokens for s in built.slices),
         "questions": len(built.questions),
@@ -504,22 +696,24 @@ def sizes(built: Built) -> dict[str, dict[str, int]]:
     return counts
 
 
-def summarize(built: Built) -> dict[str, dict[str, int]]:
+def summarize(built: Built | BuiltSummary) -> dict[str, dict[str, int]]:
     """The slice's metrics: how much chat the memory system is given, in tokens (conversations,
     sessions and messages are counted in data/slice/sizes.json, questions in
     metrics/report.json)."""
     return {"chat": {"tokens": sizes(built)["total"]["tokens"]}}
 
 
-def _pins(built: Built) -> dict[str, SlicePin]:
+def _pins(built: Built | BuiltSummary) -> dict[str, SlicePin]:
     return {
-        s.chat.conversation_id: SlicePin(message_ids=to_ranges(s.message_ids), sha256=s.sha256)
-        for s in built.slices
+        s.conversation_id: SlicePin(message_ids=to_ranges(s.message_ids), sha256=s.sha256)
+        for s in as_summary(built).slices
     }
 
 
 def repin_fixture(
-    fixture: SliceFixture, built: Mapping[Mode, Built], official: Mapping[Mode, Built]
+    fixture: SliceFixture,
+    built: Mapping[Mode, Built | BuiltSummary],
+    official: Mapping[Mode, Built | BuiltSummary],
 ) -> SliceFixture:
     """The fixture with every built mode's message ids and hashes replaced: `built` with every
     message, `official` with the official cut (pinned only where it differs)."""
@@ -602,3 +796,21 @@ def rows_by_conversation(data: bytes, source: Path) -> dict[str, dict[str, Any]]
         conv = str(row["conversation_id"])
         rows[conv] = {**row, "chat": plan_sessions(row["chat"], f"{source}: conversation {conv}")}
     return rows
+
+
+def conversation_rows(
+    tables: Iterable[pa.Table], source: Path, needs: Callable[[str], bool] = lambda _: True
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The repaired dataset read in pieces (tables of its rows, in order, with the columns the
+    slice needs): each conversation `needs` keeps, as `rows_by_conversation` gives it, one at a
+    time; the others are never turned into Python objects."""
+    for table in tables:
+        for index, conv_id in enumerate(table.column("conversation_id").to_pylist()):
+            conv = str(conv_id)
+            if not needs(conv):
+                continue
+            row = table.slice(index, 1).select(list(REQUIRED_COLUMNS)).to_pylist()[0]
+            yield (
+                conv,
+                {**row, "chat": plan_sessions(row["chat"], f"{source}: conversation {conv}")},
+            )

@@ -168,9 +168,12 @@ COUNT_ALL_NODES = "MATCH (n) RETURN count(n) AS n"
 # The export leaves the vectors on the server (graph.retrieval hybrid re-embeds the texts on
 # import): props are [key, value] pairs of every other property.
 EXPORT_NODES = (
-    f"MATCH (n:{MEMORY_LABEL}) RETURN labels(n) AS labels, "
-    "[k IN keys(n) WHERE k <> 'embedding' | [k, n[k]]] AS props"
+    f"MATCH (n:{MEMORY_LABEL}) WHERE n.id > $after "
+    "RETURN n.id AS id, labels(n) AS labels, "
+    "[k IN keys(n) WHERE k <> 'embedding' | [k, n[k]]] AS props ORDER BY n.id LIMIT $limit"
 )
+"""One page of the export's nodes: the `limit` next after id `after` (the id constraint's index
+orders them), so each page is a short query under the timeout, however large the graph."""
 EMBEDDING_TEXTS = (
     f"MATCH (n:{MEMORY_LABEL}) WHERE n:Chunk OR n:{' OR n:'.join(STATEMENT_LABELS)} "
     f"OR n:{' OR n:'.join(ENTITY_LABELS)} "
@@ -179,9 +182,17 @@ EMBEDDING_TEXTS = (
 )
 """What graph.retrieval hybrid embeds: a chunk's and a statement's text, an entity's name."""
 EXPORT_RELATIONSHIPS = (
-    f"MATCH (a:{MEMORY_LABEL})-[r]->(b:{MEMORY_LABEL}) "
+    f"MATCH (a:{MEMORY_LABEL}) WHERE a.id > $after WITH a ORDER BY a.id LIMIT $limit "
+    f"MATCH (a)-[r]->(b:{MEMORY_LABEL}) "
     "RETURN type(r) AS type, a.id AS start, b.id AS end, properties(r) AS props"
 )
+"""One page of the export's relationships: those that start at the `limit` next nodes after id
+`after`."""
+EXPORT_PAGE_LAST_ID = (
+    f"MATCH (a:{MEMORY_LABEL}) WHERE a.id > $after WITH a ORDER BY a.id LIMIT $limit "
+    "RETURN max(a.id) AS last"
+)
+"""The last node id of an export page of relationships (null: no node after `after`)."""
 
 # Resolution candidates for the ingest: full-text hits (the text is escaped by the caller's
 # `escape_fulltext`) and exact normalized-name matches, restricted to the given labels.

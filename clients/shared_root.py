@@ -25,7 +25,8 @@ and `DVC_ROOT` is taken only for code inside its `.dvc/tmp` in a layout not list
 name the same folder in an experiment.
 
 Sharing is safe under parallel workers: cache entries are written to a temp file and renamed
-(clients/llm/cache.py) and the ledger is updated under an exclusive `fcntl.flock`
+(clients/llm/cache.py), embeddings go to one SQLite file in WAL mode with a busy timeout
+(clients/llm/embedding_cache.py) and the ledger is updated under an exclusive `fcntl.flock`
 (clients/llm/accounting.py), both across processes.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +23,8 @@ STARTED = time.monotonic()
 from here, and written to its wall-time file only (`seconds.stage_<stage>`), never to a result."""
 
 if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
     from bench.slice import SliceFixture
 
 M = TypeVar("M", bound=BaseModel)
@@ -154,6 +156,55 @@ def read_repaired_rows(source: Path) -> dict[str, dict[str, Any]]:
     except FileNotFoundError as exc:
         raise DataError(f"{source} not found: run `dvc repro repair` first") from exc
     return rows_by_conversation(data, source)
+
+
+REPAIRED_READ_BUFFER_BYTES = 1 << 20
+"""How much of a column chunk the parquet reader holds at a time (not the whole chunk)."""
+
+
+def open_repaired(source: Path, columns: tuple[str, ...]) -> pq.ParquetFile:
+    """The repaired dataset, opened to be read a conversation at a time: DataError when it is
+    missing, unreadable or lacks `columns`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench.repair import check_columns
+
+    try:
+        file = pq.ParquetFile(source, buffer_size=REPAIRED_READ_BUFFER_BYTES)
+    except FileNotFoundError as exc:
+        raise DataError(f"{source} not found: run `dvc repro repair` first") from exc
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DataError(
+            f"{source} is not a readable parquet file ({exc}); run `dvc repro repair` again"
+        ) from exc
+    check_columns(file.schema_arrow, str(source), columns)
+    return file
+
+
+def repaired_conversation_ids(source: Path) -> list[str]:
+    """The repaired dataset's conversation ids, in order (that column alone is read)."""
+    from bench.slice import REQUIRED_COLUMNS
+
+    file = open_repaired(source, REQUIRED_COLUMNS)
+    ids = file.read(columns=["conversation_id"], use_threads=False).column("conversation_id")
+    return [str(c) for c in ids.to_pylist()]
+
+
+def iter_repaired_rows(
+    source: Path, needs: Callable[[str], bool]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The repaired dataset's conversations that `needs` keeps, one at a time, with the columns
+    the slice needs (`bench.slice.conversation_rows`): one conversation in memory at a time."""
+    import pyarrow as pa
+
+    from bench.slice import REQUIRED_COLUMNS, conversation_rows
+
+    file = open_repaired(source, REQUIRED_COLUMNS)
+    # No Arrow thread pool: its teardown at interpreter exit can abort a process that is leaving
+    # with an error (seen as "terminate called without an active exception").
+    batches = file.iter_batches(batch_size=1, columns=list(REQUIRED_COLUMNS), use_threads=False)
+    yield from conversation_rows((pa.Table.from_batches([b]) for b in batches), source, needs)
 
 
 def stage_seconds() -> float:

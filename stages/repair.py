@@ -8,26 +8,32 @@ and writes the outs.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from bench.repair import (
+    PARQUET_OPTIONS,
     RECORD,
     REPAIR_OUT,
+    RepairPass,
     RepairsRecord,
+    check_columns,
+    check_sha256,
+    check_shard_schemas,
     check_verified,
-    encode_table,
     join_shards,
     load_table,
     message_sha256,
     propose_repair,
     render_proposal,
-    repair_table,
     repin_params_text,
 )
 from bench.verify_hash import RECEIPT, FileReceipt, Receipt, parse_receipt
-from clients.files import remove_outputs, write_atomic, write_json
+from clients.download import size_and_sha256
+from clients.files import atomic_file, remove_outputs, write_atomic, write_json
 from schemas.errors import DataError, IntegrityError
 from schemas.layout import LAYOUT, StageIO
 from schemas.params import RepairParams, Rest, Tier
@@ -66,6 +72,65 @@ def read_verified(receipt: FileReceipt) -> bytes:
     return check_verified(data, receipt)
 
 
+READ_BUFFER_BYTES = 1 << 20
+"""How much of a column chunk the parquet reader holds at a time (not the whole chunk)."""
+
+
+class VerifiedFile:
+    """A release file whose bytes hashed to its receipt, opened to be read in row batches; `check
+    _unchanged` after the read refuses a file that was changed or replaced while it was read."""
+
+    def __init__(self, receipt: FileReceipt) -> None:
+        self.receipt, path = receipt, Path(receipt.path)
+        try:
+            self.stat = path.stat()
+        except FileNotFoundError as exc:
+            raise DataError(f"{path} not found: run `dvc repro verify-hash`") from exc
+        found = size_and_sha256(path)
+        check_sha256(found[1] if found else "(no file)", receipt)
+        try:
+            self.file = pq.ParquetFile(path, buffer_size=READ_BUFFER_BYTES)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise DataError(
+                f"{path} is not a readable parquet file ({exc}); it may be truncated: fetch it "
+                "again"
+            ) from exc
+        check_columns(self.file.schema_arrow, receipt.path)
+
+    def batches(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """The file's rows one conversation at a time (`columns` only, when given)."""
+        # No Arrow thread pool: its teardown at interpreter exit can abort a process that is
+        # leaving with an error (seen as "terminate called without an active exception").
+        for batch in self.file.iter_batches(batch_size=1, columns=columns, use_threads=False):
+            yield pa.Table.from_batches([batch])
+
+    def check_unchanged(self) -> None:
+        now = Path(self.receipt.path).stat()
+        if (now.st_size, now.st_mtime_ns, now.st_ino) != (
+            self.stat.st_size,
+            self.stat.st_mtime_ns,
+            self.stat.st_ino,
+        ):
+            raise IntegrityError(
+                f"{self.receipt.path} changed while the repair read it; run `dvc repro "
+                "verify-hash` and the repair again"
+            )
+
+
+def write_repaired(receipt: Receipt, tier: Tier, params: RepairParams, out: Path) -> RepairsRecord:
+    """Read the verified release one conversation at a time (shards in the receipt's order),
+    repair the tier's pinned messages, write each conversation as a row group of `out`."""
+    files = [VerifiedFile(file) for file in receipt.files]
+    schema = check_shard_schemas([f.file.schema_arrow for f in files], receipt.source)
+    repairs = RepairPass(params.messages, tier, receipt.source)
+    with pq.ParquetWriter(out, schema, **PARQUET_OPTIONS) as writer:
+        for file in files:
+            for rows in file.batches():
+                writer.write_table(repairs.repair_rows(rows))
+            file.check_unchanged()
+    return repairs.record()
+
+
 def read_release(receipt: Receipt) -> pa.Table:
     """The verified release as one table (shards joined in the receipt's order)."""
     tables = [load_table(read_verified(file), file.path) for file in receipt.files]
@@ -75,14 +140,13 @@ def read_release(receipt: Receipt) -> pa.Table:
 def repair(
     receipt_path: Path, tier: Tier, params: RepairParams, out: Path, record_path: Path
 ) -> RepairsRecord:
-    """Read the verified release, repair the tier's pinned messages, write `out` and the record;
-    nothing stale on failure."""
+    """Read the verified release, repair the tier's pinned messages, write `out` and the record,
+    one conversation in memory at a time; nothing stale on failure."""
     remove_outputs(out, record_path)
     receipt = read_receipt(receipt_path, tier)
-    table = read_release(receipt)
-    repaired, record = repair_table(table, params.messages, tier, receipt.source)
     try:
-        write_atomic(out, encode_table(repaired))
+        with atomic_file(out) as partial:
+            record = write_repaired(receipt, tier, params, partial)
         write_json(record_path, record.model_dump())
     except BaseException:
         remove_outputs(out, record_path)

@@ -241,8 +241,27 @@ class Neo4jGraphStore:
     # writes ---------------------------------------------------------------------------------------
 
     def write(self, batch: GraphBatch) -> WriteReceipt:
-        """Write a validated batch in one transaction: MERGE nodes on id, then relationships."""
-        return self._write(batch, load=False)
+        """Write a validated batch: MERGE nodes on id, then relationships, in transactions of at
+        most `5 × graph.write_batch_size` rows (a large conversation's graph in one transaction
+        would need more than the server's heap); a failure leaves the parts before it written."""
+        return self._write_parts(batch.nodes, batch.relationships, load=False)
+
+    def _write_parts(
+        self, nodes: Sequence[GraphNode], rels: Sequence[Relationship], *, load: bool
+    ) -> WriteReceipt:
+        size = self.params.write_batch_size * 5
+        written_nodes = written_rels = 0
+        for part in _chunks(nodes, size):
+            written_nodes += self._write(GraphBatch(nodes=list(part)), load=load).nodes
+        for part in _chunks(rels, size):
+            written_rels += self._write(
+                GraphBatch(relationships=list(part)), load=load
+            ).relationships
+        return WriteReceipt(
+            nodes=written_nodes,
+            relationships=written_rels,
+            missing_endpoints=len(rels) - written_rels,
+        )
 
     def _write(self, batch: GraphBatch, *, load: bool) -> WriteReceipt:
         """`load`: CREATE instead of MERGE (import into an empty graph only)."""
@@ -567,7 +586,7 @@ class Neo4jGraphStore:
     def export_lines(self) -> list[str]:
         """The whole graph as sorted JSON lines: nodes by (label, id), then relationships."""
         nodes: list[tuple[str, str, str]] = []
-        for row in self._run(cypher.EXPORT_NODES):
+        for row in self._export_pages(cypher.EXPORT_NODES):
             labels = [label for label in row["labels"] if label in NODE_LABELS]
             if len(labels) != 1:
                 raise DataError(
@@ -581,7 +600,7 @@ class Neo4jGraphStore:
             )
             nodes.append((node.label, node.id, line))
         rels: list[tuple[str, str, str, str]] = []
-        for row in self._run(cypher.EXPORT_RELATIONSHIPS):
+        for row in self._export_pages(cypher.EXPORT_RELATIONSHIPS):
             rel = Relationship.model_validate(
                 {**row["props"], "type": row["type"], "start": row["start"], "end": row["end"]}
             )
@@ -590,6 +609,19 @@ class Neo4jGraphStore:
             )
             rels.append((rel.type, rel.start, rel.end, line))
         return [n[-1] for n in sorted(nodes)] + [r[-1] for r in sorted(rels)]
+
+    def _export_pages(self, query: str) -> Iterator[dict[str, Any]]:
+        """The rows of an export query read by pages of `5 × write_batch_size` nodes in id order
+        (the nodes themselves, or the relationships that start at them), each page one short
+        query under the timeout, however large the graph."""
+        after, size = "", self.params.write_batch_size * 5
+        while True:
+            found = self._run(cypher.EXPORT_PAGE_LAST_ID, {"after": after, "limit": size})
+            last = found[0]["last"] if found else None
+            if last is None:
+                return
+            yield from self._run(query, {"after": after, "limit": size})
+            after = str(last)
 
     def export_jsonl(self, path: Path, embeddings: Mapping[str, Any] | None = None) -> GraphCounts:
         """Write the deterministic export atomically (export -> import -> export is identical).
@@ -629,13 +661,8 @@ class Neo4jGraphStore:
         if schema:
             self.create_schema(vector_dimensions)
         load = int(self._run(cypher.COUNT_MEMORY_NODES)[0]["n"]) == 0
-        size = self.params.write_batch_size * 5
-        written_nodes = written_rels = 0
-        for part in _chunks(nodes, size):
-            written_nodes += self._write(GraphBatch(nodes=list(part)), load=load).nodes
-        for part in _chunks(rels, size):
-            batch = GraphBatch(relationships=list(part))
-            written_rels += self._write(batch, load=load).relationships
+        receipt = self._write_parts(nodes, rels, load=load)
+        written_nodes, written_rels = receipt.nodes, receipt.relationships
         if written_rels != len(rels):
             raise IntegrityError(
                 f"{source}: {len(rels) - written_rels} of {len(rels)} relationships name nodes "

@@ -10,7 +10,8 @@ What a chat call has, an embedding call has too (clients/llm/client.py):
 - Cache: one entry per text, keyed by the model, its endpoint, the text, `dimensions`, the
   provider options and (for a `local/` embedder) its pinned weights, so a batch of new and known
   texts sends only the new ones, and a text embedded in the build is free at answer time. Only
-  whole successful batches are stored. Hits cost nothing against the budget.
+  whole successful batches are stored. Hits cost nothing against the budget. The entries live in
+  one SQLite file in the call cache's folder (clients/llm/embedding_cache.py), not a file each.
 - Batching: the texts not in the cache, each sent once, `models.embedding.batch_size` per request
   (settings.yaml); the batches of one call run concurrently on the endpoint's semaphore.
 - Accounting: the role `embedding` (calls, tokens, cache hits, errors, retries, seconds); the
@@ -51,8 +52,8 @@ from clients.llm.client import (
     endpoint_of,
     resolve_model,
     run_budget,
-    run_cache,
 )
+from clients.llm.embedding_cache import EmbeddingCache, embedding_cache
 from clients.llm.port import (
     SCRIPTED_PREFIX,
     EmbeddingBackend,
@@ -62,6 +63,7 @@ from clients.llm.port import (
     RawEmbeddings,
     TransientError,
 )
+from clients.shared_root import shared_path
 from clients.tokens import count_tokens
 from schemas.errors import ParamsError
 from schemas.params import BudgetParams, LlmParams, Mode, ModelRef, ModelsParams, Params, Tier
@@ -144,7 +146,7 @@ class EmbeddingClient:
         *,
         accounting: Accounting | None = None,
         budget: Budget | None = None,
-        cache: LlmCache | None = None,
+        cache: EmbeddingCache | LlmCache | None = None,
         backend: EmbeddingBackend | None = None,
     ) -> None:
         if ref.model is None:
@@ -343,8 +345,14 @@ def build_embedder(
         llm,
         accounting=accounting,
         budget=run_budget(models=models, llm=llm, budget=budget, mode=mode, tier=tier),
-        cache=run_cache(llm),
+        cache=run_embedding_cache(llm),
     )
+
+
+def run_embedding_cache(llm: LlmParams) -> EmbeddingCache | None:
+    """The embedding cache every DVC experiment of the checkout shares, in the call cache's
+    folder (None: `llm.cache` is off)."""
+    return embedding_cache(shared_path(llm.cache_dir)) if llm.cache else None
 
 
 def open_embedder(params: Params, *, accounting: Accounting | None = None) -> EmbeddingClient:

@@ -287,3 +287,29 @@ def test_read_times_out_with_a_clear_error(store: Neo4jGraphStore) -> None:
 def test_cypher_errors_reach_the_agent_as_query_failed(store: Neo4jGraphStore) -> None:
     with pytest.raises(QueryFailed, match="SyntaxError"):
         store.read("MATCH (n RETURN n")
+
+
+def test_small_transactions_and_export_pages_give_the_same_graph_and_export(
+    store: Neo4jGraphStore, tmp_path: Path
+) -> None:
+    whole = tmp_path / "whole.jsonl"
+    store.export_jsonl(whole)
+    counts = store.counts()
+    pages = tmp_path / "pages.jsonl"
+    params = store.params
+    try:
+        # pages and transactions of 5 rows: the 15 nodes and 21 relationships take several
+        store.params = params.model_copy(update={"write_batch_size": 1})
+        batch = sample_batch()
+        receipt = store.write(batch)
+        assert (receipt.nodes, receipt.relationships, receipt.missing_endpoints) == (
+            len(batch.nodes),
+            len(batch.relationships),
+            0,
+        )
+        assert len(batch.nodes) > 10 and len(batch.relationships) > 10
+        store.export_jsonl(pages)
+    finally:
+        store.params = params
+    assert store.counts() == counts
+    assert pages.read_bytes() == whole.read_bytes()
