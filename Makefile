@@ -129,8 +129,8 @@ measure: setup
 	$(PY) python scripts/measure_ci.py
 
 # Wall time against a served test model of fixed latency, at several concurrencies, beside the ideal
-# L × calls / c and the run at L = 0 (scripts/bench_scale.py; 100K full at c = 2, 8, 32 takes
-# about an hour here). Quick: make bench-scale BENCH_MODE=lite BENCH_LATENCY=0.2 BENCH_C=2,8
+# L × calls / c and the run at L = 0 (scripts/bench_scale.py; 100K full: the floor, c = 8 and 32
+# took 20 minutes here, c = 2 adds about 15). Quick: make bench-scale BENCH_MODE=lite BENCH_C=2,8
 BENCH_MODE ?= full
 BENCH_LATENCY ?= 0.5
 BENCH_C ?= 2,8,32
