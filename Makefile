@@ -8,7 +8,7 @@ NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
 MODE ?= lite
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup venv neo4j browser local-model local-embedder run demo compare test check lint types estimate measure clean
+.PHONY: setup venv neo4j browser local-model local-embedder run demo compare test check lint types estimate measure bench-scale clean
 
 setup: venv neo4j
 
@@ -127,6 +127,16 @@ measure: setup
 	$(PY) python scripts/measure_judge_check.py
 	$(PY) python scripts/measure_cypher_layers.py
 	$(PY) python scripts/measure_ci.py
+
+# Wall time against a served test model of fixed latency, at several concurrencies, beside the ideal
+# L × calls / c and the run at L = 0 (scripts/bench_scale.py; 100K full: the floor, c = 8 and 32
+# took 20 minutes here, c = 2 adds about 15). Quick: make bench-scale BENCH_MODE=lite BENCH_C=2,8
+BENCH_MODE ?= full
+BENCH_LATENCY ?= 0.5
+BENCH_C ?= 2,8,32
+bench-scale: setup
+	$(PY) python scripts/bench_scale.py --mode $(BENCH_MODE) --latency $(BENCH_LATENCY) \
+	  --concurrency $(BENCH_C) $(if $(BENCH_OUT),--out $(BENCH_OUT))
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache

@@ -33,12 +33,11 @@ What beam_code cannot reproduce, because it reuses verdicts instead of asking ag
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 
 from scipy.stats import kendalltau
 
-from bench.event_order import EVENT_ORDERING, order_scores, split_answer_lines
+from bench.event_order import EVENT_ORDERING, order_scores, split_answer_lines, warnings_ignored
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, Judgement
 from schemas.records import ABILITIES
@@ -134,8 +133,7 @@ def _tau_by_text(
     last_line = {item: position for position, item in enumerate(items, start=1)}
     reference_ranks = [u + 1 if isinstance(u, int) else absent for u in union]
     answer_ranks = [last_line.get(u, absent) for u in union]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings_ignored():
         tau = float(kendalltau(reference_ranks, answer_ranks, variant="b").statistic)
     return None if math.isnan(tau) else tau
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from scipy.stats import kendalltau
 
@@ -21,6 +23,20 @@ EVENT_ORDERING = "event_ordering"
 
 AreEquivalent = Callable[[str, str], bool | None]
 """(answer line, rubric event) -> same event?  None when the call failed."""
+
+
+_WARNING_FILTERS = threading.Lock()
+
+
+@contextmanager
+def warnings_ignored() -> Iterator[None]:
+    """Warnings off (scipy's about a constant rank list, whose tau is handled as undefined).
+    The filters `catch_warnings` saves and restores are the process's (before Python 3.14), so
+    two threads inside at once could leave one's filter behind; the judge scores questions on
+    threads, hence the lock."""
+    with _WARNING_FILTERS, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 _LINE_MARKER = re.compile(r"^(?:[-*+•·‣▪◦–—]|\(?\d{1,3}[.)]|#{1,6})\s+")
@@ -103,8 +119,7 @@ def order_scores(
         system_rank[("ref", m) if m is not None else ("line", position - 1)] = position
     reference_ranks = [i + 1 if kind == "ref" else tie_rank for kind, i in union]
     system_ranks = [system_rank.get(u, tie_rank) for u in union]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings_ignored():
         tau = float(kendalltau(reference_ranks, system_ranks, variant="b").statistic)
     if math.isnan(tau):
         return precision, recall, f1, None, 1.0 if f1 > 0 else 0.0

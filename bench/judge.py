@@ -2,7 +2,8 @@
 
 Produces one `Judgement` per question and the judge's summary (`summarize`). Every model call
 goes through an injected `ask(messages) -> str | None` (None: no usable reply), so the scoring
-runs offline; `JudgeCalls` is that `ask` over a real model, as the judge stage runs it. The parts:
+runs offline; `JudgeCalls` is that `ask` over a real model, as the judge stage runs it, and
+`judge_questions` judges questions concurrently with the outcome of a serial run. The parts:
 
 - bench/scorer_prompts.py: the scorer's prompts from the benchmark's pinned files, filled per call;
 - bench/scoring.py: one rubric item's verdict from a reply (the top-level verdict only);
@@ -12,9 +13,13 @@ runs offline; `JudgeCalls` is that `ask` over a real model, as the judge stage r
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Sequence
-from typing import Protocol
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol, TypeVar
 
 from bench.event_order import EVENT_ORDERING, score_event_ordering
 from bench.scorer_prompts import Message, equivalence_messages, item_messages
@@ -33,6 +38,8 @@ from schemas.judging import (
     QuestionFlag,
 )
 from schemas.records import ABILITIES, Question, Rubric
+
+T = TypeVar("T")
 
 Ask = Callable[[list[Message]], str | None]
 """One judge-model call: the reply text, or None when there is no usable reply (the call failed
@@ -86,34 +93,117 @@ class JudgeModel(Protocol):
 
 
 class JudgeCalls:
-    """`ask` over a judge model. The rubric items of a run are independent, so they are sent up
-    front as one concurrent batch (`send_items`); the event-ordering alignment asks one
-    equivalence question at a time, each depending on the last, so any message not sent as an
-    item is sent as an equivalence request when asked. A completion with no usable reply (a
-    failed call, an unusable reply, one cut at max_tokens) answers None and is counted in
-    `failures` (the stage's failed calls)."""
+    """`ask` over a judge model, safe to call from several threads. The rubric items of a run
+    are independent, so they are sent up front as one concurrent batch (`send_items`); any
+    message not sent as an item is sent as an equivalence request when asked (`judge_questions`
+    asks from a thread per question). Each distinct message is sent once: a second asker, even
+    one asking while the first call is in flight, waits for that reply. A completion with no
+    usable reply (a failed call, an unusable reply, one cut at max_tokens) answers None and is
+    counted in `failures` (the stage's failed calls)."""
 
     def __init__(self, model: JudgeModel) -> None:
         self.model = model
-        self.replies: dict[str, str | None] = {}
-        self.failures: list[str] = []
+        self._lock = threading.Lock()
+        self._replies: dict[str, str | None] = {}
+        self._in_flight: dict[str, Future[str | None]] = {}
+        self._failure_of: dict[str, str] = {}
+        self._first_asked: dict[str, tuple[int, int]] = {}
+        """Per message, where a serial run would send it: (question rank, ask number) of its
+        first asker; the items are rank -1, asked in batch order."""
+        self._late_asks = itertools.count()
 
-    def _keep(self, messages: list[Message], completion: Completion) -> None:
+    @property
+    def failures(self) -> list[str]:
+        """Why each failed call had no reply, in the order a serial run makes the calls (items in
+        batch order, then each question's asks in question order), whatever the threads' timing."""
+        with self._lock:
+            failed = sorted(self._failure_of, key=self._first_asked.__getitem__)
+            return [self._failure_of[key] for key in failed]
+
+    def _keep(self, key: str, completion: Completion) -> str | None:
         reply, failure = usable_reply(completion)
-        self.replies[messages_key(messages)] = reply
-        if failure is not None:
-            self.failures.append(failure)
+        with self._lock:
+            self._replies[key] = reply
+            if failure is not None:
+                self._failure_of[key] = failure
+        return reply
 
     def send_items(self, batch: Sequence[list[Message]]) -> None:
+        keys = [messages_key(m) for m in batch]
+        with self._lock:
+            for number, key in enumerate(keys):
+                self._first_asked.setdefault(key, (-1, number))
         completions = self.model.run_batch([item_request(m) for m in batch])
-        for messages, completion in zip(batch, completions, strict=True):
-            self._keep(messages, completion)
+        for key, completion in zip(keys, completions, strict=True):
+            self._keep(key, completion)
+
+    def asker(self, rank: int) -> Ask:
+        """`ask` for the question at `rank` in question order (its asks numbered in order), so
+        that `failures` keeps a serial run's order."""
+        numbers = itertools.count()
+        return lambda messages: self._ask(messages, (rank, next(numbers)))
 
     def ask(self, messages: list[Message]) -> str | None:
+        """`ask` outside any question's rank: ordered after every ranked ask, in call order."""
+        return self._ask(messages, (sys.maxsize, next(self._late_asks)))
+
+    def _ask(self, messages: list[Message], position: tuple[int, int]) -> str | None:
         key = messages_key(messages)
-        if key not in self.replies:
-            self._keep(messages, self.model.complete(equivalence_request(messages)))
-        return self.replies[key]
+        with self._lock:
+            self._first_asked[key] = min(self._first_asked.get(key, position), position)
+            if key in self._replies:
+                return self._replies[key]
+            waiting = self._in_flight.get(key)
+            if waiting is None:
+                self._in_flight[key] = Future()
+        if waiting is not None:
+            return waiting.result()  # the same message, asked by another question just now
+        return self._send(key, messages)
+
+    def _send(self, key: str, messages: list[Message]) -> str | None:
+        """The one call for `key` (registered in flight by the caller); its waiters get its
+        reply, or its exception."""
+        with self._lock:
+            mine = self._in_flight[key]
+        try:
+            reply = self._keep(key, self.model.complete(equivalence_request(messages)))
+        except BaseException as exc:  # the budget, a dead endpoint: every waiter stops too
+            mine.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                del self._in_flight[key]
+        mine.set_result(reply)
+        return reply
+
+
+def judge_questions(
+    questions: Sequence[Question],
+    judge_one: Callable[[Question, Ask], T],
+    calls: JudgeCalls,
+    *,
+    concurrency: int,
+) -> Iterator[T]:
+    """`judge_one` of every question, yielded in question order, `concurrency` questions at a
+    time on threads, each asking through its own `calls.asker`. Within a question the calls stay
+    in sequence: the event-ordering alignment (bench/event_order.py `align_events`) picks each
+    next pair from the verdicts so far (a matched event is used up, a match ends the line's
+    search), so its calls are not known ahead; across questions nothing is shared but the
+    replies. Which calls are made, their replies and the per-question cap
+    (`judge.max_equivalence_calls`) are therefore the same at any concurrency, and so is every
+    out; only the timing differs."""
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-judge") as pool:
+        futures = [
+            pool.submit(judge_one, question, calls.asker(rank))
+            for rank, question in enumerate(questions)
+        ]
+        try:
+            for future in futures:
+                yield future.result()
+        except BaseException:
+            # the budget, a dead endpoint, Ctrl-C: judge no further question
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def evidence_recall(source_chat_ids: Sequence[int], reached: Sequence[int]) -> float | None:

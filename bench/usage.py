@@ -30,22 +30,25 @@ from schemas.runs import ModelUse
 
 
 class CountedModel:
-    """A `ChatModel` that counts the requests it passes on and the tokens of their replies."""
+    """A `ChatModel` that counts the requests it passes on and the tokens of their replies.
+    Thread-safe: the judge asks from a thread per question (bench/judge.py `judge_questions`)."""
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
         self.role: Role = model.role
         self.test_model = model.test_model
+        self._lock = threading.Lock()
         self.calls = 0
         """Requests answered (or failed after their retries), one per request."""
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
     def _count(self, completions: Sequence[Completion]) -> None:
-        for completion in completions:
-            self.calls += 1
-            self.prompt_tokens += completion.prompt_tokens
-            self.completion_tokens += completion.completion_tokens
+        with self._lock:
+            for completion in completions:
+                self.calls += 1
+                self.prompt_tokens += completion.prompt_tokens
+                self.completion_tokens += completion.completion_tokens
 
     def complete(self, request: ChatRequest) -> Completion:
         completion = self.model.complete(request)
@@ -68,11 +71,12 @@ class CountedModel:
 
     def usage(self) -> dict[str, int]:
         """{calls, prompt_tokens, completion_tokens}: what metrics/usage/ records for the role."""
-        return {
-            "calls": self.calls,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-        }
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+            }
 
 
 class CountedEmbedder:

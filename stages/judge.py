@@ -10,7 +10,15 @@ import sys
 
 from bench.estimate import estimate_judge
 from bench.event_order import EVENT_ORDERING
-from bench.judge import JudgeCalls, judge_question, judge_summary, judged_question, summarize
+from bench.judge import (
+    Ask,
+    JudgeCalls,
+    judge_question,
+    judge_questions,
+    judge_summary,
+    judged_question,
+    summarize,
+)
 from bench.scorer_prompts import Message, item_messages
 from bench.usage import CountedModel
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
@@ -67,7 +75,8 @@ def main() -> None:
     counted = CountedModel(judge)
 
     # Rubric items of every question but event ordering are independent: run them as one
-    # concurrent batch, then score each question from the replies.
+    # concurrent batch. Then each question is scored from the replies, the event-ordering ones
+    # asking their equivalence calls, `llm.concurrency` questions at a time.
     batch: list[list[Message]] = [
         item_messages(prompts, q.question, item, traces[q.id].answer)
         for q in questions
@@ -77,29 +86,30 @@ def main() -> None:
     judge_calls = JudgeCalls(counted)
     judge_calls.send_items(batch)
 
-    judgements: list[Judgement] = []
-    rows: list[JudgedQuestion] = []
-    for q in progress(questions, total=len(questions), desc="judge"):
+    def judge_one(q: Question, ask: Ask) -> tuple[Judgement, JudgedQuestion]:
         trace, rubric = traces[q.id], rubrics[q.id]
         judgement = judge_question(
             q,
             rubric,
             trace.answer,
             prompts,
-            judge_calls.ask,
+            ask,
             max_equivalence_calls=params.max_equivalence_calls,
             answer_error=trace.error,
         )
-        judgements.append(judgement)
-        rows.append(
-            judged_question(
-                judgement,
-                rubric.source_chat_ids,
-                trace.reached_message_ids,
-                answer_failed=trace.error is not None,
-                score_beam_code=beam_code_score(judgement, judged_answer(trace)),
-            )
+        row = judged_question(
+            judgement,
+            rubric.source_chat_ids,
+            trace.reached_message_ids,
+            answer_failed=trace.error is not None,
+            score_beam_code=beam_code_score(judgement, judged_answer(trace)),
         )
+        return judgement, row
+
+    judged = judge_questions(questions, judge_one, judge_calls, concurrency=run.llm.concurrency)
+    done = list(progress(judged, total=len(questions), desc="judge"))
+    judgements = [judgement for judgement, _ in done]
+    rows = [row for _, row in done]
 
     calls = sum(j.calls for j in judgements)
     failures = judge_calls.failures

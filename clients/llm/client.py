@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -172,6 +173,7 @@ class Pacing:
         """Backoff waits asked for, in order (for tests and logs)."""
         self.failures_in_a_row = 0
         """Requests in a row that spent every attempt on transport faults."""
+        self._lock = threading.Lock()  # requests end on several threads (the judge, answers)
 
     def check_alive(self) -> None:
         """Stop the stage once `llm.stop_after_failures` requests in a row have spent all their
@@ -188,7 +190,8 @@ class Pacing:
     def request_done(self, transport_failures: int) -> None:
         """After a request's last attempt: count it if every attempt was a transport fault."""
         spent = transport_failures >= self.params.max_attempts
-        self.failures_in_a_row = self.failures_in_a_row + 1 if spent else 0
+        with self._lock:
+            self.failures_in_a_row = self.failures_in_a_row + 1 if spent else 0
 
     async def backoff(self, attempt: int, retry_after: float | None) -> None:
         if attempt >= self.params.max_attempts:

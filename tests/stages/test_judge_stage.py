@@ -1,6 +1,9 @@
 """The judge stage's shell: evidence recall, and `python -m stages.judge` in a temporary folder.
 
 The process tests are marked slow (each start imports scipy and the stage: about 5 s here).
+The event-ordering questions are judged `llm.concurrency` at a time (bench/judge.py
+`judge_questions`): at 1 and at 8 every out is the same bytes, and served with a latency their
+equivalence calls overlap.
 
 The folder holds the scorer stand-in files (tests/support/scorer_standin.py) with params pinned to
 their hashes, a hand-made slice (questions and rubrics, made-up text) and hand-made traces, and
@@ -148,29 +151,46 @@ def write_lines(path: Path, rows: list[Any]) -> None:
     path.write_text("".join(row.model_dump_json() + "\n" for row in rows), encoding="utf-8")
 
 
-@pytest.fixture()
-def workdir(tmp_path: Path) -> Path:
-    """A folder laid out as the judge stage expects to find its inputs."""
-    work = tmp_path / "repo"
+def make_workdir(
+    root: Path,
+    questions: list[Question] = QUESTIONS,
+    rubrics: list[Rubric] = RUBRICS,
+    traces: list[Trace] | None = None,
+    **sections: dict[str, Any],
+) -> Path:
+    """`root/repo` laid out as the judge stage expects to find its inputs; `sections` are merged
+    over the params' sections (e.g. `llm={"concurrency": 8}`)."""
+    work = root / "repo"
     params = repo_params()
     params["mode"] = "lite"
     params["judge"] |= standin_judge_pins()
     params["models"] = scripted_models()
-    params["llm"] |= {"cache_dir": str(tmp_path / "llm-cache")}
-    work.mkdir()
+    params["llm"] |= {"cache_dir": str(root / "llm-cache")}
+    for name, values in sections.items():
+        params[name] = params[name] | values
+    work.mkdir(parents=True)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     write_standin(work / "data" / "scorer")
-    write_lines(work / "data" / "slice" / "questions.jsonl", QUESTIONS)
-    write_lines(work / "data" / "slice" / "rubrics.jsonl", RUBRICS)
-    write_lines(work / "data" / "answer" / "traces.jsonl", [trace_for(q.id) for q in QUESTIONS])
+    write_lines(work / "data" / "slice" / "questions.jsonl", questions)
+    write_lines(work / "data" / "slice" / "rubrics.jsonl", rubrics)
+    if traces is None:
+        traces = [trace_for(q.id) for q in questions]
+    write_lines(work / "data" / "answer" / "traces.jsonl", traces)
     return work
 
 
-def run_judge(work: Path) -> subprocess.CompletedProcess[str]:
+@pytest.fixture()
+def workdir(tmp_path: Path) -> Path:
+    """A folder laid out as the judge stage expects to find its inputs."""
+    return make_workdir(tmp_path)
+
+
+def run_judge(work: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "PYTHONPATH"))}
     env |= {
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "BEAM_SCRIPTED_RECORD": str(work.parent / "calls.jsonl"),
+        **env_vars,
     }
     return subprocess.run(
         [sys.executable, "-m", "stages.judge"],
@@ -291,3 +311,126 @@ def test_a_question_without_a_trace_stops_the_stage_with_exit_2(workdir: Path) -
     done = run_judge(workdir)
     assert done.returncode == 2
     assert "conv3:temporal_reasoning:0" in done.stderr and "dvc repro answer" in done.stderr
+
+
+# -- event ordering on threads: the outs of a serial run ----------------------------------------
+
+EVENT_RUBRICS = [
+    ["moved into the Riverside apartment", "signed the apartment lease", "painted the kitchen"],
+    ["booked the Lisbon flight", "renewed the passport", "packed the travel bags"],
+    ["adopted a puppy", "bought a dog crate", "hired a dog trainer", "won a ribbon"],
+]
+EVENT_ANSWERS = [  # lines out of order, lines matching nothing, one answer repeated
+    "1. painted the kitchen\n2. moved into the Riverside apartment\n3. a walk in the park",
+    "- packed the travel bags\n- booked the Lisbon flight\n- renewed the passport",
+    "won a ribbon\nbought a dog crate\nadopted a puppy\nthe vet visit\nhired a dog trainer",
+    "1. painted the kitchen\n2. moved into the Riverside apartment\n3. a walk in the park",
+    "renewed the passport",
+    "hired a dog trainer\nadopted a puppy",
+]
+
+
+def event_inputs() -> tuple[list[Question], list[Rubric], list[Trace]]:
+    """The hand-made questions with six event-ordering ones (answers in EVENT_ANSWERS, over the
+    rubrics in turn; the fifth's answer failed, so it makes no call)."""
+    questions, rubrics = list(QUESTIONS), list(RUBRICS)
+    traces = [trace_for(q.id) for q in QUESTIONS]
+    for n, answer in enumerate(EVENT_ANSWERS):
+        qid = f"conv{n + 4}:event_ordering:0"
+        questions.append(
+            Question(
+                id=qid,
+                conversation_id=str(n + 4),
+                ability="event_ordering",
+                index=0,
+                question="In what order did these happen?",
+            )
+        )
+        rubrics.append(
+            Rubric(
+                question_id=qid,
+                ability="event_ordering",
+                rubric=EVENT_RUBRICS[n % 3],
+                source_chat_ids=[1],
+            )
+        )
+        error = "ServiceError: the agent's model is unreachable" if n == 4 else None
+        traces.append(trace_for(questions[0].id).model_copy(update={"question_id": qid}))
+        traces[-1] = traces[-1].model_copy(
+            update={"answer": "" if error else answer, "error": error}
+        )
+    return questions, rubrics, traces
+
+
+def outs(work: Path) -> dict[str, bytes]:
+    """Every out of the judge but its wall time: data/judge/* and metrics/usage/judge.json."""
+    files = sorted((work / "data" / "judge").iterdir())
+    found = {f"data/judge/{f.name}": f.read_bytes() for f in files}
+    usage = work / "metrics" / "usage" / "judge.json"
+    return found | {"metrics/usage/judge.json": usage.read_bytes()}
+
+
+@pytest.mark.slow
+def test_the_outs_are_the_same_bytes_at_concurrency_1_and_8(tmp_path: Path) -> None:
+    questions, rubrics, traces = event_inputs()
+    runs: dict[int, dict[str, bytes]] = {}
+    requests: dict[int, list[str]] = {}
+    for concurrency in (1, 8):
+        work = make_workdir(
+            tmp_path / f"c{concurrency}",
+            questions,
+            rubrics,
+            traces,
+            llm={"concurrency": concurrency},
+            judge={"max_equivalence_calls": 5},
+        )
+        done = run_judge(work)
+        assert done.returncode == 0, done.stderr
+        runs[concurrency] = outs(work)
+        lines = (work.parent / "calls.jsonl").read_text().splitlines()
+        requests[concurrency] = sorted(lines)
+    assert runs[8] == runs[1]
+    assert requests[8] == requests[1]  # the same calls, each once (the call cache was empty)
+    judgements = [
+        Judgement.model_validate_json(line)
+        for line in runs[1]["data/judge/judgements.jsonl"].decode().splitlines()
+    ]
+    events = {j.question_id: j for j in judgements if j.ability == "event_ordering"}
+    assert [j.question_id for j in judgements] == [q.id for q in questions]
+    assert any("call_cap_reached" in j.flags for j in events.values())  # the cap held alike
+    assert events["conv8:event_ordering:0"].calls == 0  # the failed answer asked nothing
+    # the repeated answer asked what the first had asked: no request of its own
+    equivalence = [json.loads(line) for line in requests[1] if '"equivalence"' in line]
+    asked = sum(j.calls for j in events.values())
+    assert len(equivalence) <= asked - events["conv7:event_ordering:0"].calls
+
+
+@pytest.mark.slow
+def test_served_with_a_latency_the_equivalence_calls_overlap(tmp_path: Path) -> None:
+    """Through litellm to the scripted server answering after 0.3 s: at concurrency 8 several
+    questions' equivalence calls are in flight at once, and the judgements are the serial
+    in-process run's."""
+    from tests.support.scripted_server import ServerProcess
+
+    questions, rubrics, traces = event_inputs()
+    serial = make_workdir(tmp_path / "serial", questions, rubrics, traces, llm={"concurrency": 1})
+    assert run_judge(serial).returncode == 0
+    with ServerProcess(tmp_path / "served.jsonl", latency=0.3) as server:
+        endpoint = {"model": "openai/test-model", "api_base": server.api_base}
+        work = make_workdir(
+            tmp_path / "served",
+            questions,
+            rubrics,
+            traces,
+            llm={"concurrency": 8},
+            models={"agent": endpoint},
+        )
+        done = run_judge(work, OPENAI_API_KEY="dummy")
+        assert done.returncode == 0, done.stderr
+        log = [e for e in server.requests() if e.task == "equivalence"]
+    assert log and all(e.outcome == "ok" for e in log)
+    in_flight = max(sum(o.started <= e.started < o.ended for o in log) for e in log)
+    assert in_flight > 1
+    for name in ("judgements.jsonl", "questions.jsonl", "summary.json"):
+        want = (serial / "data" / "judge" / name).read_bytes()
+        assert (work / "data" / "judge" / name).read_bytes() == want, name

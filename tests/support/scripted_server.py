@@ -19,8 +19,11 @@ offered) is a well-formed call of its free Cypher tool with a read that runs pas
 (`CYPHER_BOMB`), the reply a hostile chat wants.
 
 Every request is logged with its task, the key of the stage's request (`request_key`: the same
-for retries and the repair turn) and what it got (`ok` or the fault), in memory and, in the
-server process, in a JSONL file that outlives it. A test starts it with `ServerProcess` (its own
+for retries and the repair turn), what it got (`ok` or the fault) and when it came and was
+answered (epoch seconds), in memory and, in the server process, in a JSONL file that outlives it.
+`latency` (`--latency`) holds each chat reply that long before it goes out, with no bound on how
+many wait at once (a thread per connection): a model of fixed speed and unlimited parallelism,
+for wall-time benchmarks (scripts/bench_scale.py). A test starts it with `ServerProcess` (its own
 process, so it can die and come back); `python -m tests.support.scripted_server` prints
 `port=<n>` and takes commands on stdin (one JSON line each: `{"faults": [plan, ...]}`), until
 stdin closes.
@@ -37,6 +40,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -286,6 +290,10 @@ class LogEntry:
     outcome: str
     """`ok`, a fault kind, or `unknown` (the prompt was not recognized)."""
     repair: bool = False
+    started: float = 0.0
+    """When the request came (epoch seconds)."""
+    ended: float = 0.0
+    """When its reply was ready to go out, after the latency (epoch seconds)."""
 
 
 def _healthy(request: ChatRequest) -> tuple[Action, bool]:
@@ -311,6 +319,8 @@ class ScriptedResponder:
     table: tuple[PromptTask, ...] = field(default_factory=prompt_tasks)
     log_path: Path | None = None
     hang_seconds: float = HANG_SECONDS
+    latency: float = 0.0
+    """Seconds each chat reply waits before it goes out (a fault's too)."""
     on_down: Callable[[], None] | None = None
     """What `down` does; the server process exits. In-process there is nothing to stop."""
     _plans: list[FaultPlan] = field(default_factory=list)
@@ -359,7 +369,8 @@ class ScriptedResponder:
     def embedded(self, body: dict[str, Any]) -> None:
         """An embedding request the server answered (task `embedding`, keyed by its texts)."""
         key = hashlib.sha256(canonical_json(body.get("input")).encode("utf-8")).hexdigest()[:16]
-        self._record(LogEntry(task="embedding", key=key, outcome="ok"))
+        now = time.time()
+        self._record(LogEntry(task="embedding", key=key, outcome="ok", started=now, ended=now))
 
     def _record(self, entry: LogEntry) -> None:
         with self._lock:
@@ -373,15 +384,27 @@ class ScriptedResponder:
                     os.close(fd)
 
     def __call__(self, body: dict[str, Any]) -> Action:
+        started = time.time()
         try:
             served = request_from_body(body, self.table)
         except (UnknownPrompt, KeyError, ValueError) as exc:
-            self._record(LogEntry(task="?", key="?", outcome="unknown"))
+            now = time.time()
+            self._record(LogEntry(task="?", key="?", outcome="unknown", started=started, ended=now))
             print(str(exc), file=sys.stderr, flush=True)
             return Action.status(400, str(exc))
         healthy, is_json = _healthy(served.request)
         kind = self._fault_for(served, is_json)
-        self._record(LogEntry(served.request.task, served.key, kind or "ok", repair=served.repair))
+        if self.latency:
+            time.sleep(max(0.0, started + self.latency - time.time()))
+        entry = LogEntry(
+            served.request.task,
+            served.key,
+            kind or "ok",
+            repair=served.repair,
+            started=started,
+            ended=time.time(),
+        )
+        self._record(entry)
         if kind is None:
             return healthy
         return self._fault(kind, served.request, healthy)
@@ -428,10 +451,12 @@ class ServerProcess:
         cwd: Path | None = None,
         hang_seconds: float = HANG_SECONDS,
         env: Mapping[str, str] | None = None,
+        latency: float = 0.0,
     ) -> None:
         self.log_path = log_path
         self.cwd = cwd
         self.hang_seconds = hang_seconds
+        self.latency = latency
         self.env = dict(env) if env is not None else None
         self.port = 0
         self._process: subprocess.Popen[str] | None = None
@@ -455,6 +480,8 @@ class ServerProcess:
             str(self.log_path),
             "--hang-seconds",
             str(self.hang_seconds),
+            "--latency",
+            str(self.latency),
         ]
         self._process = subprocess.Popen(
             command,
@@ -528,12 +555,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--log", type=Path, default=None, help="JSONL file of every request")
     parser.add_argument("--hang-seconds", type=float, default=HANG_SECONDS)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
     args = parser.parse_args(argv)
 
     def down() -> None:
         os._exit(0)  # mid-request: the client sees its connection dropped, then refused
 
-    responder = ScriptedResponder(log_path=args.log, hang_seconds=args.hang_seconds, on_down=down)
+    responder = ScriptedResponder(
+        log_path=args.log, hang_seconds=args.hang_seconds, latency=args.latency, on_down=down
+    )
     with LoopbackServer(port=args.port) as server:
         server.set_responder(responder)
         server.set_embedding_observer(responder.embedded)
