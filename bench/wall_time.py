@@ -41,13 +41,16 @@ def answer_wall_time(seconds: Mapping[str, float], times: Sequence[QuestionTime]
 
 
 def ingest_wall_time(
-    seconds: Mapping[str, float], build_seconds: Mapping[str, float]
+    seconds: Mapping[str, float],
+    build_seconds: Mapping[str, float],
+    requests_sent: Mapping[str, int] | None = None,
 ) -> IngestWallTime:
-    """The ingest stage's wall-time file: its `seconds`, and each conversation's build (by
-    conversation id) as `conv<N>`, with their spread."""
+    """The ingest stage's wall-time file: its `seconds`, each conversation's build (by
+    conversation id) as `conv<N>` with their spread, and the requests it sent per role."""
     by_conversation = {f"conv{c}": round(s, DIGITS) for c, s in build_seconds.items()}
     return IngestWallTime(
         seconds=dict(seconds),
         build_seconds=spread(by_conversation.values()),
         build_seconds_by_conversation=by_conversation,
+        requests_sent=None if requests_sent is None else dict(requests_sent),
     )

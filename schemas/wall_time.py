@@ -61,3 +61,8 @@ class IngestWallTime(Record):
     """Over the conversations (None: a run made before builds were timed)."""
     build_seconds_by_conversation: dict[str, float] | None = None
     """`conv<N>` -> the seconds its build took (`MemorySystem.build`, writing its file included)."""
+    requests_sent: dict[str, int] | None = None
+    """Per model role of the build, the requests this execution sent (retries included; cache
+    hits none): 0 everywhere when every build call came from the call cache, as when a sweep of
+    answer-only settings re-reads one built memory (None: a run made before they were counted).
+    The calls the memory took whoever paid for them are metrics/usage/ingest.json's."""

@@ -6,8 +6,11 @@ check, committed; then `dvc exp run --queue -S system=graphrag,rag,full_context,
 graphiti` and `dvc queue start -j 2` (the same helpers as tests/e2e/test_sweep.py), its wall time,
 and `python -m stages.compare` (printed; compare.csv and compare_pairs.csv copied to the folder
 given). `--again` queues the same six once more and counts its model calls (0 expected: the call
-cache). Needs ../shared/beam and `make neo4j`.
-Usage: `uv run python scripts/measure_sweep.py FOLDER [--mode full] [--again]`.
+cache). `--regimes` then queues every retrieving system in the answer regime that is not its own
+(graphrag one_shot; rag, mem0 and graphiti agent: systems/regimes.py) and compares all the runs
+`--across-regimes`, printing per run its regime, calls and tokens per question, the answer model's
+context (p95) and score. Needs ../shared/beam and `make neo4j`.
+Usage: `uv run python scripts/measure_sweep.py FOLDER [--mode full] [--again] [--regimes]`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,36 @@ from tests.support.e2e_repo import git, repo_copy  # noqa: E402
 from tests.support.hub_mirror import HubMirror  # noqa: E402
 
 SYSTEMS = ("graphrag", "rag", "full_context", "no_memory", "mem0", "graphiti")
+OTHER_REGIME = {"graphrag": "one_shot", "rag": "agent", "mem0": "agent", "graphiti": "agent"}
+"""Each retrieving system's regime that is not its own."""
+SHOWN = (
+    "regime",
+    "overall",
+    "cost_calls_per_question",
+    "cost_tokens_per_question",
+    "context_tokens_p95",
+)
+
+
+def regimes_table(csv_text: str) -> str:
+    """Per run (a column of compare.csv): the rows of SHOWN, as Markdown."""
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    columns = list(dict.fromkeys(r["column"] for r in rows))
+    wanted = {
+        (r["column"], r["key"]): r["value"]
+        for r in rows
+        if r["key"] in SHOWN
+        and r["group"] != "score_beam_code"
+        and (r["key"] != "overall" or r["group"] == "score")
+    }
+    lines = ["| run | " + " | ".join(SHOWN) + " |", "|---" * (len(SHOWN) + 1) + "|"]
+    for column in columns:
+        cells = [wanted.get((column, key), "–") for key in SHOWN]
+        lines.append(f"| {column} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -33,6 +66,7 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--mode", default="full")
     parser.add_argument("--again", action="store_true")
+    parser.add_argument("--regimes", action="store_true")
     args = parser.parse_args()
     sweep.QUEUE_TIMEOUT_SECONDS = 3600
     args.folder.mkdir(parents=True, exist_ok=True)
@@ -53,6 +87,16 @@ def main() -> None:
         print(sweep.compare(repo), flush=True)
         for name in ("compare.csv", "compare_pairs.csv"):
             (args.folder / name).write_bytes((repo.path / "reports" / name).read_bytes())
+        if args.regimes:
+            queued = sweep.queue_experiments(
+                repo, *((f"system={s}", f"answer.regime={r}") for s, r in OTHER_REGIME.items())
+            )
+            seconds = sweep.run_queue(repo, set(queued.values()), args.folder / "workers.log")
+            print(f"{args.mode} regimes of four with -j 2: {seconds:.0f} s", flush=True)
+            print(sweep.compare(repo, "--across-regimes"), flush=True)
+            text = (repo.path / "reports" / "compare.csv").read_text(encoding="utf-8")
+            (args.folder / "compare_regimes.csv").write_text(text, encoding="utf-8")
+            print(regimes_table(text), flush=True)
         if args.again:
             calls = len(repo.model_calls())
             again = sweep.queue_sweep(repo, "system", SYSTEMS)

@@ -153,13 +153,20 @@ def write_records(
     write_json(FILES.usage, usage)
 
 
+BUILD_ROLES: tuple[Role, ...] = (*INGEST_ROLES, "embedding")
+"""The roles a build may call (the embedder where it embeds)."""
+
+
 def write_wall_time(accounting: Accounting, build_seconds: Mapping[str, float]) -> None:
     """The stage's wall time: seconds per build role under its `cost_key` (the model layer's
-    wait, none for cache hits), of the stage, and of each conversation's build."""
+    wait, none for cache hits), of the stage, and of each conversation's build; and the
+    requests it sent per role (cache hits none)."""
     llm = accounting.to_metrics()
     seconds = {cost_key(r): llm[r]["seconds"] if r in llm else 0.0 for r in INGEST_ROLES}
     seconds["stage_ingest"] = stage_seconds()
-    write_json(FILES.wall_time, ingest_wall_time(seconds, build_seconds).model_dump(mode="json"))
+    sent = {cost_key(r): int(llm[r]["calls"]) if r in llm else 0 for r in BUILD_ROLES}
+    timed = ingest_wall_time(seconds, build_seconds, sent)
+    write_json(FILES.wall_time, timed.model_dump(mode="json"))
 
 
 if __name__ == "__main__":

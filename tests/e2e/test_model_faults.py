@@ -90,6 +90,7 @@ TIMING_KEYS = frozenset(
         "retrieval_seconds",
         "build_seconds",
         "build_seconds_by_conversation",
+        "requests_sent",  # a resumed run sends fewer (the call cache has the rest)
     }
 )
 STAGE_TASKS = {"ingest": ("extract", "resolve", "link"), "answer": ("agent",), "judge": ("judge",)}

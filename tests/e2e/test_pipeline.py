@@ -78,6 +78,7 @@ STAGE_FILES = {
         "seconds": {"ingest_extraction", "ingest_resolution", "stage_ingest"},
         "build_seconds": {"n", "median", "p95", "max"},
         "build_seconds_by_conversation": {"conv17"},  # lite: conversation 17
+        "requests_sent": {"ingest_extraction", "ingest_resolution", "embedding"},
     },
     "metrics/wall_time/answer.json": {
         "seconds": {"agent", "stage_answer"},

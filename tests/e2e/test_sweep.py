@@ -15,6 +15,13 @@ The swept param is `system` (graphrag, rag, full_context, no_memory and the peer
 graphiti; the embedder is the server's test embedder, and the extraction role asks for JSON by
 schema, as Graphiti's calls need) where params.yaml has it, else `answer.max_steps`.
 
+Then the equal-constraints queue (params.yaml with `system` and `answer.regime`): graphrag in
+the one_shot regime, mem0 in the agent regime, and a `mem0.top_k` sweep on mem0's built memory.
+The server sees no build call in that queue (every memory is the one already built: its calls
+come from the call cache), only answer, judge and query-embedding calls; compare labels each run's
+regime, pairs graphrag's own agent with mem0's agent regime but not mem0's own one-shot answer with
+its agent regime, and the answer model's context grows with top_k.
+
 Last, each baseline's experiment is applied to the workspace (`dvc exp apply`) and read as its
 own run: built without a model, one `answer` call per question, the same judge, its record,
 run.json files and page naming the system and the headline keeping its layout (the system is a
@@ -32,6 +39,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +125,83 @@ def queue_sweep(repo: RepoCopy, param: str, values: tuple[str, ...]) -> set[str]
     }
     assert len(names) == len(values), out
     return names
+
+
+def queue_experiments(repo: RepoCopy, *settings: tuple[str, ...]) -> dict[tuple[str, ...], str]:
+    """One queued experiment per set of `-S` settings (each `key=value`): set -> its name."""
+    names = {}
+    for each in settings:
+        out = repo.dvc("exp", "run", "--queue", *(a for s in each for a in ("-S", s)))
+        (line,) = [x for x in out.splitlines() if x.startswith("Queued experiment")]
+        names[each] = line.split("'")[1]
+    return names
+
+
+BUILD_FREE_TASKS = {"agent", "answer", "judge", "equivalence", "embedding"}
+"""What answering and judging ask of the model (with the embeddings of mem0's search queries);
+a build's chat tasks (extraction, resolution) are not among them. That the build's embeddings are
+none of the embedding requests is shown by each run's own ingest record (`requests_sent`)."""
+
+
+def committed_json(repo: RepoCopy, rev: str, path: str) -> Any:
+    done = subprocess.run(
+        ["git", "show", f"{rev}:{path}"],
+        cwd=repo.path,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)
+
+
+def check_regimes_and_budget(repo: RepoCopy, server: ServerProcess, sweep: dict[str, str]) -> None:
+    """The equal-constraints queue (module doc); `sweep`: the first sweep's system -> experiment."""
+    before = len(server.requests())
+    one_shot = ("system=graphrag", "answer.regime=one_shot")
+    agent = ("system=mem0", "answer.regime=agent")
+    budgets = [("system=mem0", f"mem0.top_k={k}") for k in (1, 5)]
+    names = queue_experiments(repo, one_shot, agent, *budgets)
+    seconds = run_queue(repo, set(names.values()), repo.path.parent / "workers.log")
+    print(f"\nregimes and top_k sweep ({len(names)} experiments) with -j 2: {seconds:.0f} s")
+    new = server.requests()[before:]
+    tasks = {e.task for e in new}
+    assert new and tasks <= BUILD_FREE_TASKS, tasks  # no build task at the server
+    print(f"calls at the server: {len(new)}, by task {dict(Counter(e.task for e in new))}")
+
+    columns = [
+        sweep["graphrag"],
+        names[one_shot],
+        sweep["mem0"],
+        names[agent],
+        *(names[b] for b in budgets),
+    ]
+    table = compare(repo, *columns)
+    print(table)
+    rows = list(csv.DictReader(io.StringIO((repo.path / "reports/compare.csv").read_text())))
+    revs = {r["experiment"]: r["rev"] for r in rows}
+    for each in names.values():  # 0 build calls: each built its memory from the call cache
+        sent = committed_json(repo, revs[each], "metrics/wall_time/ingest.json")["requests_sent"]
+        took = committed_json(repo, revs[each], "metrics/usage/ingest.json")
+        assert set(sent.values()) == {0}, (each, sent)
+        assert sum(role["calls"] for role in took.values()) > 0, took  # what the memory took
+    regime = {r["experiment"]: r["value"] for r in rows if r["key"] == "regime"}
+    assert regime == {
+        sweep["graphrag"]: "agent (own)",
+        names[one_shot]: "one_shot",
+        sweep["mem0"]: "one_shot (own)",
+        names[agent]: "agent",
+        **{names[b]: "one_shot (own)" for b in budgets},
+    }
+    context = {r["experiment"]: float(r["value"]) for r in rows if r["key"] == "context_tokens_p95"}
+    assert context[names[budgets[0]]] < context[sweep["mem0"]]  # top_k 1 against its 30
+    assert context[names[budgets[0]]] <= context[names[budgets[1]]]
+    pairs = list(csv.DictReader(io.StringIO((repo.path / "reports/compare_pairs.csv").read_text())))
+    paired = {frozenset((p["left"], p["right"])) for p in pairs}
+    labels = {r["experiment"]: r["column"] for r in rows}
+    assert frozenset((labels[sweep["graphrag"]], labels[names[agent]])) in paired
+    assert frozenset((labels[sweep["mem0"]], labels[names[agent]])) not in paired
+    assert "different answer regimes" in table
 
 
 def ledgers(repo: RepoCopy) -> list[Path]:
@@ -237,8 +322,12 @@ def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
                 csv.DictReader(io.StringIO((repo.path / "reports/compare_pairs.csv").read_text()))
             )
             asked = 1 + 2  # overall and lite's two abilities
-            assert len(pairs) == len(values) * (len(values) - 1) // 2 * asked, pairs
-            assert "## Paired differences" in table and "Not paired" not in table
+            regimes = Counter(r["value"] for r in rows if r["key"] == "regime")
+            like = sum(n * (n - 1) // 2 for n in regimes.values())  # pairs of one regime only
+            assert len(pairs) == like * asked, (regimes, pairs)
+            assert "## Paired differences" in table
+            unlike = len(values) * (len(values) - 1) // 2 - like
+            assert table.count("different answer regimes") == unlike, table
 
             (ledger,) = ledgers(repo)  # one ledger: every experiment's stages charged it
             spent = json.loads(ledger.read_text())
@@ -256,6 +345,8 @@ def test_a_queued_sweep_shares_jars_cache_and_ledger_and_compares_side_by_side(
 
             if param == "system":
                 by_system = {r["value"]: r["experiment"] for r in rows if r["key"] == param}
+                if "regime" in yaml.safe_load((repo.path / "params.yaml").read_text())["answer"]:
+                    check_regimes_and_budget(repo, server, by_system)
                 check_baselines(repo, {b: by_system[b] for b in BASELINES})
         finally:
             repo.dvc("queue", "stop", "--kill", check=False, timeout=120)
