@@ -114,6 +114,18 @@ def test_split_run_on_two_clones_merges_into_the_two_conversation_run(
             if (merger.path / rel).read_bytes() != (repo.path / rel).read_bytes()
         ]
         assert differ == []
+        # a part of another configuration is refused, naming the difference, and nothing changes
+        odd = tmp_path / "parts" / "odd"
+        shutil.copytree(parts[1], odd)
+        params = (odd / "params.yaml").read_text()
+        assert "max_equivalence_calls: 200" in params
+        (odd / "params.yaml").write_text(params.replace("calls: 200", "calls: 100"))
+        record = (merger.path / "reports/memory.md").read_bytes()
+        refused = merger.run("-m", "stages.merge", parts[0], str(odd), timeout=600)
+        assert refused.returncode != 0
+        assert "judge.max_equivalence_calls" in refused.stderr
+        assert (merger.path / "reports/memory.md").read_bytes() == record
+
         # the merged run holds both parts' questions (not one part's left in place)
         merged = question_ids(merger.path)
         assert len(merged) == sum(len(question_ids(Path(p))) for p in parts)
