@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from clients.child_servers import install_sigterm_handler
 from clients.llm.port import ChatModel, ChatRequest, Completion
 from schemas.errors import BeamError, DataError, ParamsError
 from schemas.judging import JudgePrompts
@@ -268,6 +269,9 @@ def run_overlapping(
     SIGTERM's SystemExit) stops them the same way, then is raised."""
     if at_once <= 1 or len(items) <= 1:
         return [work(item) for item in items]
+    # Servers start in the workers, where no SIGTERM handler can be installed: this thread's
+    # turns SIGTERM into SystemExit here, which stops the workers as Ctrl-C does.
+    install_sigterm_handler()
     stopping = threading.Event()
 
     def guarded(item: T) -> R:

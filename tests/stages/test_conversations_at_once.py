@@ -121,16 +121,21 @@ def test_a_failure_stops_the_rest_and_is_raised_once_every_started_one_has_ended
     assert sorted(started) == [0, 1], "a conversation started after the failure"
 
 
-def test_an_interrupt_stops_the_workers_before_it_is_raised() -> None:
+@pytest.mark.parametrize(
+    ("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)]
+)
+def test_an_interrupt_stops_the_workers_before_it_is_raised(
+    signum: signal.Signals, raised: type[BaseException]
+) -> None:
     started: list[int] = []
     closed: list[int] = []
     stop = threading.Event()
 
     def interrupt(_item: int) -> None:
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the main thread, waiting, raises
+        os.kill(os.getpid(), signum)  # Ctrl-C or a kill: the main thread, waiting, raises
         assert stop.wait(10), "never told to stop"
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(raised):
         run_overlapping(
             [0, 1, 2], stopping_work(interrupt, started, closed, stop), 2, on_stop=stop.set
         )
