@@ -5,9 +5,12 @@ built (graphrag: its own Neo4j with the graph imported; rag: a BM25 index of the
 full_context: the transcript; no_memory: nothing), answers that conversation's questions with
 the agent's model in the run's answer regime (params `answer.regime`, systems/regimes.py: the
 system's own answer, one call from its own search, or the agent loop over its own search),
-`llm.concurrency` at a time, and closes it. Every request the system sends the answer model is
-scanned for the question's gold-only text (its rubric items, its ability: bench/leak_check.py;
-the stage reads the slice's rubrics and chats for that, the system never gets them). Writes
+`llm.concurrency` at a time, and closes it; `parallel.conversations` conversations are open at
+once (settings.yaml; 1 for a system that does not declare `overlaps`), their questions sharing
+those `llm.concurrency` threads, and collected in conversation order. Every request the
+system sends the answer model is scanned for the question's gold-only text (its rubric items,
+its ability: bench/leak_check.py; the stage reads the slice's rubrics and chats for that, the
+system never gets them). Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
 (traces quote the chat: CC BY-SA 4.0), `data/answer/leak_check.json` (what the scan found),
 `data/answer/run.json` (the system, the regime it answered in, the model, and whether the system

@@ -10,6 +10,10 @@ tokens the memories took, bench/usage.py) and `metrics/wall_time/ingest.json` (t
 stage, of each build role and of each conversation's build, with their median and p95: wall time
 never goes into a result; schemas/wall_time.py).
 
+Conversations are built `parallel.conversations` at a time (settings.yaml; 1 for a system that
+does not declare `overlaps`), each in a worker with its own models' counts, and collected in
+conversation order: every out above but the wall time is the bytes of a run one at a time.
+
 Interrupted and run again: every finished model call comes from the call cache, and the memory
 is rebuilt from scratch (graphrag: in a fresh server, MERGE on stable ids: no duplicate nodes).
 """
