@@ -246,6 +246,17 @@ class LlmParams(Record):
     connection errors) before the stage stops at once: the endpoint is down, not one request."""
 
 
+class ParallelParams(Record):
+    """How much of a stage runs at once beside `llm.concurrency` (settings.yaml: how a run is
+    carried out; the outs are the same bytes whatever it is, so no stage lists it)."""
+
+    conversations: int | None = Field(default=None, ge=1, le=64)
+    """Conversations ingest builds and answer answers at once, each in a worker thread with its
+    own Neo4j server where the system starts one; null: from the machine's cores and memory
+    (stages/common.py `default_conversations`); 1: one after another. A system that does not
+    declare `overlaps` (systems/port.py) runs one at a time whatever this says."""
+
+
 class Cap(Record):
     calls: int = Field(ge=0)
     tokens: int = Field(ge=0)
@@ -568,6 +579,7 @@ class Params(Record):
     judge_check: JudgeCheckParams
     models: ModelsParams
     llm: LlmParams
+    parallel: ParallelParams = ParallelParams()
     budget: BudgetParams
     judge: JudgeParams
 

@@ -5,9 +5,12 @@ built (graphrag: its own Neo4j with the graph imported; rag: a BM25 index of the
 full_context: the transcript; no_memory: nothing), answers that conversation's questions with
 the agent's model in the run's answer regime (params `answer.regime`, systems/regimes.py: the
 system's own answer, one call from its own search, or the agent loop over its own search),
-`llm.concurrency` at a time, and closes it. Every request the system sends the answer model is
-scanned for the question's gold-only text (its rubric items, its ability: bench/leak_check.py;
-the stage reads the slice's rubrics and chats for that, the system never gets them). Writes
+`llm.concurrency` at a time, and closes it; `parallel.conversations` conversations are open at
+once (settings.yaml; 1 for a system that does not declare `overlaps`), their questions sharing
+those `llm.concurrency` threads, and collected in conversation order. Every request the
+system sends the answer model is scanned for the question's gold-only text (its rubric items,
+its ability: bench/leak_check.py; the stage reads the slice's rubrics and chats for that, the
+system never gets them). Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
 (traces quote the chat: CC BY-SA 4.0), `data/answer/leak_check.json` (what the scan found),
 `data/answer/run.json` (the system, the regime it answered in, the model, and whether the system
@@ -25,7 +28,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from bench.answers import agent_usage, summarize_answers
@@ -50,12 +53,21 @@ from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
 from schemas.wall_time import QuestionTime
-from stages.common import progress, read_params, run_stage, stage_seconds
+from stages.common import (
+    conversations_at_once,
+    progress,
+    read_params,
+    run_overlapping,
+    run_stage,
+    stage_seconds,
+    wait_shielded,
+)
 from systems.port import (
     EmbedsQuestions,
     Memory,
     MemorySystem,
     memory_file,
+    overlaps,
     question_clock,
     reads_gold,
     times_search,
@@ -113,17 +125,36 @@ def answer_all(
     requests per endpoint); with `watch`, each question's requests are scanned for its gold-only
     text."""
 
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-answer") as pool:
+        return answer_in(pool, memory, questions, model, desc, watch)
+
+
+def answer_in(
+    pool: Executor,
+    memory: Memory,
+    questions: list[Question],
+    model: ChatModel,
+    desc: str,
+    watch: LeakWatch | None = None,
+) -> list[tuple[Trace, QuestionTime]]:
+    """`answer_all` on a question pool the caller holds (shared by the conversations open at
+    once, so that `llm.concurrency` bounds the questions in flight however many are open); on
+    any failure (a dead graph server, the budget, a pool shut down because the stage stops) no
+    further question of this memory is asked, and this returns only once its questions in
+    flight have ended (they use its server)."""
+
     def model_for(question: Question) -> ChatModel:
         return watch.watch(question, model) if watch is not None else model
 
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-answer") as pool:
-        futures = [pool.submit(answer_timed, memory, q, model_for(q)) for q in questions]
-        try:
-            return list(progress((f.result() for f in futures), total=len(futures), desc=desc))
-        except BaseException:
-            # a dead graph server, the budget, Ctrl-C: ask no further question
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    futures: list[Future[tuple[Trace, QuestionTime]]] = []
+    try:
+        futures += [pool.submit(answer_timed, memory, q, model_for(q)) for q in questions]
+        return list(progress((f.result() for f in futures), total=len(futures), desc=desc))
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        wait_shielded(futures)
+        raise
 
 
 def answer_conversations(
@@ -133,28 +164,36 @@ def answer_conversations(
     concurrency: int,
     regime: Callable[[Memory], Memory] = lambda memory: memory,
     watch: LeakWatch | None = None,
+    at_once: int = 1,
 ) -> dict[str, tuple[Trace, QuestionTime]]:
     """Every question's trace and wall time, each conversation answered from its own memory (as
-    `regime` makes it answer)."""
-    answered: dict[str, tuple[Trace, QuestionTime]] = {}
-    with stage_workdir("beam-answer-") as workdir:
-        for conversation in sorted(by_conversation, key=int):
-            asked = by_conversation[conversation]
-            memory_path = memory_file(MEMORIES, conversation)
-            with system.open_memory(conversation, memory_path, Path(workdir)) as memory:
-                answering = regime(memory)
-                timed = answer_all(
-                    answering, asked, model, concurrency, f"conv{conversation}", watch
-                )
-            answered.update((t.question_id, (t, time_)) for t, time_ in timed)
-            done = [t for t, _ in timed]
-            print(
-                f"answer conv{conversation} ({system.name}): {len(done)} questions, "
-                f"{sum(t.calls for t in done)} model calls, "
-                f"{sum(1 for t in done if t.error)} errors",
-                file=sys.stderr,
-            )
-    return answered
+    `regime` makes it answer), `at_once` conversations open at a time (stages/common.py
+    `run_overlapping`), their questions `concurrency` at a time in all."""
+
+    def answer_one(conversation: str) -> list[tuple[Trace, QuestionTime]]:
+        asked = by_conversation[conversation]
+        memory_path = memory_file(MEMORIES, conversation)
+        with system.open_memory(conversation, memory_path, Path(workdir)) as memory:
+            timed = answer_in(pool, regime(memory), asked, model, f"conv{conversation}", watch)
+        done = [t for t, _ in timed]
+        print(
+            f"answer conv{conversation} ({system.name}): {len(done)} questions, "
+            f"{sum(t.calls for t in done)} model calls, "
+            f"{sum(1 for t in done if t.error)} errors",
+            file=sys.stderr,
+        )
+        return timed
+
+    def stop() -> None:  # the questions not yet asked are never asked
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    with (
+        stage_workdir("beam-answer-") as workdir,
+        ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="beam-answer") as pool,
+    ):
+        conversations = sorted(by_conversation, key=int)
+        answers = run_overlapping(conversations, answer_one, at_once, on_stop=stop)
+    return {t.question_id: (t, time_) for timed in answers for t, time_ in timed}
 
 
 def main() -> None:
@@ -203,6 +242,7 @@ def main() -> None:
         concurrency,
         lambda memory: in_regime(memory, system.name, native, params),
         watch,
+        conversations_at_once(run, overlaps(system), "answer"),
     )
     ordered = [answered[q.id][0] for q in questions]
     failed = [t for t in ordered if t.error is not None]

@@ -1,18 +1,25 @@
 """What every stage shares: reading the params (params.yaml, settings.yaml, pins.yaml) once into
 its typed root, reading the inputs several stages build on (the slice fixture, the repaired
-dataset), progress bars, the entry-point shell."""
+dataset), conversations run at once in worker threads and collected in order (ingest, answer),
+progress bars, the entry-point shell."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from clients.child_servers import install_sigterm_handler
+from clients.llm.port import ChatModel, ChatRequest, Completion
 from schemas.errors import BeamError, DataError, ParamsError
 from schemas.judging import JudgePrompts
 from schemas.layout import LAYOUT
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 PARAMS_FILE = Path("params.yaml")
@@ -234,6 +242,188 @@ class ProgressBar:
 
     def close(self) -> None:
         self._bar.close()
+
+
+# --- conversations at once (ingest, answer) ---------------------------------------------------
+
+JVM_OVERHEAD_MB = 256
+"""A local Neo4j's memory beyond its heap and page cache (metaspace, threads, direct buffers): a
+server of 512 + 64 MB used 520-600 MB resident here, so heap + page cache + this is an upper
+bound."""
+STOP_POLL_SECONDS = 0.2
+
+
+def default_conversations(cores: int, available_mb: int, server_mb: int) -> int:
+    """Conversations at once when settings leave `parallel.conversations` null: one per core (a
+    server's start is CPU-bound), and servers of `server_mb` in half the available memory; at
+    least 1."""
+    return max(1, min(cores, available_mb // 2 // max(server_mb, 1)))
+
+
+def available_memory_mb(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """MemAvailable in MB, None where the kernel does not say."""
+    try:
+        for line in meminfo.read_text(encoding="ascii").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def conversations_at_once(params: Params, overlaps: bool, what: str) -> int:
+    """How many conversations this stage runs at once (settings `parallel.conversations`, its
+    null read from this machine); 1 for a system that does not declare `overlaps` and for
+    graph.backend uri (one database, which each store clears as it starts). Printed to stderr."""
+    wanted = params.parallel.conversations
+    if wanted is None:
+        graph = params.graph
+        available = available_memory_mb()
+        wanted = default_conversations(
+            len(os.sched_getaffinity(0)),
+            available if available is not None else 0,
+            graph.heap_mb + graph.page_cache_mb + JVM_OVERHEAD_MB,
+        )
+    why = ""
+    if wanted > 1 and not overlaps:
+        why = " (the system does not declare `overlaps`: one at a time)"
+    elif wanted > 1 and params.graph.backend == "uri":
+        why = " (graph.backend uri: one shared database, one at a time)"
+    at_once = 1 if why else wanted
+    print(f"{what}: {at_once} conversation(s) at once{why}", file=sys.stderr)
+    return at_once
+
+
+class Stopped(Exception):
+    """A conversation's work given up because the stage stops (another conversation failed, or
+    the stage was interrupted): never the cause that is reported."""
+
+
+def run_overlapping(
+    items: Sequence[T],
+    work: Callable[[T], R],
+    at_once: int,
+    *,
+    on_stop: Callable[[], None] = lambda: None,
+    name: str = "beam-conversation",
+) -> list[R]:
+    """`work(item)` for every item, up to `at_once` at a time in worker threads, the results in
+    the items' order whatever order they finish in (so every out is the bytes a serial run
+    writes). `at_once` 1 runs them one after another in this thread, as before there were
+    workers.
+
+    The first failure stops the rest: items not started never start, `on_stop()` tells the
+    running ones to give up (they raise, e.g. `Stopped`, or finish), and this returns only once
+    every started one has ended, so every server they started is stopped and no worker writes
+    after the stage has cleaned up; then the failure is raised (of the items failed by then, the
+    first in order; a worker's `Stopped` is never it). An interrupt of this thread (Ctrl-C,
+    SIGTERM's SystemExit) stops them the same way, then is raised."""
+    if at_once <= 1 or len(items) <= 1:
+        return [work(item) for item in items]
+    # Servers start in the workers, where no SIGTERM handler can be installed: this thread's
+    # turns SIGTERM into SystemExit here, which stops the workers as Ctrl-C does.
+    install_sigterm_handler()
+    stopping = threading.Event()
+
+    def guarded(item: T) -> R:
+        if stopping.is_set():  # a worker freed by a failure takes up no further item
+            raise Stopped("the stage stops: not started")
+        try:
+            return work(item)
+        except BaseException:
+            stopping.set()
+            raise
+
+    pool = ThreadPoolExecutor(max_workers=min(at_once, len(items)), thread_name_prefix=name)
+    futures = [pool.submit(guarded, item) for item in items]
+    try:
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = first_failure(futures)
+        if failed is not None:
+            raise failed
+        return [future.result() for future in futures]
+    except BaseException:
+        stopping.set()
+        for future in futures:
+            future.cancel()
+        on_stop()
+        wait_shielded(futures)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def first_failure(futures: Sequence[Future[Any]]) -> BaseException | None:
+    """The exception of the first future, in order, that failed of its own (not `Stopped`)."""
+    for future in futures:
+        if future.done() and not future.cancelled():
+            exc = future.exception()
+            if exc is not None and not isinstance(exc, Stopped):
+                return exc
+    return None
+
+
+def wait_shielded(futures: Sequence[Future[Any]]) -> None:
+    """Wait until every future has ended, through further interrupts: the workers are stopping
+    and must close their servers before the stage goes on (a SIGKILL still ends it at once: its
+    servers die with it, clients/child_servers.py)."""
+    while True:
+        try:
+            wait(futures, return_when=ALL_COMPLETED)
+            return
+        except KeyboardInterrupt:
+            running = sum(1 for f in futures if not f.done())
+            print(f"stopping: waiting for {running} conversation(s) to close", file=sys.stderr)
+
+
+class StoppableModel:
+    """A conversation's model that gives up once `stopping` is set: no request starts after it,
+    and a batch in flight (`run_batch`) is cancelled within STOP_POLL_SECONDS, as an interrupt
+    cancels it when conversations run one at a time; raises `Stopped`. Everything else is the
+    model's (its counting, cache, retries and limit per endpoint)."""
+
+    def __init__(self, model: ChatModel, stopping: threading.Event) -> None:
+        self.model = model
+        self.role = model.role
+        self.test_model = model.test_model
+        self.stopping = stopping
+
+    def _check(self) -> None:
+        if self.stopping.is_set():
+            raise Stopped(f"the stage stops: no further {self.role} call")
+
+    def complete(self, request: ChatRequest) -> Completion:
+        return self.run_batch([request])[0]
+
+    def run_batch(
+        self,
+        requests: Sequence[ChatRequest],
+        on_done: Callable[[Completion], None] | None = None,
+    ) -> list[Completion]:
+        self._check()
+        abatch = getattr(self.model, "abatch", None)
+        if abatch is None:  # a model without an async batch: stopped between batches only
+            return self.model.run_batch(requests, on_done)
+        completions: list[Completion] = asyncio.run(self._until_stopped(abatch(requests, on_done)))
+        return completions
+
+    async def acomplete(self, request: ChatRequest) -> Completion:
+        self._check()
+        return await self.model.acomplete(request)
+
+    async def _until_stopped(self, batch: Awaitable[list[Completion]]) -> list[Completion]:
+        task = asyncio.ensure_future(batch)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=STOP_POLL_SECONDS)
+            if done:
+                return task.result()
+            if self.stopping.is_set():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise Stopped(f"the stage stops: {self.role} batch cancelled")
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the client (its window, ...)
+        return getattr(self.model, name)
 
 
 def run_stage(main: Callable[[], None]) -> None:

@@ -10,6 +10,10 @@ tokens the memories took, bench/usage.py) and `metrics/wall_time/ingest.json` (t
 stage, of each build role and of each conversation's build, with their median and p95: wall time
 never goes into a result; schemas/wall_time.py).
 
+Conversations are built `parallel.conversations` at a time (settings.yaml; 1 for a system that
+does not declare `overlaps`), each in a worker with its own models' counts, and collected in
+conversation order: every out above but the wall time is the bytes of a run one at a time.
+
 Interrupted and run again: every finished model call comes from the call cache, and the memory
 is rebuilt from scratch (graphrag: in a fresh server, MERGE on stable ids: no duplicate nodes).
 """
@@ -17,8 +21,9 @@ is rebuilt from scratch (graphrag: in a fresh server, MERGE on stable ids: no du
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +40,16 @@ from schemas.params import Mode
 from schemas.records import ChatSlice
 from schemas.roles import INGEST_ROLES, Role, cost_key
 from schemas.runs import MemorySizes, StageRun
-from stages.common import ProgressBar, read_params, run_stage, stage_seconds
-from systems.port import BuiltMemory, MemorySystem, memory_file
+from stages.common import (
+    ProgressBar,
+    StoppableModel,
+    conversations_at_once,
+    read_params,
+    run_overlapping,
+    run_stage,
+    stage_seconds,
+)
+from systems.port import BuiltMemory, MemorySystem, memory_file, overlaps
 from systems.registry import lazy_embedder, load_system
 
 STAGE_IO = StageIO(
@@ -69,9 +82,9 @@ def main() -> None:
             what=f"ingest ({mode}, {system.name}: {len(chats)} conversations)",
         )
 
-    counted = {client.role: CountedModel(client) for client in clients}
+    at_once = conversations_at_once(run, overlaps(system), "ingest")
     try:
-        memories, build_seconds = build_all(chats, system, counted)
+        memories, build_seconds, usage = build_all(chats, system, clients, at_once)
         check_failed_share(
             "ingest",
             "model calls",
@@ -84,40 +97,56 @@ def main() -> None:
         # no half-made set of memories (finished calls are cached)
         remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
         raise
-    write_records(memories, mode, system, clients, list(counted.values()), embedder)
+    write_records(memories, mode, system, clients, usage, embedder)
     write_wall_time(accounting, build_seconds)
 
 
 def build_all(
-    chats: list[ChatSlice], system: MemorySystem, models: Mapping[Role, ChatModel]
-) -> tuple[list[BuiltMemory], dict[str, float]]:
+    chats: list[ChatSlice], system: MemorySystem, clients: Sequence[ChatModel], at_once: int = 1
+) -> tuple[list[BuiltMemory], dict[str, float], dict[Role, dict[str, int]]]:
     """Each conversation's memory, built and written to its file (in a folder made here: a
-    system writes only its files), and the wall seconds of each build by conversation id."""
-    memories: list[BuiltMemory] = []
-    build_seconds: dict[str, float] = {}
+    system writes only its files), `at_once` conversations at a time (stages/common.py
+    `run_overlapping`: in conversation order whatever order they finish in); the wall seconds of
+    each build by conversation id; and the usage of each build role over all the builds, in
+    `clients`' order (each build counts its own calls: their sum is the same in any order)."""
+    stopping = threading.Event()
+    total = len(chats)
     FILES.folder.mkdir(parents=True, exist_ok=True)
-    with stage_workdir("beam-ingest-") as workdir:
-        for index, chat in enumerate(chats, start=1):
-            started = time.monotonic()
-            bar = ProgressBar(f"conv{chat.conversation_id} {system.name} build")
-            try:
-                built = system.build(
-                    chat,
-                    models,
-                    memory_file(FILES.folder, chat.conversation_id),
-                    Path(workdir),
-                    bar.update_to,
-                )
-            finally:
-                bar.close()
-            memories.append(built)
-            build_seconds[chat.conversation_id] = time.monotonic() - started
-            print(
-                f"ingest [{index}/{len(chats)}] conv{chat.conversation_id} ({system.name}): "
-                f"{built.summary} ({build_seconds[chat.conversation_id]:.1f} s)",
-                file=sys.stderr,
+
+    def build_one(numbered: tuple[int, ChatSlice]) -> tuple[BuiltMemory, float, list[CountedModel]]:
+        index, chat = numbered
+        started = time.monotonic()
+        counted = [CountedModel(StoppableModel(c, stopping) if at_once > 1 else c) for c in clients]
+        bar = ProgressBar(f"conv{chat.conversation_id} {system.name} build")
+        try:
+            built = system.build(
+                chat,
+                {model.role: model for model in counted},
+                memory_file(FILES.folder, chat.conversation_id),
+                Path(workdir),
+                bar.update_to,
             )
-    return memories, build_seconds
+        finally:
+            bar.close()
+        seconds = time.monotonic() - started
+        print(
+            f"ingest [{index}/{total}] conv{chat.conversation_id} ({system.name}): "
+            f"{built.summary} ({seconds:.1f} s)",
+            file=sys.stderr,
+        )
+        return built, seconds, counted
+
+    with stage_workdir("beam-ingest-") as workdir:
+        done = run_overlapping(
+            list(enumerate(chats, start=1)), build_one, at_once, on_stop=stopping.set
+        )
+    usage = {client.role: CountedModel(client).usage() for client in clients}  # zeros
+    for _, _, counted in done:
+        for model in counted:
+            for key, value in model.usage().items():
+                usage[model.role][key] += value
+    build_seconds = {built.conversation_id: seconds for built, seconds, _ in done}
+    return [built for built, _, _ in done], build_seconds, usage
 
 
 def write_records(
@@ -125,7 +154,7 @@ def write_records(
     mode: Mode,
     system: MemorySystem,
     clients: list[LlmClient],
-    counted: list[CountedModel],
+    build_usage: Mapping[Role, Mapping[str, int]],
     embedder: CountedEmbedder,
 ) -> None:
     """The stage's data outs (results only: byte-identical when re-run from the call cache) and
@@ -148,7 +177,7 @@ def write_records(
     write_json(FILES.run, record.to_json())
     sizes = MemorySizes.of((m.conversation_id, m.counts) for m in memories)
     write_json(FILES.graphs, sizes.to_json())
-    usage = {model.role: model.usage() for model in counted}
+    usage: dict[str, Mapping[str, int]] = {role: n for role, n in build_usage.items()}
     usage |= {"embedding": embedder.usage()} if embedder.opened else {}
     write_json(FILES.usage, usage)
 

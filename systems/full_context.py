@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest
@@ -206,6 +207,8 @@ class FullContext(OneShotRates):
     """The answer model's own window, asked only when a prompt is made (the build needs none);
     None there too: answering stops with a ParamsError (set `full_context.context_tokens`)."""
     name: str = "full_context"
+    overlaps: ClassVar[bool] = True
+    """Each conversation's transcript is its own (systems/port.py)."""
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "transcript"
 

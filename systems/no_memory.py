@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from clients.files import write_atomic
 from clients.llm.port import ChatModel, ChatRequest
@@ -42,6 +43,8 @@ class NoMemory(OneShotRates):
 
     agent_rates: AgentRates
     name: str = "no_memory"
+    overlaps: ClassVar[bool] = True
+    """It keeps nothing (systems/port.py)."""
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "empty memory"
 

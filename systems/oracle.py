@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest
@@ -141,6 +142,8 @@ class Oracle(OneShotRates):
     """Where the gold is: the slice stage's rubrics (relative to the repository, where DVC runs
     every stage)."""
     name: str = "oracle"
+    overlaps: ClassVar[bool] = True
+    """Each conversation's cited messages are its own (systems/port.py)."""
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "cited messages"
     reads_gold: bool = True

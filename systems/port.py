@@ -13,6 +13,13 @@ A system is measured in two steps, each a DVC stage (stages/ingest.py, stages/an
    evidence came from (`reached_message_ids`). Questions of one conversation are answered
    concurrently: a `Memory` must allow that.
 
+Conversations may overlap too (settings `parallel.conversations`): a system whose builds and open
+memories share no state across conversations in one process (no module-level client, patched
+module, process-wide lock or event loop) says so with `overlaps = True`, and the stages then
+build, or open and answer, several conversations at once, each in its own worker thread. A system
+that does not say so runs one conversation at a time (`overlaps`: the port never asked this of a
+system before, so one written without it may hold such state).
+
 How the answer model uses the memory is params `answer.regime`: `native` is `Memory.answer`;
 `one_shot` and `agent` need a memory that can search itself (`SearchesMemory.search`, an
 optional part of the port): one call with what its search found, or the agent loop with that
@@ -88,6 +95,7 @@ __all__ = [
     "answer_rates_from_traces",
     "estimate_system",
     "memory_file",
+    "overlaps",
     "question_clock",
     "reads_gold",
     "times_search",
@@ -192,6 +200,19 @@ def reads_gold(system: object) -> bool:
     if not isinstance(declared, bool):
         raise ParamsError(
             f"system {getattr(system, 'name', system)!r}: reads_gold must be true or false, "
+            f"found {declared!r}"
+        )
+    return declared
+
+
+def overlaps(system: object) -> bool:
+    """Whether a system's conversations may be built, or opened and answered, at once in one
+    process: its `overlaps` attribute, else False (one at a time, the safe reading of a system
+    that never declared it)."""
+    declared = getattr(system, "overlaps", False)
+    if not isinstance(declared, bool):
+        raise ParamsError(
+            f"system {getattr(system, 'name', system)!r}: overlaps must be true or false, "
             f"found {declared!r}"
         )
     return declared

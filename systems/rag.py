@@ -252,6 +252,8 @@ class Rag(OneShotRates):
     """`models.embedding.model` as params name it (the record shows it; no endpoint is asked)."""
     embedding_batch: int = 32
     name: str = "rag"
+    overlaps: ClassVar[bool] = True
+    """Each conversation's chunks and index are its own (systems/port.py)."""
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "chunks"
 

@@ -138,6 +138,8 @@ class GraphRag:
     prefetch: int = 0
     """Search results in the agent's first turn (params `answer.prefetch`)."""
     name: str = "graphrag"
+    overlaps: ClassVar[bool] = True
+    """Each conversation builds and opens its own graph in its own server (systems/port.py)."""
     build_roles: tuple[Role, ...] = ("extraction", "resolution")
     memory_noun: str = "graph"
     embedder: Callable[[], EmbeddingModel] | None = None

@@ -508,6 +508,9 @@ class GraphitiSystem(OneShotRates):
     facts, then per fact its resolution and its dates) at about four facts per episode, a guess
     (the test model makes 12.4 on 100K full's 757 chunk episodes)."""
     name: str = "graphiti"
+    overlaps: ClassVar[bool] = False
+    """One conversation at a time (systems/port.py): a build patches Graphiti's modules
+    (`canonical`, under a process-wide lock) and its notices' logger level is process-wide."""
     build_roles: tuple[Role, ...] = ("extraction",)
     memory_noun: str = "graph"
 

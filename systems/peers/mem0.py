@@ -431,6 +431,9 @@ class Mem0(OneShotRates):
     rates: Mem0Rates = field(default_factory=Mem0Rates)
     """Settings `estimate.mem0`."""
     name: str = "mem0"
+    overlaps: ClassVar[bool] = False
+    """One conversation at a time (systems/port.py): Mem0's `Memory` is its library's, whose
+    process-wide state (its config, telemetry and clients) this adapter does not vouch for."""
     build_roles: tuple[Role, ...] = ("extraction",)
     memory_noun: str = "memories"
 
