@@ -5,9 +5,10 @@ a temporary folder and no persistence (`--save ''`, `--appendonly no`): nothing 
 a child of this process (clients/child_servers.py `spawn_child`): stopped by `stop()`, at exit, or
 by the kernel when this process dies. `url` is what `llm.shared.redis_url` names.
 
-`python -m clients.redis_server` starts one, prints its URL and runs until interrupted: a Redis for
-runs on this machine (`dvc queue start -j K`) when none is running already. A Redis shared by
-several machines is one of your own, named by its URL (bind it to a private network).
+`python -m clients.redis_server` starts one, prints its URL and runs until interrupted (Ctrl-C or
+SIGTERM): a Redis for runs on this machine (`dvc queue start -j K`) when none is running already.
+A Redis shared by several machines is one of your own, named by its URL (bind it to a private
+network).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from clients.child_servers import (
     LiveServers,
     StartFailed,
     find_free_port,
+    install_sigterm_handler,
     spawn_child,
     stop_process,
     tail,
@@ -121,6 +123,7 @@ class RedisServer:
 
 
 def main() -> None:
+    install_sigterm_handler()  # a SIGTERM unwinds the `with`: the server and its folder go
     with RedisServer() as server:
         print(f"redis_url={server.url}", flush=True)
         try:
