@@ -608,6 +608,7 @@ def run_budget(
         shared_path(llm.cache_dir),  # one cache and ledger for every DVC experiment
         run_key=run_key_of(scope, run_identity(models)),
         over_estimate=budget.max_over_estimate,
+        shared_url=llm.shared.redis_url if llm.shared is not None else None,
     )
 
 

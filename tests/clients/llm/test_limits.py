@@ -1,7 +1,7 @@
 """Requests in flight per endpoint: the process's one limit across event loops and threads, and
 the limit shared through Redis across processes (clients/llm/limits.py), counted at a loopback
-server. The Redis tests start Debian's redis-server (skipped with a reason where it is absent; a
-failure in CI)."""
+server; and the spend ledger shared through Redis (clients/llm/accounting.py). The Redis tests
+start Debian's redis-server (skipped with a reason where it is absent; a failure in CI)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from clients.llm.accounting import Budget, Spend, shared_run_keys
 from clients.llm.limits import InFlightLimit, SharedLimit
 from clients.redis_server import RedisServer, redis_server_binary
 from schemas.errors import ServiceError
@@ -152,3 +154,81 @@ def test_two_processes_never_pass_the_shared_limit(redis_url: str) -> None:
         switches = sum(a != b for a, b in itertools.pairwise(senders))
         assert switches >= 2, "".join(senders)  # the two ran at once, not one after the other
         assert server.max_in_flight == 3  # reached, never passed (each alone would send 4)
+
+
+# -- one spend cap across processes, through Redis ----------------------------------------------
+SPENDER = """
+import sys, time
+from pathlib import Path
+from clients.llm.accounting import Budget
+from schemas.errors import BudgetError
+redis_url, ledger_dir = sys.argv[1], Path(sys.argv[2])
+budget = Budget("lite", 40, 10**9, ledger_dir, run_key="shared1", shared_url=redis_url)
+print("ready", flush=True)
+sys.stdin.readline()
+made = 0
+try:
+    while True:
+        budget.reserve(5)
+        made += 1
+        time.sleep(0.01)  # the call
+        budget.settle(5, 7)
+except BudgetError:
+    pass
+print(made, flush=True)
+"""
+
+
+@pytest.mark.process
+def test_two_processes_cannot_together_spend_past_one_cap(redis_url: str, tmp_path: Path) -> None:
+    """Each process keeps its ledger dir apart (as on two machines): only Redis joins them."""
+    runners = [
+        subprocess.Popen(
+            [sys.executable, "-c", SPENDER, redis_url, str(tmp_path / name)],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    for runner in runners:
+        assert runner.stdout is not None and runner.stdout.readline().strip() == "ready"
+    for runner in runners:
+        assert runner.stdin is not None
+        runner.stdin.write("go\n")
+        runner.stdin.flush()
+    outputs = [r.communicate(timeout=120) for r in runners]
+    for runner, (_out, err) in zip(runners, outputs, strict=True):
+        assert runner.returncode == 0, err[-2000:]
+    made = [int(out.strip()) for out, _ in outputs]
+    assert sum(made) == 40 and min(made) > 0, made  # one cap of 40 calls, both spent from it
+    budget = Budget("lite", 40, 10**9, tmp_path / "c", run_key="shared1", shared_url=redis_url)
+    status = budget.status()
+    assert status.spent == Spend(40, 40 * 7) and status.in_flight == Spend(0, 0)
+    assert not any(p.exists() for p in tmp_path.rglob("budget-*.json"))  # no file ledger
+    assert "shared1" in shared_run_keys(redis_url, "lite")  # what `stages.budget --all` lists
+
+
+def test_a_shared_reservation_of_a_dead_process_here_is_released(
+    redis_url: str, tmp_path: Path
+) -> None:
+    code = (
+        "import os, sys; from pathlib import Path; from clients.llm.accounting import Budget\n"
+        "b = Budget('lite', 5, 10**6, Path(sys.argv[2]), run_key='dead1', shared_url=sys.argv[1])\n"
+        "b.reserve(100); os._exit(0)  # killed in flight: never settles\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, redis_url, str(tmp_path)], cwd=REPO_ROOT, check=True
+    )
+    budget = Budget("lite", 5, 10**6, tmp_path, run_key="dead1", shared_url=redis_url)
+    status = budget.status()
+    assert status.spent == Spend(0, 0) and status.released == Spend(1, 100)
+
+
+def test_a_shared_ledger_without_its_redis_stops_with_a_clear_error(tmp_path: Path) -> None:
+    pytest.importorskip("redis")
+    budget = Budget("lite", 5, 10**6, tmp_path, shared_url="redis://127.0.0.1:9/0")
+    with pytest.raises(ServiceError, match=r"shared budget ledger"):
+        budget.reserve(1)
