@@ -22,9 +22,9 @@ process that dies gives its slots back within `LEASE_SECONDS` and its places wit
 Why not litellm's Router: its `max_parallel_requests` is a counter in the Router object
 (litellm/router_utils/client_initalization_utils.py `MaxParallelRequestsLimit`), per process,
 that answers a caller over the limit with a 429 instead of making it wait; Redis in the Router
-shares usage counts for routing and cooldowns, not calls in flight. The litellm proxy's limiter is
-shared, but the proxy needs Postgres for budgets and downloads Prisma binaries at startup
-(BerriAI/litellm#33167), which fails without internet.
+shares per-deployment request and token counts (rpm/tpm), not calls in flight. The litellm proxy
+is left out as issue 40 says (budgets need Postgres; it downloads Prisma binaries at startup,
+BerriAI/litellm#33167, which fails without internet); that was not re-checked here.
 
 A Redis that cannot be reached stops the stage (ServiceError): a run told to share a limit never
 runs without it.
@@ -207,10 +207,6 @@ class SharedLimit:
                 pipe.execute()
 
         self._call("give a slot back", run)
-
-    def in_flight(self) -> int:
-        """Leases held now (expired ones included until the next take drops them)."""
-        return int(self._call("count leases", lambda: self._client.zcard(self.keys[0])))
 
     @contextlib.asynccontextmanager
     async def hold(self) -> AsyncIterator[None]:
