@@ -227,6 +227,13 @@ class ModelsParams(Record):
     temperature and seed still apply)."""
 
 
+class SharedLimitParams(Record):
+    redis_url: str = Field(pattern=r"^rediss?://")
+    """The Redis every process that shares the limit names (`redis://host:6379/0`)."""
+    concurrency: int = Field(ge=1, le=256)
+    """Requests in flight per endpoint across every process using this Redis."""
+
+
 class LlmParams(Record):
     timeout_seconds: float = Field(gt=0)
     """Per attempt."""
@@ -235,7 +242,10 @@ class LlmParams(Record):
     and replies that stay unusable after repair (not JSON where JSON is due, cut off, tool
     arguments that are not JSON)."""
     concurrency: int = Field(ge=1, le=64)
-    """Requests in flight per endpoint (api_base)."""
+    """Requests in flight per endpoint (api_base) in one process, whatever its threads."""
+    shared: SharedLimitParams | None = None
+    """A limit per endpoint shared with other processes and machines through Redis (with the
+    process's own): null, each process on its own (clients/llm/limits.py)."""
     seed: int
     """Sent where the provider accepts a seed, for every role that sets no `seed` of its own."""
     cache: bool

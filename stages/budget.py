@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clients.llm.accounting import Budget, describe, run_key_of
+from clients.llm.accounting import Budget, describe, run_key_of, shared_run_keys
 from clients.shared_root import shared_path
 from schemas.params import MODES, TIERS, budget_scope
 from stages.common import read_params, run_stage
@@ -28,7 +28,10 @@ def main(argv: list[str] | None = None) -> None:
     cap = params.budget.cap(tier, plain_mode)
     mode = budget_scope(tier, plain_mode)
     ledger_dir = shared_path(params.llm.cache_dir)
-    if args.all:
+    shared_url = params.llm.shared.redis_url if params.llm.shared is not None else None
+    if args.all and shared_url is not None:
+        keys = shared_run_keys(shared_url, mode)
+    elif args.all:
         keys = sorted(
             p.stem.removeprefix(f"budget-{mode}").lstrip("-")
             for p in ledger_dir.glob(f"budget-{mode}*.json")
@@ -36,12 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         keys = [run_key_of(mode, run_identity(params.models))]
     for key in keys:
-        budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key)
+        budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key, shared_url=shared_url)
         if args.action == "reset":
             budget.reset()
         print(describe(budget))
     if not keys:
-        print(f"{mode}: no ledger in {ledger_dir}")
+        print(f"{mode}: no ledger in {shared_url or ledger_dir}")
 
 
 if __name__ == "__main__":

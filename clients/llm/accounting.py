@@ -41,6 +41,14 @@ The provider may still have billed the lost prompt, so the released amounts are 
 ledger (`released_calls`, `released_tokens`) and shown by `python -m stages.budget show`.
 (An attempt that failed in a live process, e.g. a timeout before a retry, stays charged as a call:
 the request was sent and the process went on.)
+
+Across machines (`shared_url`: settings `llm.shared.redis_url`), the same record lives in Redis
+under `beam-memory:budget:<mode>-<run key>` instead of the file, read-modify-written under a Redis
+lock (redis-py's `Lock`: SET NX with an expiry, released by a script that checks its token) in
+place of the flock, so every process on every machine naming that Redis charges one cap. Owners
+are then `<host>/<pid>:<start time>`: a process can tell only whether one on its own machine is
+gone, so a reservation of a process killed on another machine stays charged until a process on
+that machine releases it (or `stages.budget reset`): over-charged, never under.
 """
 
 from __future__ import annotations
@@ -50,13 +58,14 @@ import hashlib
 import json
 import math
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from schemas.errors import BudgetError, ParamsError
+from schemas.errors import BudgetError, ParamsError, ServiceError
 from schemas.params import BUDGET_SCOPES
 from schemas.roles import ROLES, Role
 
@@ -208,6 +217,24 @@ def owner_alive(owner: str) -> bool:
         return False  # not an owner this module wrote: nobody will ever settle it
 
 
+def shared_owner() -> str:
+    """`<host>/<pid>:<start time>`: an owner in a ledger that several machines share."""
+    return f"{socket.gethostname()}/{current_owner()}"
+
+
+def shared_owner_alive(owner: str) -> bool:
+    """Whether a shared ledger's owner may still settle: one on another machine is taken as alive
+    (this process cannot see it), one on this machine as owner_alive says."""
+    host, sep, local = owner.rpartition("/")
+    if not sep or host != socket.gethostname():
+        return bool(sep)
+    return owner_alive(local)
+
+
+LOCK_SECONDS = 10.0
+"""A shared ledger's lock expires this long after it was taken (a holder killed meanwhile)."""
+
+
 def release_dead(ledger: Ledger, alive: Callable[[str], bool]) -> bool:
     """Take the open reservations of owners that are gone off the spend; True if any were."""
     dead = [owner for owner in ledger.open if not alive(owner)]
@@ -232,10 +259,12 @@ class Budget:
         *,
         run_key: str = "",
         over_estimate: float | None = None,
+        shared_url: str | None = None,
     ) -> None:
         """`run_key` names the run the ledger belongs to (run_key_of: mode and models): a resumed
         run shares its ledger, a run with other models starts its own. `over_estimate`: a
-        stage may spend at most this multiple of the estimate it declared in check_estimate."""
+        stage may spend at most this multiple of the estimate it declared in check_estimate.
+        `shared_url`: a Redis that holds the ledger instead of `ledger_dir` (module doc)."""
         if mode not in BUDGET_SCOPES:
             raise ParamsError(
                 f"budget: mode must be one of {', '.join(map(repr, BUDGET_SCOPES))} (a tier's "
@@ -245,7 +274,11 @@ class Budget:
             raise ParamsError(f"budget: run key {run_key!r} must be letters and digits")
         self.mode = mode
         self.cap = Spend(cap_calls, cap_tokens)
-        self.path = Path(ledger_dir) / f"budget-{mode}{'-' + run_key if run_key else ''}.json"
+        name = f"{mode}{'-' + run_key if run_key else ''}"
+        self.path = Path(ledger_dir) / f"budget-{name}.json"
+        self.shared_url = shared_url
+        self.shared_key = f"beam-memory:budget:{name}"
+        self._redis: object | None = None
         self.over_estimate = over_estimate
         self._stage_limit: Spend | None = None
         self._stage_spent = Spend(0, 0)
@@ -264,10 +297,22 @@ class Budget:
             finally:
                 os.close(fd)  # closing releases the lock
 
+    @property
+    def where(self) -> str:
+        """The ledger's place, for messages: its file, or its key in the shared Redis."""
+        return f"{self.shared_key} at {self.shared_url}" if self.shared_url else str(self.path)
+
+    def _owner(self) -> str:
+        return shared_owner() if self.shared_url else current_owner()
+
     @contextmanager
     def _ledger(self) -> Iterator[Ledger]:
         """The ledger under the lock, reservations of dead owners released; written back (one
         fixed-size record in place) if the block changed it and ended without an error."""
+        if self.shared_url:
+            with self._shared_ledger() as ledger:
+                yield ledger
+            return
         with self._locked() as fd:
             raw = os.pread(fd, LEDGER_BYTES, 0)
             ledger = self._parse(raw)
@@ -278,6 +323,37 @@ class Budget:
                 # No temp file or rename: those cost ~1 ms per call on a busy disk, and the lock
                 # already keeps readers from seeing a half-written record.
                 os.pwrite(fd, record, 0)
+
+    @contextmanager
+    def _shared_ledger(self) -> Iterator[Ledger]:
+        """The ledger in Redis under its lock (see the module doc)."""
+        import redis
+
+        try:
+            if self._redis is None:
+                self._redis = redis.Redis.from_url(str(self.shared_url), socket_timeout=10)
+            client: redis.Redis = self._redis  # type: ignore[assignment]
+            with (
+                self._lock,
+                client.lock(
+                    self.shared_key + ":lock",
+                    timeout=LOCK_SECONDS,
+                    blocking_timeout=LOCK_SECONDS * 3,
+                ),
+            ):
+                raw = bytes(client.get(self.shared_key) or b"")  # type: ignore[arg-type]
+                ledger = self._parse(raw)
+                release_dead(ledger, shared_owner_alive)
+                yield ledger
+                record = self._render(ledger)
+                if record != raw:
+                    client.set(self.shared_key, record)
+        except redis.RedisError as exc:
+            raise ServiceError(
+                f"the shared budget ledger's Redis at {self.shared_url} failed: {exc}. Start it "
+                "(or fix settings.yaml `llm.shared.redis_url`), or set `llm.shared: null` to keep "
+                "the ledger in a file on this machine"
+            ) from exc
 
     def _parse(self, raw: bytes) -> Ledger:
         try:
@@ -297,7 +373,7 @@ class Budget:
             )
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
             raise BudgetError(
-                f"budget ledger {self.path} is not a valid ledger ({exc}); delete it or run "
+                f"budget ledger {self.where} is not a valid ledger ({exc}); delete it or run "
                 f"`python -m stages.budget reset {self._reset_options()}`"
             ) from exc
 
@@ -314,7 +390,7 @@ class Budget:
         text = json.dumps(payload, sort_keys=True)
         if len(text) >= LEDGER_BYTES:
             raise BudgetError(
-                f"the budget ledger {self.path} has no room for this record ({len(text)} bytes, "
+                f"the budget ledger {self.where} has no room for this record ({len(text)} bytes, "
                 f"at most {LEDGER_BYTES - 1}, with {len(ledger.open)} processes holding calls in "
                 f"flight): shorten {RUN_ID_ENV} or run fewer stage processes at once"
             )
@@ -395,7 +471,7 @@ class Budget:
                 )
                 ledger.calls += 1
                 ledger.tokens += prompt_tokens
-                held = ledger.open.setdefault(current_owner(), [0, 0])
+                held = ledger.open.setdefault(self._owner(), [0, 0])
                 held[0] += 1
                 held[1] += prompt_tokens
         if refused:
@@ -426,7 +502,7 @@ class Budget:
         really used. Nothing to close (reset() or a new BEAM_RUN_ID started the ledger afresh
         meanwhile): the call belongs to the old budget, and nothing changes."""
         with self._ledger() as ledger:
-            owner = current_owner()
+            owner = self._owner()
             held = ledger.open.get(owner)
             if held is None:
                 return
@@ -440,6 +516,21 @@ class Budget:
             self._stage_spent.calls,
             max(0, self._stage_spent.tokens + actual_tokens - estimated_prompt_tokens),
         )
+
+
+def shared_run_keys(redis_url: str, mode: str) -> list[str]:
+    """The run keys of every ledger of a budget scope in a shared Redis (`stages.budget --all`)."""
+    import redis
+
+    prefix = f"beam-memory:budget:{mode}"
+    try:
+        found = redis.Redis.from_url(redis_url, socket_timeout=10).scan_iter(f"{prefix}*")
+        names = [k.decode("utf-8") for k in found]
+    except redis.RedisError as exc:
+        raise ServiceError(
+            f"the shared budget ledger's Redis at {redis_url} failed: {exc}"
+        ) from exc
+    return sorted(n.removeprefix(prefix).lstrip("-") for n in names if not n.endswith(":lock"))
 
 
 def run_key_of(mode: str, models: Mapping[str, object]) -> str:
@@ -456,7 +547,7 @@ def describe(budget: Budget) -> str:
     spent, flight, released = status.spent, status.in_flight, status.released
     return (
         f"{budget.mode}: spent {spent.calls} calls / {spent.tokens} tokens of "
-        f"{budget.cap.calls} / {budget.cap.tokens} ({budget.path}); in flight "
+        f"{budget.cap.calls} / {budget.cap.tokens} ({budget.where}); in flight "
         f"{flight.calls} calls / {flight.tokens} tokens; released {released.calls} calls / "
         f"{released.tokens} tokens reserved by processes killed mid-call (not charged)"
     )

@@ -74,8 +74,10 @@ Using it from a stage
   endpoint is down: the stage stops at once), and `BudgetError` when the next call would cross
   the cap (`BatchStopped`, a BudgetError, carries the batch's finished completions). All stop the
   stage cleanly; finished calls are cached.
-- Concurrency: one asyncio semaphore of `llm.concurrency` per endpoint (api_base), shared by all
-  roles that use it; `run_batch` runs a list of requests on it from sync code.
+- Concurrency: `llm.concurrency` requests in flight per endpoint (api_base) in the process, shared
+  by every role, thread and batch that uses it, and with `llm.shared` a limit per endpoint shared
+  with other processes through Redis (clients/llm/limits.py); `run_batch` runs a list of requests
+  under it from sync code.
 - Cache (clients/llm/cache.py): `llm.cache_dir` (default .cache/llm, git-ignored; a relative one
   is under the checkout, which every DVC experiment's copy shares: clients/shared_root.py), off with
   `llm.cache: false`. Only successful completions are stored, so a re-run retries failures and
@@ -88,10 +90,10 @@ Using it from a stage
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
@@ -99,6 +101,7 @@ from pydantic import ValidationError
 
 from clients.llm.accounting import Accounting, Budget, run_key_of
 from clients.llm.cache import LlmCache, cache_key, canonical_json
+from clients.llm.limits import in_flight
 from clients.llm.litellm_door import LitellmBackend, check_endpoint_ref
 from clients.llm.port import (
     BACKOFF_FIRST_SECONDS,
@@ -202,20 +205,17 @@ class Pacing:
             await self.sleep(wait)
 
 
-# --------------------------------------------------------------------------------------------
-# Semaphores per endpoint (and per event loop: asyncio primitives belong to one loop)
-# --------------------------------------------------------------------------------------------
-_SEMAPHORES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _semaphore(endpoint: str, size: int) -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    per_loop = _SEMAPHORES.setdefault(loop, {})
-    if endpoint not in per_loop:
-        per_loop[endpoint] = asyncio.Semaphore(size)
-    return per_loop[endpoint]
+def endpoint_limit(
+    endpoint: str, params: LlmParams
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """A slot of the endpoint's in-flight limit: the process's (`llm.concurrency`), and the one
+    shared through Redis when `llm.shared` names it (clients/llm/limits.py)."""
+    shared = params.shared
+    return in_flight(
+        endpoint,
+        params.concurrency,
+        None if shared is None else (shared.redis_url, shared.concurrency),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,7 +367,7 @@ class LlmClient:
                     self.accounting.add_cache_hit(self.role)
                     return completion.model_copy(update={"cached": True, "seconds": 0.0})
         started = time.perf_counter()
-        async with _semaphore(self.endpoint, self.params.concurrency):
+        async with endpoint_limit(self.endpoint, self.params):
             completion = await self._complete_uncached(request, messages, native)
         completion = completion.model_copy(update={"seconds": time.perf_counter() - started})
         if completion.error is not None:
@@ -608,6 +608,7 @@ def run_budget(
         shared_path(llm.cache_dir),  # one cache and ledger for every DVC experiment
         run_key=run_key_of(scope, run_identity(models)),
         over_estimate=budget.max_over_estimate,
+        shared_url=llm.shared.redis_url if llm.shared is not None else None,
     )
 
 

@@ -48,7 +48,7 @@ from clients.llm.accounting import Accounting, Budget
 from clients.llm.cache import LlmCache, cache_key
 from clients.llm.client import (
     Pacing,
-    _semaphore,
+    endpoint_limit,
     endpoint_of,
     resolve_model,
     run_budget,
@@ -273,7 +273,7 @@ class EmbeddingClient:
 
     async def _send(self, batch: list[str]) -> RawEmbeddings | Embeddings:
         """One request's attempts; a failure comes back as an `Embeddings` with `error`."""
-        async with _semaphore(self.endpoint, self.params.concurrency):
+        async with endpoint_limit(self.endpoint, self.params):
             self.pacing.check_alive()
             problem = ""
             kind: Literal["transport", "unusable"] = "transport"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -370,6 +371,23 @@ def test_concurrency_is_bounded_per_endpoint(server: LoopbackServer, tmp_path: P
     out = client.run_batch([ask(f"q{i}") for i in range(12)])
     assert [c.text for c in out] == [f"echo: q{i}" for i in range(12)]  # in order
     assert server.max_in_flight == 3
+
+
+def test_concurrency_is_one_limit_for_every_thread_of_the_process(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    """Each batch runs its own event loop; two at once on two threads still share one limit."""
+    server.set_latency(0.1)
+    clients = [make(server, tmp_path / str(i), concurrency=3, cache=False) for i in range(2)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        batches = [
+            pool.submit(c.run_batch, [ask(f"t{i}-{j}") for j in range(9)])
+            for i, c in enumerate(clients)
+        ]
+        out = [b.result() for b in batches]
+    assert [c.text for c in out[1]] == [f"echo: t1-{j}" for j in range(9)]
+    assert len(server.log) == 18
+    assert server.max_in_flight == 3  # not 6: a limit per event loop would allow 3 each
 
 
 def test_accounting_sums_match_the_calls_made(server: LoopbackServer, tmp_path: Path) -> None:
