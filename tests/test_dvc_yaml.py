@@ -112,6 +112,8 @@ OPERATIONAL = (
     "llm.cache",
     "llm.cache_dir",
     "llm.stop_after_failures",
+    "llm.shared",  # one in-flight limit and ledger across processes (clients/llm/limits.py)
+    "parallel.conversations",  # conversations at once: the outs are the same bytes whatever it is
     "budget",
     "graph.backend",
     "graph.docker_image",

@@ -1,5 +1,5 @@
 """The merge cores (bench/merge.py): what refuses parts, and how per-part files combine. The
-whole merge against a real two-conversation run is tests/e2e/test_merge.py."""
+whole merge against a real two-conversation run is tests/e2e/test_merge_pipeline.py."""
 
 from __future__ import annotations
 
