@@ -20,6 +20,7 @@ cites nothing (abstention) gets an empty `<chat>` block, not the question alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -132,6 +133,26 @@ def read_evidence(memory: Path) -> list[CitedEvidence]:
     return read_jsonl(memory, CitedEvidence)
 
 
+def _version(path: Path) -> tuple[Path, int, int]:
+    """A file with its modification time and size: a read cached under it is redone when the
+    file changes."""
+    stat = path.stat()
+    return path, stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=4)
+def _gold_of(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, list[int]], ...]:
+    """The rubrics file's cited message ids per question, read once per version of the file
+    (every conversation's build asks)."""
+    return tuple((r.question_id, r.source_chat_ids) for r in read_jsonl(path, Rubric))
+
+
+@functools.lru_cache(maxsize=4)
+def _questions_of(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+    """The questions file's (question id, conversation id), in its order, read once per version."""
+    return tuple((q.id, q.conversation_id) for q in read_jsonl(path, Question))
+
+
 @dataclass(frozen=True)
 class Oracle(OneShotRates):
     """Each question's cited messages in the prompt: an upper bound that reads gold evidence."""
@@ -164,14 +185,14 @@ class Oracle(OneShotRates):
                 f"the oracle reads each question's cited messages from {self.rubrics_file}, "
                 "which does not exist: run `dvc repro slice` first"
             )
-        return {r.question_id: r.source_chat_ids for r in read_jsonl(self.rubrics_file, Rubric)}
+        return dict(_gold_of(*_version(self.rubrics_file)))
 
     def questions_of(self, conversation_id: str) -> list[str]:
         """The ids of the slice's questions about one conversation, in the slice's order."""
         if not self.questions_file.is_file():
             raise DataError(f"no questions in {self.questions_file}: run `dvc repro slice` first")
-        questions = read_jsonl(self.questions_file, Question)
-        return [q.id for q in questions if q.conversation_id == conversation_id]
+        questions = _questions_of(*_version(self.questions_file))
+        return [q_id for q_id, conversation in questions if conversation == conversation_id]
 
     def build(
         self,
