@@ -228,8 +228,10 @@ class ModelsParams(Record):
 
 
 class SharedLimitParams(Record):
-    redis_url: str = Field(pattern=r"^rediss?://")
-    """The Redis every process that shares the limit names (`redis://host:6379/0`)."""
+    redis_url: str = Field(pattern=r"^(rediss?://.+|local)$")
+    """The Redis every process that shares the limit names (`redis://host:6379/0`), or `local`:
+    the machine's, started by the first process that asks and stopped when idle
+    (clients/redis_server.py)."""
     concurrency: int = Field(ge=1, le=256)
     """Requests in flight per endpoint across every process using this Redis."""
 

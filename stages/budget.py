@@ -21,16 +21,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--all", action="store_true", help="every run's ledger of the mode")
     args = parser.parse_args(argv)
 
-    from clients.llm.client import run_identity
+    from clients.llm.client import run_identity, shared_url
 
     params = read_params()
     tier, plain_mode = args.tier or params.tier, args.mode or params.mode
     cap = params.budget.cap(tier, plain_mode)
     mode = budget_scope(tier, plain_mode)
     ledger_dir = shared_path(params.llm.cache_dir)
-    shared_url = params.llm.shared.redis_url if params.llm.shared is not None else None
-    if args.all and shared_url is not None:
-        keys = shared_run_keys(shared_url, mode)
+    shared = shared_url(params.llm)
+    if args.all and shared is not None:
+        keys = shared_run_keys(shared, mode)
     elif args.all:
         keys = sorted(
             p.stem.removeprefix(f"budget-{mode}").lstrip("-")
@@ -39,12 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         keys = [run_key_of(mode, run_identity(params.models))]
     for key in keys:
-        budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key, shared_url=shared_url)
+        budget = Budget(mode, cap.calls, cap.tokens, ledger_dir, run_key=key, shared_url=shared)
         if args.action == "reset":
             budget.reset()
         print(describe(budget))
     if not keys:
-        print(f"{mode}: no ledger in {shared_url or ledger_dir}")
+        print(f"{mode}: no ledger in {shared or ledger_dir}")
 
 
 if __name__ == "__main__":

@@ -119,6 +119,7 @@ from clients.llm.port import (
 )
 from clients.llm.replies import cut_at_max_tokens, interpret_reply, schema_instruction, schema_json
 from clients.local_model import LOCAL_MODELS, RUNTIME, is_local_model
+from clients.redis_server import shared_redis_url
 from clients.shared_root import shared_path
 from clients.tokens import count_tokens
 from schemas.errors import BudgetError, ModelFailures, ParamsError, ServiceError
@@ -211,11 +212,20 @@ def endpoint_limit(
     """A slot of the endpoint's in-flight limit: the process's (`llm.concurrency`), and the one
     shared through Redis when `llm.shared` names it (clients/llm/limits.py)."""
     shared = params.shared
+    url = shared_url(params)
     return in_flight(
         endpoint,
         params.concurrency,
-        None if shared is None else (shared.redis_url, shared.concurrency),
+        None if shared is None or url is None else (url, shared.concurrency),
     )
+
+
+def shared_url(llm: LlmParams) -> str | None:
+    """The Redis that `llm.shared` names (`local`: the machine's, started when none runs; its
+    state beside the call cache), None when the process is on its own."""
+    if llm.shared is None:
+        return None
+    return shared_redis_url(llm.shared.redis_url, shared_path(llm.cache_dir) / "redis")
 
 
 # --------------------------------------------------------------------------------------------
@@ -608,7 +618,7 @@ def run_budget(
         shared_path(llm.cache_dir),  # one cache and ledger for every DVC experiment
         run_key=run_key_of(scope, run_identity(models)),
         over_estimate=budget.max_over_estimate,
-        shared_url=llm.shared.redis_url if llm.shared is not None else None,
+        shared_url=shared_url(llm),
     )
 
 
