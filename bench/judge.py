@@ -47,7 +47,6 @@ after its own retries, the reply was unusable, or it was cut at max_tokens)."""
 
 JUDGE_TASK = "judge"
 EQUIVALENCE_TASK = "equivalence"
-JUDGE_PROMPT_VERSION = "beam-judge-v1"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,26 +54,27 @@ JUDGE_PROMPT_VERSION = "beam-judge-v1"
 # ---------------------------------------------------------------------------------------------
 
 
-def item_request(messages: list[Message]) -> ChatRequest:
+def item_request(messages: list[Message], prompts: JudgePrompts) -> ChatRequest:
     """One rubric item's verdict (also the judge check's, bench/judge_check/). The reply is
     validated as JudgeVerdict, whose schema carries the score as an enum (a server that turns the
     schema into a grammar keeps even a small model to 1, 0.5 or 0); the benchmark's prompt asks
-    for that JSON itself, so no schema text is added to it."""
+    for that JSON itself, so no schema text is added to it. `messages` are filled from `prompts`,
+    whose version the request carries."""
     return ChatRequest(
         messages=tuple(LlmMessage.model_validate(m) for m in messages),
         task=JUDGE_TASK,
-        prompt_version=JUDGE_PROMPT_VERSION,
+        prompt_version=prompts.version,
         schema=JudgeVerdict,
         instruct_schema=False,
     )
 
 
-def equivalence_request(messages: list[Message]) -> ChatRequest:
+def equivalence_request(messages: list[Message], prompts: JudgePrompts) -> ChatRequest:
     """One equivalence question of the event-ordering alignment (a free-text yes/no reply)."""
     return ChatRequest(
         messages=tuple(LlmMessage.model_validate(m) for m in messages),
         task=EQUIVALENCE_TASK,
-        prompt_version=JUDGE_PROMPT_VERSION,
+        prompt_version=prompts.version,
         instruct_schema=False,
     )
 
@@ -101,8 +101,10 @@ class JudgeCalls:
     usable reply (a failed call, an unusable reply, one cut at max_tokens) answers None and is
     counted in `failures` (the stage's failed calls)."""
 
-    def __init__(self, model: JudgeModel) -> None:
+    def __init__(self, model: JudgeModel, prompts: JudgePrompts) -> None:
         self.model = model
+        self.prompts = prompts
+        """The prompts the asked messages are filled from: the requests carry their version."""
         self._lock = threading.Lock()
         self._replies: dict[str, str | None] = {}
         self._in_flight: dict[str, Future[str | None]] = {}
@@ -133,7 +135,7 @@ class JudgeCalls:
         with self._lock:
             for number, key in enumerate(keys):
                 self._first_asked.setdefault(key, (-1, number))
-        completions = self.model.run_batch([item_request(m) for m in batch])
+        completions = self.model.run_batch([item_request(m, self.prompts) for m in batch])
         for key, completion in zip(keys, completions, strict=True):
             self._keep(key, completion)
 
@@ -166,7 +168,9 @@ class JudgeCalls:
         with self._lock:
             mine = self._in_flight[key]
         try:
-            reply = self._keep(key, self.model.complete(equivalence_request(messages)))
+            reply = self._keep(
+                key, self.model.complete(equivalence_request(messages, self.prompts))
+            )
         except BaseException as exc:  # the budget, a dead endpoint: every waiter stops too
             mine.set_exception(exc)
             raise

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from schemas.base import Record
+from schemas.prompt import text_version
 from schemas.records import Ability
 
 Flag = Literal["parse_error", "model_error", "known_bad_rubric", "call_cap_reached"]
@@ -30,6 +31,9 @@ ItemValue = Annotated[float, AfterValidator(_check_item_value)]
 """One rubric item's score: 1, 0.5 or 0 (the judge prompt's scale)."""
 
 
+JUDGE_PROMPTS_NAME = "beam-judge"
+
+
 class JudgePrompts(Record):
     """The scorer's texts, extracted with `ast` from the benchmark's pinned source files."""
 
@@ -41,6 +45,13 @@ class JudgePrompts(Record):
     equivalence_user: str
     """The user message of `llm_equivalence` with its two interpolations turned into `<first>`
     (the reference event) and `<second>` (the answer line), the order the benchmark passes them."""
+
+    @property
+    def version(self) -> str:
+        """The version every judge request carries (bench/judge.py), derived from these texts as
+        an in-tree prompt's is from its text (schemas/prompt.py): the pinned files, or how they
+        are read, changing a text changes it."""
+        return text_version(JUDGE_PROMPTS_NAME, self.model_dump_json())
 
 
 class ItemScore(Record):

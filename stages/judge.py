@@ -83,7 +83,7 @@ def main() -> None:
         if q.ability != EVENT_ORDERING and traces[q.id].error is None
         for item in rubrics[q.id].rubric
     ]
-    judge_calls = JudgeCalls(counted)
+    judge_calls = JudgeCalls(counted, prompts)
     judge_calls.send_items(batch)
 
     def judge_one(q: Question, ask: Ask) -> tuple[Judgement, JudgedQuestion]:

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 
 from clients.llm.port import ChatModel, ChatRequest, Message, Tool, ToolCall
 from clients.llm.replies import text_tool_calls as read_text_calls
+from schemas.prompt import Prompt
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
 
@@ -46,8 +47,8 @@ class ToolOutcome:
 class AgentSpec:
     """What the model is told and offered."""
 
-    system_prompt: str
-    prompt_version: str
+    prompt: Prompt
+    """The system message (schemas/prompt.py): its text, and the version its requests carry."""
     tools: tuple[Tool, ...]
     search_tool: str
     """The tool the prefetched search is shown as (its arguments: `search_arguments`)."""
@@ -136,7 +137,7 @@ def run_agent(
     offered) is always the answer. With `prefetch` above 0, the first call already holds that
     many search results for the question (`prefetched`), kept in the trace's `prefetched` and
     counted in what the agent reached."""
-    messages: list[Message] = [Message.system(spec.system_prompt), Message.user(question.question)]
+    messages: list[Message] = [Message.system(spec.prompt.text), Message.user(question.question)]
     first_search = None
     if prefetch > 0:
         turns, first_search = prefetched(question.question, spec, tools, prefetch)
@@ -152,7 +153,7 @@ def run_agent(
         request = ChatRequest(
             messages=tuple(messages),
             task=TASK,
-            prompt_version=spec.prompt_version,
+            prompt_version=spec.prompt.version,
             tools=() if final_turn else spec.tools,
         )
         completion = model.complete(request)

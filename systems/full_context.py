@@ -36,7 +36,6 @@ from systems.one_shot import (
     answer_request,
     render_message,
     session_heading,
-    system_prompt,
 )
 from systems.port import (
     BuiltMemory,
@@ -45,12 +44,8 @@ from systems.port import (
     SystemEntry,
     memory_file,
 )
+from systems.prompts import FULL_CONTEXT
 
-PROMPT_VERSION = "full-context-v1"
-INSTRUCTIONS = system_prompt(
-    "Below is the chat, session by session with each session's date (where it is too long for "
-    "your context, only its newest part); each message is headed by its id and role."
-)
 SEPARATOR = "\n\n"
 SEPARATOR_TOKENS = 1
 """`\\n\\n` is one cl100k token; across a part's end it may merge into fewer (never more)."""
@@ -140,7 +135,7 @@ def fit_chat(parts: Sequence[Part], budget: int, count: Counter = count_tokens) 
 
 
 def full_context_request(question: Question, chat: str) -> ChatRequest:
-    return answer_request(question, chat, instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION)
+    return answer_request(question, chat, instructions=FULL_CONTEXT)
 
 
 def prompt_overhead(question: Question, count: Counter = count_tokens) -> int:

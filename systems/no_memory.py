@@ -20,15 +20,13 @@ from schemas.params import AgentRates
 from schemas.records import ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
-from systems.one_shot import OneShotRates, answer_once, answer_request, system_prompt
+from systems.one_shot import OneShotRates, answer_once, answer_request
 from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry
-
-PROMPT_VERSION = "no-memory-v1"
-INSTRUCTIONS = system_prompt("You cannot see the chat: you have no memory of it at all.")
+from systems.prompts import NO_MEMORY
 
 
 def no_memory_request(question: Question) -> ChatRequest:
-    return answer_request(question, None, instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION)
+    return answer_request(question, None, instructions=NO_MEMORY)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """One answer call with the chat (or part of it) in the prompt: the baselines' shared answer path.
 
 full_context, rag and no_memory differ only in the context they put before the question; the
-instructions, the layout and the trace are the same, so their scores differ by their memory
-alone. The context is chat text as graphrag's chunks render it: each message headed
+instructions (systems/prompts.py), the layout and the trace are the same, so their scores differ
+by their memory alone. The context is chat text as graphrag's chunks render it: each message headed
 `[message <id> · <role>]`, each session opened by `## Session <n> (<date>)`. The user message is
 
     <chat>
@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from clients.llm.port import ChatModel, ChatRequest, Message
 from schemas.estimate import FinishedRun, Origins
 from schemas.params import EstimateParams
+from schemas.prompt import Prompt
 from schemas.records import ChatMessage, Question, Session
 from schemas.traces import Trace
 from systems.chunking import message_header
@@ -31,19 +32,6 @@ TASK = "answer"
 CHAT_OPEN = "<chat>"
 CHAT_CLOSE = "</chat>"
 QUESTION_LEAD = "Question: "
-
-_RULES = """Answer directly and concisely, with the relevant dates and numbers. Where the chat
-updates or contradicts an earlier statement, the newest one holds. Follow the instructions and
-preferences the user gave in the chat about how to answer. If the answer is not in what you see,
-say that you don't know rather than guess."""
-
-
-def system_prompt(what_you_see: str) -> str:
-    """The instructions every one-shot baseline shares, after what its context holds."""
-    return (
-        "You answer questions about a long past chat between a user and an assistant.\n"
-        f"{what_you_see}\n{_RULES}"
-    )
 
 
 def render_message(message: ChatMessage) -> str:
@@ -62,16 +50,16 @@ def user_prompt(question: str, context: str | None) -> str:
     return f"{CHAT_OPEN}\n{context}\n{CHAT_CLOSE}\n\n{QUESTION_LEAD}{question}"
 
 
-def answer_request(
-    question: Question, context: str | None, *, instructions: str, prompt_version: str
-) -> ChatRequest:
+def answer_request(question: Question, context: str | None, *, instructions: Prompt) -> ChatRequest:
+    """One call: the instructions (their version is the request's), then the context and the
+    question."""
     return ChatRequest(
         messages=(
-            Message.system(instructions),
+            Message.system(instructions.text),
             Message.user(user_prompt(question.question, context)),
         ),
         task=TASK,
-        prompt_version=prompt_version,
+        prompt_version=instructions.version,
     )
 
 

@@ -44,16 +44,10 @@ from systems.one_shot import (
     answer_request,
     render_message,
     session_heading,
-    system_prompt,
 )
 from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry, memory_file
+from systems.prompts import ORACLE
 
-PROMPT_VERSION = "oracle-v1"
-INSTRUCTIONS = system_prompt(
-    "Below are the messages of the chat that bear on the question (none: the chat says nothing "
-    "about it), in chat order, each under its session's date; each message is headed by its id "
-    "and role."
-)
 SEPARATOR = "\n\n"
 """Between a session's heading and each message, as full_context lays the chat out."""
 
@@ -97,8 +91,7 @@ def oracle_request(question: Question, evidence: CitedEvidence) -> ChatRequest:
     return answer_request(
         question,
         render_cited(evidence),
-        instructions=INSTRUCTIONS,
-        prompt_version=PROMPT_VERSION,
+        instructions=ORACLE,
     )
 
 

@@ -50,7 +50,6 @@ from systems.one_shot import (
     OneShotRates,
     answer_found,
     answer_request,
-    system_prompt,
 )
 from systems.port import (
     BuiltMemory,
@@ -61,24 +60,8 @@ from systems.port import (
     memory_file,
     timing_search,
 )
+from systems.prompts import RAG
 from systems.retrieval import best_passage_cosines, ranking, reciprocal_rank_fusion
-
-PROMPT_VERSION = "rag-v1"
-INSTRUCTIONS = system_prompt(
-    "Below are the excerpts of the chat that a keyword search found for the question, in chat "
-    "order, each under its session's date; each message is headed by its id and role."
-)
-SEARCH_NOUN: dict[Retriever, str] = {
-    "bm25": "a keyword search",
-    "dense": "a search by meaning",
-    "hybrid": "a search by keywords and meaning",
-}
-
-
-def instructions(retriever: Retriever) -> str:
-    """The answer prompt's instructions (bm25's text as it always was)."""
-    return INSTRUCTIONS.replace("a keyword search", SEARCH_NOUN[retriever])
-
 
 STOPWORDS = "en"
 _HEADER = re.compile(r"^\[message \d+ · [^\]]*\]$", re.MULTILINE)
@@ -158,8 +141,7 @@ def rag_request(
     return answer_request(
         question,
         render_chunks(chunks),
-        instructions=instructions(retriever),
-        prompt_version=PROMPT_VERSION,
+        instructions=RAG[retriever],
     )
 
 
@@ -218,8 +200,7 @@ class RetrievalMemory:
         request = answer_request(
             question,
             found.context,
-            instructions=instructions(self.retriever),
-            prompt_version=PROMPT_VERSION,
+            instructions=RAG[self.retriever],
         )
         return answer_found(question, model, found, request)
 

@@ -31,12 +31,11 @@ from schemas.estimate import RoleEstimate
 from schemas.params import AgentRates, AnswerParams, NativeRegime, Regime
 from schemas.records import Question
 from schemas.traces import Trace
+from systems import prompts
 from systems.agent_loop import AgentSpec, ToolOutcome, error_outcome, run_agent
-from systems.one_shot import answer_found, answer_request, system_prompt
+from systems.one_shot import answer_found, answer_request
 from systems.port import Found, Memory, SearchesMemory, times_search
 
-ONE_SHOT_PROMPT_VERSION = "search-one-shot-v1"
-AGENT_PROMPT_VERSION = "search-agent-v1"
 NOTHING_FOUND = "nothing found; try other keywords"
 
 
@@ -50,24 +49,8 @@ class SearchMemory(BaseModel):
 
 SEARCH_TOOL = tool_from_model(SearchMemory)
 
-ONE_SHOT_INSTRUCTIONS = system_prompt(
-    "Below is what a search of the chat's memory found for the question (excerpts, facts or "
-    "memories, with their dates and message ids)."
-)
-
-AGENT_PROMPT = """You answer questions about a long past chat between a user and an assistant.
-You cannot see the chat: it is stored in a memory that your one tool, search_memory, searches.
-1. Search the memory for the question's key terms; search again with other words for details,
-   dates and the user's instructions or preferences about the topic.
-2. Prefer the newest information: where the chat updates an earlier statement, the newest holds.
-3. Follow the instructions and preferences the user gave in the chat about how to answer.
-4. Answer directly and concisely from what the searches returned, with the relevant dates and
-   numbers. If the memory does not contain the answer, say that you don't know rather than guess.
-Answer in plain text when you are done (no more tool calls)."""
-
 SEARCH_AGENT = AgentSpec(
-    system_prompt=AGENT_PROMPT,
-    prompt_version=AGENT_PROMPT_VERSION,
+    prompt=prompts.SEARCH_AGENT,
     tools=(SEARCH_TOOL,),
     search_tool=SEARCH_TOOL.name,
 )
@@ -127,8 +110,7 @@ class OneShotFromSearch:
         request = answer_request(
             question,
             found.context,
-            instructions=ONE_SHOT_INSTRUCTIONS,
-            prompt_version=ONE_SHOT_PROMPT_VERSION,
+            instructions=prompts.SEARCH_ONE_SHOT,
         )
         return answer_found(question, model, found, request)
 

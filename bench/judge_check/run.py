@@ -20,7 +20,9 @@ from schemas.judging import JudgePrompts
 
 def case_request(case: CalibrationCase, prompts: JudgePrompts) -> ChatRequest:
     """The judge stage's own item request for the case's question, item and answer."""
-    return item_request(item_messages(prompts, case.question, case.rubric_item, case.answer))
+    return item_request(
+        item_messages(prompts, case.question, case.rubric_item, case.answer), prompts
+    )
 
 
 def result_of(case: CalibrationCase, completion: Completion) -> CheckResult:

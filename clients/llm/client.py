@@ -9,8 +9,8 @@ Using it from a stage
     llm = open_model("judge", params)      # the run's params: models, llm, budget, mode
     llm.check_endpoint()                   # preflight: ServiceError naming model + endpoint
     llm.budget.check_estimate(calls, tokens, what="judge")   # BudgetError before any call
-    req = ChatRequest(messages=(Message.system(...), Message.user(...)),
-                      task="judge", prompt_version="judge-v1", schema=JudgeReply)
+    req = ChatRequest(messages=(Message.system(prompt.text), Message.user(...)),
+                      task="judge", prompt_version=prompt.version, schema=JudgeReply)
     replies = llm.run_batch([req, ...])    # concurrent, results in order; or llm.complete(req)
     usage = llm.accounting.to_metrics()   # calls and tokens per role, for the stage to write
     run_meta = llm.metadata()              # model, api_base, test_model, judge_is_agent
@@ -40,7 +40,8 @@ Using it from a stage
 - Requests (`ChatRequest`): messages, optional tools (`tool_from_model(PydanticModel)` makes the
   OpenAI tool JSON from a typed definition), optional `schema` (a pydantic model), a `task` tag
   (extract, resolve, agent, judge, equivalence, ...: the scripted model picks its rule by it),
-  and a `prompt_version` that is part of the cache key (bump it when a prompt template changes).
+  and a `prompt_version` that is part of the cache key (the instructing prompt's, derived from its
+  text: schemas/prompt.py).
 - Structured output: with `schema`, a provider that supports it (litellm's
   `supports_response_schema`, or `models.<role>.structured_output: json_schema`) gets
   `response_format: json_schema`; otherwise the schema goes in the prompt (unless the request's

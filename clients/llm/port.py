@@ -130,7 +130,8 @@ class ChatRequest:
     task: str
     """What the request is for (extract, resolve, agent, judge, equivalence, ...)."""
     prompt_version: str
-    """Part of the cache key: bump it when the prompt template changes."""
+    """Part of the cache key: the version of the prompt that instructs the request, derived from
+    its text (schemas/prompt.py `Prompt.version`), never kept by hand."""
     tools: tuple[Tool, ...] = ()
     schema: type[BaseModel] | None = None
     instruct_schema: bool = True

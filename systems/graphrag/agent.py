@@ -27,10 +27,10 @@ from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
 from schemas.traces import Trace
 from systems.agent_loop import AgentSpec, ToolOutcome, run_agent, short
+from systems.graphrag import prompts
 from systems.port import timing_search
 from systems.retrieval import reciprocal_rank_fusion
 
-PROMPT_VERSION = "agent-v1"
 SOURCE_CHARS = 1500
 RESULT_LIMIT = 8
 _HEADER = re.compile(r"^\[message (\d+) · [^\]]*\]$", re.MULTILINE)
@@ -103,17 +103,6 @@ TOOL_MODELS: tuple[type[_Args], ...] = (
     ReadOnlyCypher,
 )
 TOOLS: tuple[Tool, ...] = tuple(tool_from_model(m) for m in TOOL_MODELS)
-
-SYSTEM_PROMPT = """You answer questions about a long past chat between a user and an assistant.
-You cannot see the chat: it is stored in a memory graph that your tools search. Work like this:
-1. Search the memory for the question's key terms (search_memory); follow up with
-   statements_about, timeline, entity_neighbourhood or read_source for details and dates.
-2. Prefer the newest information: a statement that is superseded is out of date.
-3. Before answering, check standing_instructions: the user's instructions and preferences
-   about how to answer must be followed.
-4. Answer directly and concisely from what the tools returned, with the relevant dates and
-   numbers. If the memory does not contain the answer, say that you don't know rather than guess.
-Answer in plain text when you are done (no more tool calls)."""
 
 
 def _compact(
@@ -370,8 +359,7 @@ def _guarded(name: str, run: Callable[[], ToolOutcome]) -> ToolOutcome:
 
 
 AGENT = AgentSpec(
-    system_prompt=SYSTEM_PROMPT,
-    prompt_version=PROMPT_VERSION,
+    prompt=prompts.AGENT,
     tools=TOOLS,
     search_tool="search_memory",
 )

@@ -9,12 +9,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from systems.graphrag.prompts import LINK, RESOLVE
 from systems.graphrag.resolve import CandidatePair
 
 RESOLVE_TASK = "resolve"
 LINK_TASK = "link"
-RESOLVE_PROMPT_VERSION = "resolve-v1"
-LINK_PROMPT_VERSION = "link-v1"
 Relation = Literal["supersedes", "contradicts", "none"]
 
 
@@ -40,22 +39,6 @@ class LinkReply(_Loose):
     decisions: list[LinkDecision] = Field(default_factory=list)
 
 
-RESOLVE_SYSTEM = """You merge duplicate entries of a memory graph built from one chat.
-For each numbered pair of entity names (with the same label), decide whether both names refer to
-the same real thing in this chat. Be conservative: different people, places or tools that only
-share a word are not the same. Reply with JSON only: {"decisions": [{"pair": 1, "same": true}, ...]}
-with one decision per pair."""
-
-LINK_SYSTEM = """You keep a memory of a chat up to date. Each numbered pair holds a NEWER and an
-OLDER statement about the same thing, with the dates they were said. Decide for each pair:
-- "supersedes": the newer statement updates or replaces the older one (a change of plan, a new
-  value, a correction);
-- "contradicts": the two disagree and the newer one does not clearly replace the older one;
-- "none": they are compatible or about different things.
-Reply with JSON only, one decision per pair:
-{"decisions": [{"pair": 1, "relation": "none"}, ...]}"""
-
-
 def resolve_messages(
     pairs: Sequence[CandidatePair], names: Mapping[str, str], summaries: Mapping[str, str | None]
 ) -> list[dict[str, str]]:
@@ -70,7 +53,7 @@ def resolve_messages(
         for i, p in enumerate(pairs, start=1)
     ]
     return [
-        {"role": "system", "content": RESOLVE_SYSTEM},
+        {"role": "system", "content": RESOLVE.text},
         {"role": "user", "content": "Pairs:\n" + "\n".join(lines)},
     ]
 
@@ -85,7 +68,7 @@ def link_messages(
         for i, p in enumerate(pairs, start=1)
     ]
     return [
-        {"role": "system", "content": LINK_SYSTEM},
+        {"role": "system", "content": LINK.text},
         {"role": "user", "content": "Pairs:\n" + "\n".join(lines)},
     ]
 

@@ -28,9 +28,8 @@ from schemas.records import ChatSlice, Chunk, Question
 from schemas.runs import MemorySizes
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
-from systems.graphrag.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
+from systems.graphrag import prompts
 from systems.graphrag.cost import ZERO, RoleEstimate
-from systems.graphrag.decide import LINK_SYSTEM, RESOLVE_SYSTEM
 from systems.graphrag.extract import extraction_messages
 from systems.graphrag.ingest import IngestSettings
 
@@ -146,8 +145,8 @@ def estimate_ingest(
     resolution = ZERO
     chunks_total = 0
     graphs: dict[str, GraphSize] = {}
-    resolve_system = count_tokens(RESOLVE_SYSTEM)
-    link_system = count_tokens(LINK_SYSTEM)
+    resolve_system = count_tokens(prompts.RESOLVE.text)
+    link_system = count_tokens(prompts.LINK.text)
     for chat in chats:
         chunks = chunk_conversation(chat, settings.chunk_tokens)
         n = len(chunks)
@@ -388,8 +387,8 @@ def _pair_sizes(
         return {}
     per_call = settings.pairs_per_call
     system = sum(math.ceil(n / per_call) for n in sent["resolution"]) * count_tokens(
-        RESOLVE_SYSTEM
-    ) + sum(math.ceil(n / per_call) for n in sent["link"]) * count_tokens(LINK_SYSTEM)
+        prompts.RESOLVE.text
+    ) + sum(math.ceil(n / per_call) for n in sent["link"]) * count_tokens(prompts.LINK.text)
     pair_prompt = max(0.0, resolution["prompt_tokens"] - system)
     assumed = (
         entity * fallback.tokens_per_entity_pair + statement * fallback.tokens_per_statement_pair
@@ -463,7 +462,7 @@ def agent_rates_from_run(
     pairs = sum(t.calls * (t.calls - 1) / 2 for t in traces)
     stepped = sum(t.calls * t.max_context_tokens - t.prompt_tokens for t in traces)
     step = max(0.0, stepped / pairs) if pairs else 0.0
-    system = count_tokens(AGENT_SYSTEM_PROMPT)
+    system = count_tokens(prompts.AGENT.text)
     overhead = sum(
         t.calls
         * (

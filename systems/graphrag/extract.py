@@ -7,8 +7,9 @@ optional) so that one bad item from a model without a grammar never sinks a whol
 `reply_to_graph` maps chunk-local keys to stable ids and `schemas.memory.validate_batch` drops,
 and counts by reason, whatever does not fit the graph schema (unknown label, dangling endpoint,
 missing field). Labels and their meaning are read from schemas/memory.py, the one source the
-prompt, the reply schema and validation share. (Relations here are between entities and have one
-type, RELATED_TO; the types between statements are decided in decide.py, also as an enum.)
+prompt (prompts.py), the reply schema and validation share. (Relations here are between entities
+and have one type, RELATED_TO; the types between statements are decided in decide.py, also as an
+enum.)
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from schemas.memory import ENTITY_LABELS, LABEL_DOCS, STATEMENT_LABELS, normalize_name
+from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS, normalize_name
 from schemas.records import Chunk
+from systems.graphrag.prompts import EXTRACT
 
-PROMPT_VERSION = "extract-v1"
 TASK = "extract"
 TRIGGERED_LABELS = ("Instruction", "Preference")
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -139,37 +140,13 @@ class ExtractionReply(_Loose):
     """Entity–entity relations (keys)."""
 
 
-def _labels_text(labels: Sequence[str]) -> str:
-    return "\n".join(f"- {label}: {LABEL_DOCS[label]}" for label in labels)  # type: ignore[index]
-
-
-SYSTEM_PROMPT = f"""You build a memory of a long chat between a user and an assistant.
-From the chat excerpt, extract what a later question about the user could need.
-
-Entity labels:
-{_labels_text(ENTITY_LABELS)}
-
-Statement labels (each statement is one self-contained sentence):
-{_labels_text(STATEMENT_LABELS)}
-
-Rules:
-- Give every entity and statement a short key (e1, e2, s1, ...). Statements list the keys of the
-  entities they are `about`; an Instruction or Preference names its trigger `topic` (a Topic key).
-- `message_ids` are the numbers of the `[message N · role]` headers a statement comes from.
-- Resolve relative dates against the session date; put the date in `when` (YYYY-MM-DD if possible).
-- A Measure has a numeric `value` and its `unit`.
-- Prefer what the user says about themselves, their plans, numbers, dates, decisions, changes of
-  mind and standing instructions. Skip generic advice.
-Reply with JSON only, matching the schema."""
-
-
 def extraction_messages(chunk: Chunk) -> list[dict[str, str]]:
     """The system and user messages of one extraction call (no data but the chunk's own text)."""
     user = (
         f"Session {chunk.session}, dated {chunk.date_iso} ({chunk.date}).\n"
         f"Chat excerpt:\n\n{chunk.text}"
     )
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": EXTRACT.text}, {"role": "user", "content": user}]
 
 
 def entity_id(conversation_id: str, label: str, name: str) -> str:

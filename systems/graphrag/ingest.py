@@ -31,12 +31,11 @@ from schemas.memory import (
     StatementNode,
     validate_batch,
 )
+from schemas.prompt import Prompt
 from schemas.records import ChatSlice, Chunk
 from systems.chunking import chunk_conversation
 from systems.graphrag.decide import (
-    LINK_PROMPT_VERSION,
     LINK_TASK,
-    RESOLVE_PROMPT_VERSION,
     RESOLVE_TASK,
     LinkReply,
     ResolveReply,
@@ -46,12 +45,12 @@ from systems.graphrag.decide import (
     same_pairs,
 )
 from systems.graphrag.extract import (
-    PROMPT_VERSION,
     TASK,
     ExtractionReply,
     extraction_messages,
     reply_to_graph,
 )
+from systems.graphrag.prompts import EXTRACT, LINK, RESOLVE
 from systems.graphrag.resolve import (
     CandidatePair,
     Mention,
@@ -231,19 +230,19 @@ def source_layer(
 
 
 def _request(
-    messages: list[dict[str, str]], task: str, version: str, schema: type[Any]
+    messages: list[dict[str, str]], task: str, prompt: Prompt, schema: type[Any]
 ) -> ChatRequest:
     system, user = messages
     return ChatRequest(
         messages=(Message.system(system["content"]), Message.user(user["content"])),
         task=task,
-        prompt_version=version,
+        prompt_version=prompt.version,
         schema=schema,
     )
 
 
 def extraction_request(chunk: Chunk) -> ChatRequest:
-    return _request(extraction_messages(chunk), TASK, PROMPT_VERSION, ExtractionReply)
+    return _request(extraction_messages(chunk), TASK, EXTRACT, ExtractionReply)
 
 
 def _parsed(completion: Completion, model: type[Any]) -> Any | None:
@@ -375,7 +374,7 @@ def _resolve(
 
     def request(batch: list[CandidatePair]) -> ChatRequest:
         messages = resolve_messages(batch, names, summaries)
-        return _request(messages, RESOLVE_TASK, RESOLVE_PROMPT_VERSION, ResolveReply)
+        return _request(messages, RESOLVE_TASK, RESOLVE, ResolveReply)
 
     same: list[CandidatePair] = []
     decided = _decide_pairs(pairs, settings, model, request, graph.resolution)
@@ -436,7 +435,7 @@ def _link(
 
     def request(batch: list[CandidatePair]) -> ChatRequest:
         messages = link_messages(batch, texts, dates)
-        return _request(messages, LINK_TASK, LINK_PROMPT_VERSION, LinkReply)
+        return _request(messages, LINK_TASK, LINK, LinkReply)
 
     decided = _decide_pairs(candidates, settings, model, request, graph.linking)
     graph.last_error = _last_error([c for _, c in decided]) or graph.last_error

@@ -45,7 +45,8 @@ from schemas.records import ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
-from systems.graphrag.agent import SYSTEM_PROMPT, GraphTools, answer_question
+from systems.graphrag import prompts
+from systems.graphrag.agent import GraphTools, answer_question
 from systems.graphrag.cost import estimate_answer
 from systems.graphrag.estimate import (
     EMBEDDED_TOKENS_PER_ENTITY,
@@ -343,7 +344,7 @@ class GraphRag:
             graphs = estimate_ingest(chats, self.settings, self.ingest_rates).graphs
             items = {c: g.items for c, g in graphs.items()}
         return estimate_answer(
-            questions, self.max_steps, self.agent_rates, SYSTEM_PROMPT, items, self.prefetch
+            questions, self.max_steps, self.agent_rates, prompts.AGENT.text, items, self.prefetch
         )
 
 

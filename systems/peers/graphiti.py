@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -71,8 +72,9 @@ from schemas.records import ChatMessage, ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
-from systems.one_shot import OneShotRates, answer_found, answer_request, system_prompt
+from systems.one_shot import OneShotRates, answer_found, answer_request
 from systems.peers.common import ModelCallFailed, query_embedding_estimate
+from systems.peers.prompts import GRAPHITI_ANSWER, GRAPHITI_CONTEXT
 from systems.port import (
     BuiltMemory,
     Found,
@@ -113,34 +115,13 @@ from graphiti_core.utils.maintenance import (
 # isort: on
 
 GRAPHITI_VERSION = "0.31.2"
-PROMPT_VERSION = "graphiti-v2"
+BUILD_VERSION = f"graphiti-core-{package_version('graphiti-core')}"
+"""The version Graphiti's build calls carry: its prompts are code in the installed package
+(graphiti_core/prompts/), so their version is the package's."""
 TASK_PREFIX = "graphiti_"
 NAMESPACE = uuid.UUID("0b6f5d1e-2c44-4f0a-8a51-7e3c2f9d6a10")
 GROUP_PREFIX = "conv"
 Episode = Literal["chunk", "message"]
-INSTRUCTIONS = system_prompt(
-    "Below are the facts and entities a memory system (Graphiti) kept of the chat that a search "
-    "by keywords and meaning found for the question, best match first: each fact with the time "
-    "of the event it refers to where known, each entity with its summary."
-)
-CONTEXT_TEMPLATE = """FACTS and ENTITIES represent relevant context to the current conversation.
-
-# These are the most relevant facts for the conversation along with the datetime of the event that the fact refers to.
-# If a fact mentions something happening a week ago, then the datetime will be the date time of last week and not the datetime
-# of when the fact was stated.
-# Timestamps in memories represent the actual time the event occurred, not the time the event was mentioned in a message.
-
-<FACTS>
-{facts}
-</FACTS>
-
-# These are the most relevant entities
-# ENTITY_NAME: entity summary
-<ENTITIES>
-{entities}
-</ENTITIES>"""  # noqa: E501 (their text, line for line)
-"""Zep's LoCoMo benchmark's context (`benchmarks/locomo/prompts.py` at 7de18df), word for word
-less its leading and trailing blank line."""
 REPLY_SCHEMAS = (
     ExtractedEntities,
     NodeResolutions,
@@ -188,7 +169,7 @@ class DoorLlm(LLMClient):
                 for m in messages
             ),
             task=task_of(response_model),
-            prompt_version=PROMPT_VERSION,
+            prompt_version=BUILD_VERSION,
             schema=response_model,
             instruct_schema=False,  # Graphiti has put its schema in the prompt
         )
@@ -358,20 +339,18 @@ def render_entity(name: str, summary: str) -> str:
 
 
 def render_context(edges: Sequence[Any], nodes: Sequence[Any]) -> str:
-    """The facts and entities in Zep's `CONTEXT_TEMPLATE`, in the order given (best first);
-    empty when there are none."""
+    """The facts and entities in Zep's context template (peers/prompts.py `GRAPHITI_CONTEXT`), in
+    the order given (best first); empty when there are none."""
     if not edges and not nodes:
         return ""
-    return CONTEXT_TEMPLATE.format(
+    return GRAPHITI_CONTEXT.text.format(
         facts="\n".join(render_fact(e.fact, e.valid_at) for e in edges),
         entities="\n".join(render_entity(n.name, n.summary) for n in nodes),
     )
 
 
 def graphiti_request(question: Question, context: str) -> ChatRequest:
-    return answer_request(
-        question, context, instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION
-    )
+    return answer_request(question, context, instructions=GRAPHITI_ANSWER)
 
 
 @dataclass
@@ -651,7 +630,7 @@ class GraphitiSystem(OneShotRates):
             cid: self.shown_tokens(cid, memory_dir)
             for cid in {q.conversation_id for q in questions}
         }
-        frame = CONTEXT_TEMPLATE.format(facts="", entities="")
+        frame = GRAPHITI_CONTEXT.text.format(facts="", entities="")
         prompt = 0
         for question in questions:
             request = graphiti_request(question, frame)

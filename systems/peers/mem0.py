@@ -60,11 +60,13 @@ from schemas.base import Record
 from schemas.errors import DataError
 from schemas.estimate import RoleEstimate
 from schemas.params import AgentRates, Mem0Rates
+from schemas.prompt import Prompt
 from schemas.records import ChatMessage, ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
-from systems.one_shot import OneShotRates, answer_found, answer_request, system_prompt
+from systems.one_shot import OneShotRates, answer_found, answer_request
 from systems.peers.common import ModelCallFailed, query_embedding_estimate
+from systems.peers.prompts import MEM0_ANSWER
 from systems.port import (
     BuiltMemory,
     Found,
@@ -98,7 +100,6 @@ if telemetry.MEM0_TELEMETRY:
     )
 
 MEM0_VERSION = "2.2.1"
-PROMPT_VERSION = "mem0-v1"
 EXTRACT_TASK = "mem0_extract"
 """The task of Mem0's extraction calls (the test model's rule: systems/peers/scripted_rules.py)."""
 MESSAGES_PER_ADD = 2
@@ -108,10 +109,9 @@ NAMESPACE = uuid.UUID("6f1c1f0e-6b7a-4d0e-9a35-0d1f4f3c0b2a")
 """The namespace of the memories' canonical ids (uuid5 of `<conversation>/<number>`)."""
 UNUSED_ENDPOINT = "http://127.0.0.1:9/v1"
 """Where Mem0's own OpenAI clients point: the discard port, never called (the door is)."""
-INSTRUCTIONS = system_prompt(
-    "Below are the memories a memory system (Mem0) kept of the chat that a search by meaning "
-    "found for the question, best match first, each after the date of the session it came from."
-)
+EXTRACT = Prompt(name="mem0-extract", text=ADDITIVE_EXTRACTION_PROMPT)
+"""Mem0's own extraction prompt (mem0ai's `ADDITIVE_EXTRACTION_PROMPT`, the template its
+extraction calls fill): their version is its text's."""
 _DATES = re.compile(r"(## (?:Observation|Current) Date\n)\d{4}-\d{2}-\d{2}")
 PAST_MESSAGES = 10
 """The messages before an add that Mem0 shows its extraction call (`get_last_messages`)."""
@@ -160,7 +160,7 @@ def extraction_request(
     return ChatRequest(
         messages=dated_prompt(messages, date_iso),
         task=EXTRACT_TASK,
-        prompt_version=PROMPT_VERSION,
+        prompt_version=EXTRACT.version,
         json_object=json_object,
     )
 
@@ -371,9 +371,7 @@ def render_memories(lines: Sequence[Mem0Line]) -> str:
 
 
 def mem0_request(question: Question, context: str) -> ChatRequest:
-    return answer_request(
-        question, context, instructions=INSTRUCTIONS, prompt_version=PROMPT_VERSION
-    )
+    return answer_request(question, context, instructions=MEM0_ANSWER)
 
 
 @dataclass

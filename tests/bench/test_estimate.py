@@ -37,7 +37,6 @@ from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
 from schemas.runs import MemorySizes
 from schemas.traces import ToolCallRecord, Trace
 from systems.chunking import chunk_conversation
-from systems.graphrag.agent import SYSTEM_PROMPT
 from systems.graphrag.cost import estimate_answer, tool_result_rows
 from systems.graphrag.estimate import (
     _pair_calls,
@@ -50,6 +49,7 @@ from systems.graphrag.estimate import (
     statement_pairs_in_label,
 )
 from systems.graphrag.ingest import IngestSettings
+from systems.graphrag.prompts import AGENT
 from systems.graphrag.resolve import StatementRef, statement_pairs
 from systems.graphrag.system import searchable_items
 
@@ -302,7 +302,7 @@ def all_phases(
     return {
         "extraction": ingest.extraction,
         "resolution": ingest.resolution,
-        "agent": estimate_answer(questions, max_steps, rates.agent, SYSTEM_PROMPT, items),
+        "agent": estimate_answer(questions, max_steps, rates.agent, AGENT.text, items),
         "judge": estimate_judge(rubrics, {q.id: q.question for q in questions}, rates.judge),
     }
 
@@ -356,11 +356,11 @@ def test_agent_calls_never_pass_the_step_limit_and_scale_with_the_questions(
     rates = RATES.agent.model_copy(update={"calls_per_question": calls_per_question})
     asked = [question("1", i=i) for i in range(4)]
     items = {"1": 500.0}
-    four = estimate_answer(asked, max_steps, rates, SYSTEM_PROMPT, items)
+    four = estimate_answer(asked, max_steps, rates, AGENT.text, items)
     # a question makes at most max_steps tool turns and its final answer
     assert four.calls <= len(asked) * (max_steps + 1)
     assert four.calls == round(len(asked) * min(calls_per_question, max_steps + 1))
-    eight = estimate_answer(asked + asked, max_steps, rates, SYSTEM_PROMPT, items)
+    eight = estimate_answer(asked + asked, max_steps, rates, AGENT.text, items)
     assert eight == four + four
 
 
@@ -471,7 +471,7 @@ def _trace(q: Question, calls: int, base: int, step: int, rows: int) -> Trace:
 
 def test_agent_rates_recover_the_step_and_the_per_call_overhead_from_the_prompts() -> None:
     asked = [question("1", i=i) for i in range(3)]
-    fixed = count_tokens(SYSTEM_PROMPT) + count_tokens(asked[0].question)
+    fixed = count_tokens(AGENT.text) + count_tokens(asked[0].question)
     traces = [_trace(q, 3, base=fixed + 700, step=400, rows=8) for q in asked]
     rates, origins = agent_rates_from_run(traces, asked, {"1": 20.0}, RATES.agent)
     assert rates.calls_per_question == 3
@@ -483,7 +483,7 @@ def test_agent_rates_recover_the_step_and_the_per_call_overhead_from_the_prompts
     assert origins["result_match_share"].source == "run"
     assert origins["result_rows_per_step"].source == "params"
     # fed back, the estimator gives the run's own calls and prompt tokens
-    again = estimate_answer(asked, 6, rates, SYSTEM_PROMPT, {"1": 20.0})
+    again = estimate_answer(asked, 6, rates, AGENT.text, {"1": 20.0})
     assert again.calls == sum(t.calls for t in traces)
     assert again.prompt_tokens == pytest.approx(sum(t.prompt_tokens for t in traces), abs=2)
 

@@ -120,7 +120,7 @@ def run(
     cap: int | None = None,
 ) -> tuple[list[Judgement], list[str]]:
     pairs = {q.id: (q, r, a) for n, (e, a) in enumerate(cases) for q, r in [event_question(n, e)]}
-    calls = JudgeCalls(model)
+    calls = JudgeCalls(model, prompts)
 
     def judge_one(question: Question, ask: Callable[..., str | None]) -> Judgement:
         _, rubric, answer = pairs[question.id]

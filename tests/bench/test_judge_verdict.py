@@ -114,7 +114,7 @@ def test_the_top_level_score_counts_whatever_is_nested_in_the_reason() -> None:
 
 def test_a_nested_only_reply_flags_the_question_and_scores_zero(prompts: JudgePrompts) -> None:
     model = FakeJudgeModel(lambda request: completion(NESTED_ONLY[0]))
-    calls = JudgeCalls(model)
+    calls = JudgeCalls(model, prompts)
     calls.send_items(_item_messages(prompts, ["Names Lisbon"], "Porto."))
     judgement = judge_question(_question(), _rubric(["Names Lisbon"]), "Porto.", prompts, calls.ask)
     assert judgement.score == 0.0
@@ -160,7 +160,7 @@ def test_a_length_cut_item_is_a_failed_item_counted_with_the_failures(
         return completion(COMPLETE)
 
     model = FakeJudgeModel(rule)
-    calls = JudgeCalls(model)
+    calls = JudgeCalls(model, prompts)
     items = ["Names Lisbon", "Gives the date"]
     calls.send_items(_item_messages(prompts, items, "Lisbon."))
     judgement = judge_question(_question(), _rubric(items), "Lisbon.", prompts, calls.ask)
@@ -177,7 +177,7 @@ def test_a_length_cut_equivalence_reply_is_a_failed_call_not_a_match(
 ) -> None:
     """A free-text reply cut at max_tokens ("Yes" then nothing) is no verdict either."""
     model = FakeJudgeModel(lambda request: completion("Yes", "length", completion_tokens=1))
-    calls = JudgeCalls(model)
+    calls = JudgeCalls(model, prompts)
     rubric = _rubric(["moved to Lisbon", "signed the lease"], "event_ordering")
     judgement = judge_question(
         _question("event_ordering"), rubric, "moved to Lisbon\nsigned the lease", prompts, calls.ask
@@ -191,8 +191,10 @@ def test_a_length_cut_equivalence_reply_is_a_failed_call_not_a_match(
 # -- the schema a grammar is made from ---------------------------------------------------------
 
 
-def test_the_reply_schema_holds_the_score_to_the_scale_and_nothing_else() -> None:
-    schema = item_request([{"role": "user", "content": "x"}]).schema
+def test_the_reply_schema_holds_the_score_to_the_scale_and_nothing_else(
+    prompts: JudgePrompts,
+) -> None:
+    schema = item_request([{"role": "user", "content": "x"}], prompts).schema
     assert schema is JudgeVerdict
     json_schema = JudgeVerdict.model_json_schema()
     assert json_schema["properties"]["score"]["enum"] == list(ITEM_VALUES)

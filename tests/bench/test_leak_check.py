@@ -21,13 +21,15 @@ from bench.report import leak_line
 from clients.files import write_jsonl
 from clients.llm.port import ChatModel, ChatRequest, Message, Tool
 from schemas.params import AgentRates
+from schemas.prompt import Prompt
 from schemas.records import Question, Rubric
 from schemas.traces import Trace
 from stages.answer import answer_all
 from systems.full_context import FullContext
-from systems.one_shot import answer_once, answer_request, system_prompt
+from systems.one_shot import answer_once, answer_request
 from systems.oracle import Oracle
 from systems.port import reads_gold
+from systems.prompts import system_prompt
 from tests.support.crafted_chat import DANA, crafted_chat, question
 from tests.support.models import scripted_client
 
@@ -75,9 +77,8 @@ class LeakyToy:
         hints = "\n".join(rubric.rubric[:1])
         if self.with_label:
             hints = f"(a {question.ability} question)"
-        request = answer_request(
-            question, hints, instructions=system_prompt("Hints."), prompt_version="leaky-v1"
-        )
+        instructions = Prompt(name="leaky", text=system_prompt("Hints."))
+        request = answer_request(question, hints, instructions=instructions)
         return answer_once(question, model, request)
 
 

@@ -44,6 +44,7 @@ from schemas.params import LlmParams, ModelRef
 from schemas.traces import Trace
 from systems import agent_loop
 from systems.graphrag import agent, decide, extract
+from systems.graphrag import prompts as graphrag_prompts
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import COMMAND_TIMEOUT_SECONDS, RepoCopy, repo_copy
 from tests.support.hub_mirror import MIRROR_ROOT, HubMirror
@@ -105,7 +106,10 @@ def test_the_served_model_replies_as_the_scripted_model_does(tmp_path: Path) -> 
         "Session 1, dated 2024-03-02 (March 2, 2024).\nChat excerpt:\n\n[message 3 · user]\n"
         "I moved to Berlin in March and I prefer green tea over coffee every morning.\n"
     )
-    first_agent_turn = (Message.system(agent.SYSTEM_PROMPT), Message.user("Where did I move?"))
+    first_agent_turn = (
+        Message.system(graphrag_prompts.AGENT.text),
+        Message.user("Where did I move?"),
+    )
 
     def request(messages: Sequence[dict[str, str]], task: str, schema: Any = None) -> ChatRequest:
         return ChatRequest(
@@ -118,7 +122,7 @@ def test_the_served_model_replies_as_the_scripted_model_does(tmp_path: Path) -> 
     requests = [
         request(
             [
-                {"role": "system", "content": extract.SYSTEM_PROMPT},
+                {"role": "system", "content": graphrag_prompts.EXTRACT.text},
                 {"role": "user", "content": chunk},
             ],
             extract.TASK,
@@ -126,7 +130,7 @@ def test_the_served_model_replies_as_the_scripted_model_does(tmp_path: Path) -> 
         ),
         request(
             [
-                {"role": "system", "content": decide.RESOLVE_SYSTEM},
+                {"role": "system", "content": graphrag_prompts.RESOLVE.text},
                 {"role": "user", "content": 'Pairs:\n1. [Person] A: "Anna" | B: "Anna Smith"'},
             ],
             decide.RESOLVE_TASK,
@@ -138,8 +142,12 @@ def test_the_served_model_replies_as_the_scripted_model_does(tmp_path: Path) -> 
             prompt_version="test",
             tools=agent.TOOLS,
         ),
-        item_request(item_messages(prompts, "Where?", "The user moved to Berlin", "Berlin.")),
-        equivalence_request(equivalence_messages(prompts, "moved to Berlin", "Berlin move")),
+        item_request(
+            item_messages(prompts, "Where?", "The user moved to Berlin", "Berlin."), prompts
+        ),
+        equivalence_request(
+            equivalence_messages(prompts, "moved to Berlin", "Berlin move"), prompts
+        ),
     ]
     params = LlmParams(
         timeout_seconds=10, max_attempts=1, concurrency=2, seed=0, cache=False, cache_dir="unused"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from schemas.records import ABILITIES
+from systems.prompts import ORACLE
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 
@@ -30,7 +31,7 @@ def answer_prompts(calls: list[dict]) -> dict[str, str]:
     """The oracle's answer prompts in the test model's request log: question text -> chat."""
     prompts = {}
     for call in calls:
-        if call["prompt_version"] != "oracle-v1":
+        if call["prompt_version"] != ORACLE.version:
             continue
         found = CHAT_BLOCK.fullmatch(call["messages"][-1]["content"])
         assert found is not None, call["messages"][-1]["content"][:200]

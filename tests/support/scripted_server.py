@@ -56,8 +56,10 @@ from clients.llm.port import ChatRequest, Message, Tool, ToolCall
 from clients.llm.replies import schema_instruction
 from clients.scripted.backend import ScriptedBackend
 from schemas.judging import JudgePrompts
-from systems import agent_loop, one_shot, regimes
+from systems import agent_loop, one_shot
+from systems import prompts as baseline_prompts
 from systems.graphrag import agent, decide, extract
+from systems.graphrag import prompts as graphrag_prompts
 from tests.support.openai_server import Action, LoopbackServer
 from tests.support.scorer_standin import compute_metrics_py, prompts_py
 
@@ -76,7 +78,7 @@ HANG_SECONDS = 60.0
 CYPHER_BOMB = "RETURN reduce(s = 0, x IN range(1, 1000000000000) | s + x) AS total"
 """A read that passes every check of the agent's free query and that Neo4j 5.26 does not stop at
 its timeout nor when terminated: only a restart of the server frees it."""
-SERVED_PROMPT_VERSION = "served"
+SERVED_VERSION = "served"
 BAD_TOOL_ARGUMENTS = '{"query": "missing brace"'
 
 SCHEMAS: dict[str, type[BaseModel]] = {
@@ -118,12 +120,12 @@ def prompt_tasks(judge: JudgePrompts | None = None) -> tuple[PromptTask, ...]:
     (the benchmark's scorer texts; by default the tests' stand-in files)."""
     judge = judge or extract_judge_prompts(prompts_py(), compute_metrics_py())
     return (
-        PromptTask("system", extract.SYSTEM_PROMPT, extract.TASK),
-        PromptTask("system", decide.RESOLVE_SYSTEM, decide.RESOLVE_TASK),
-        PromptTask("system", decide.LINK_SYSTEM, decide.LINK_TASK),
-        PromptTask("system", agent.SYSTEM_PROMPT, agent_loop.TASK),
-        PromptTask("system", regimes.AGENT_PROMPT, agent_loop.TASK),
-        PromptTask("system", one_shot.system_prompt("").split("\n")[0], one_shot.TASK),
+        PromptTask("system", graphrag_prompts.EXTRACT.text, extract.TASK),
+        PromptTask("system", graphrag_prompts.RESOLVE.text, decide.RESOLVE_TASK),
+        PromptTask("system", graphrag_prompts.LINK.text, decide.LINK_TASK),
+        PromptTask("system", graphrag_prompts.AGENT.text, agent_loop.TASK),
+        PromptTask("system", baseline_prompts.SEARCH_AGENT.text, agent_loop.TASK),
+        PromptTask("system", baseline_prompts.system_prompt("").split("\n")[0], one_shot.TASK),
         PromptTask("system", _opening(judge.equivalence_system), "equivalence"),
         PromptTask("user", _opening(with_question_slot(judge.item_prompt)), "judge", JudgeVerdict),
     )
@@ -252,7 +254,7 @@ def request_from_body(body: Mapping[str, Any], table: Sequence[PromptTask]) -> S
     request = ChatRequest(
         messages=tuple(_message(m) for m in messages),
         task=task,
-        prompt_version=SERVED_PROMPT_VERSION,
+        prompt_version=SERVED_VERSION,
         tools=tuple(TOOLS[n] for n in names),
         schema=schema,
     )

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from clients.llm.port import ChatRequest
-from systems.one_shot import answer_found, answer_request, system_prompt
+from schemas.prompt import Prompt
+from systems.one_shot import answer_found, answer_request
 from systems.port import Found
+from systems.prompts import system_prompt
 from tests.support.crafted_chat import question
 from tests.support.models import Recording, scripted_client
 
@@ -15,9 +17,8 @@ ASKED = question("Which city did Dana move to?")
 
 
 def request_for(context: str) -> ChatRequest:
-    return answer_request(
-        ASKED, context, instructions=system_prompt("Below is a memory."), prompt_version="t1"
-    )
+    instructions = Prompt(name="t1", text=system_prompt("Below is a memory."))
+    return answer_request(ASKED, context, instructions=instructions)
 
 
 def test_a_found_context_is_answered_in_one_call_that_keeps_what_the_search_reached(

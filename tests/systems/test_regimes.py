@@ -20,11 +20,10 @@ from schemas.params import AgentRates, AnswerParams
 from systems.agent_loop import PREFETCH_CALL_ID
 from systems.full_context import FullContext
 from systems.port import Found, SearchesMemory, memory_file
+from systems.prompts import SEARCH_AGENT, SEARCH_ONE_SHOT
 from systems.rag import Rag
 from systems.regimes import (
-    AGENT_PROMPT_VERSION,
     NOTHING_FOUND,
-    ONE_SHOT_PROMPT_VERSION,
     AgentOverSearch,
     OneShotFromSearch,
     SearchTools,
@@ -108,7 +107,7 @@ def test_one_shot_from_search_answers_in_one_call_from_the_searchs_context(
     found = rag_memory.search(DANA.question)
     assert trace.reached_ids == list(found.reached_ids)
     (request,) = recording.requests
-    assert request.prompt_version == ONE_SHOT_PROMPT_VERSION and not request.tools
+    assert request.prompt_version == SEARCH_ONE_SHOT.version and not request.tools
     assert found.context in (request.messages[-1].content or "")
 
 
@@ -120,7 +119,7 @@ def test_the_agent_regime_runs_the_shared_loop_with_the_search_as_its_one_tool(
     recording = Recording(agent)
     trace = answering.answer(DANA, recording)
     assert trace.error is None
-    assert {r.prompt_version for r in recording.requests} == {AGENT_PROMPT_VERSION}
+    assert {r.prompt_version for r in recording.requests} == {SEARCH_AGENT.version}
     first = recording.requests[0]
     assert [t.name for t in first.tools] == ["search_memory"]
     assert first.messages[-1].role == "tool" and first.messages[-1].tool_call_id == PREFETCH_CALL_ID

@@ -24,8 +24,8 @@ from schemas.memory import GraphBatch
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, Trace
 from systems.agent_loop import FINAL_NUDGE, PREFETCH_CALL_ID, TEXT_CHARS
+from systems.graphrag import prompts
 from systems.graphrag.agent import (
-    SYSTEM_PROMPT,
     TOOLS,
     GraphTools,
     ReadOnlyCypher,
@@ -325,7 +325,7 @@ def test_a_run_records_each_call_with_its_ids_and_the_tokens() -> None:
     # what the model was sent: system + question, then each turn's calls and their results
     first, _, last = model.requests
     assert [m.role for m in first.messages] == ["system", "user"]
-    assert first.messages[0].content == SYSTEM_PROMPT and first.task == "agent"
+    assert first.messages[0].content == prompts.AGENT.text and first.task == "agent"
     assert [m.role for m in last.messages] == [
         "system",
         "user",

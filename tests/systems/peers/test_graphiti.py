@@ -18,6 +18,7 @@ from schemas.records import ChatSlice
 from stages.answer import answer_timed
 from systems.peers import graphiti
 from systems.peers.graphiti import GraphitiLine, GraphitiSystem, episodes_of, message_ids_of
+from systems.peers.prompts import GRAPHITI_CONTEXT
 from systems.port import SearchesMemory
 from tests.support.crafted_chat import crafted_chat, question
 from tests.support.models import Recording, hashed_embedder, scripted_client
@@ -165,9 +166,7 @@ def test_the_answer_estimate_reads_the_built_graph(
     read = sized.estimate_answer([], asked, no_jvm_left / "memories")
     guessed = 2 * graphiti.FACT_TOKENS + graphiti.ENTITY_TOKENS
     assert read.prompt_tokens - bare.prompt_tokens == round(shown) - guessed
-    frame = graphiti.graphiti_request(
-        asked[0], graphiti.CONTEXT_TEMPLATE.format(facts="", entities="")
-    )
+    frame = graphiti.graphiti_request(asked[0], GRAPHITI_CONTEXT.text.format(facts="", entities=""))
     assert bare.prompt_tokens == guessed + count_tokens(
         "\n".join(m.content or "" for m in frame.messages)
     )

@@ -12,7 +12,6 @@ import pytest
 from schemas.params import GraphitiParams
 from systems.chunking import chunk_conversation
 from systems.peers.graphiti import (
-    CONTEXT_TEMPLATE,
     episodes_of,
     graphiti_request,
     render_context,
@@ -20,6 +19,7 @@ from systems.peers.graphiti import (
     render_fact,
     shown_share,
 )
+from systems.peers.prompts import GRAPHITI_CONTEXT
 from tests.support.crafted_chat import crafted_chat, question
 
 
@@ -57,7 +57,7 @@ def test_the_context_is_zeps_template_with_facts_then_entities_in_the_order_give
     entities = context.split("<ENTITIES>\n")[1].split("\n</ENTITIES>")[0].splitlines()
     assert facts == ["  - Dana likes tea", render_fact(MOVED.fact, MOVED.valid_at)]
     assert entities == ["  - Lisbon: ", render_entity(DANA.name, DANA.summary)]
-    head = CONTEXT_TEMPLATE.split("<FACTS>")[0]
+    head = GRAPHITI_CONTEXT.text.split("<FACTS>")[0]
     assert context.startswith(head) and "event that the fact refers to" in head
     assert render_context([UNDATED, MOVED], [LISBON, DANA]) == context  # a pure function
     assert render_context([MOVED, UNDATED], [LISBON, DANA]) != context  # rank order kept
