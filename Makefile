@@ -32,7 +32,7 @@ neo4j: venv
 	  echo "$$want" > $(NEO4J_STAMP) && echo "neo4j jars installed in $(NEO4J_LIB)"; \
 	fi
 	@# the JVM's class archive of the jars: faster starts; without it (no java yet) only slower
-	@$(PY) python -m stages.neo4j_archive || echo "no neo4j class archive: servers start without one"
+	@$(PY) python -m commands.neo4j_archive || echo "no neo4j class archive: servers start without one"
 
 # Headless Chromium for the page tests (tests/browser), from the machine's Debian packages:
 # installed with apt-get when missing and root, else how to is printed (those tests then skip).
@@ -62,7 +62,7 @@ local-embedder: venv
 
 # Every role's model endpoint is checked first, before the dataset download.
 run: setup
-	$(PY) python -m stages.preflight
+	$(PY) python -m commands.preflight
 	$(PY) dvc repro
 
 # The lite pipeline with the deterministic test model in place of every model, as a temporary
@@ -76,7 +76,7 @@ demo: setup
 # finished experiment of HEAD, e.g. after `dvc exp run --queue -S system=...; dvc queue start -j 2`;
 # or only some: make compare EXPS='exp-a exp-b main').
 compare: venv
-	$(PY) python -m stages.compare $(EXPS)
+	$(PY) python -m commands.compare $(EXPS)
 
 # The tests in TEST_WORKERS processes (pytest-xdist), a test file per worker at a time (a file's
 # tests share its module fixtures: one lite run, one set of servers), in collection order: the
@@ -105,7 +105,7 @@ check: setup lint types test
 estimate: setup
 ifeq ($(TIER),)
 	$(PY) dvc repro repair
-	$(PY) python -m stages.estimate --mode $(MODE) $(if $(FROM),--from '$(FROM)')
+	$(PY) python -m commands.estimate --mode $(MODE) $(if $(FROM),--from '$(FROM)')
 else
 	$(PY) python scripts/estimate_tier.py --tier $(TIER) --mode $(MODE)
 endif

@@ -20,14 +20,14 @@ Rows, from metrics/report.json (bench/report.py writes it; its layout is in the 
   number of questions;
 - the other scores (beam_code, excluding known-bad rubrics, evidence recall, the judge check);
 - cost: tokens and calls per question, the agent's context tokens;
-- wall time, from each run's own files (metrics/wall_time/, read by stages/compare.py): the
+- wall time, from each run's own files (metrics/wall_time/, read by commands/compare.py): the
   questions' answer and retrieval seconds (median, p95) and each conversation's build (median,
   max), as the machine that ran it timed them (not comparable across machines);
 - calls and tokens per phase, then failures, then any group this module does not know (so a
   metric a system adds still shows).
 A column without a value shows `–`.
 
-Outputs (written by stages/compare.py): a Markdown table, a long-format CSV (one row per column
+Outputs (written by commands/compare.py): a Markdown table, a long-format CSV (one row per column
 and metric: `column,experiment,rev,system,agent_model,group,key,value,ci_low,ci_high,n`), and one
 SVG figure drawn with matplotlib: score per ability with its interval, and calls and tokens per
 phase, one colour per column. SVG because it is text, opens in any browser and is byte-identical
@@ -102,7 +102,7 @@ class Run(Record):
     """The run's headline metrics; None when the run has none (not run, failed, still queued)."""
     regime: str | None = None
     """The answer regime it answered in (params `answer.regime` with native resolved to the
-    system's own: `one_shot` or `agent`; stages/compare.py), `(own)` marked; None: unknown."""
+    system's own: `one_shot` or `agent`; commands/compare.py), `(own)` marked; None: unknown."""
 
     @property
     def reads_gold(self) -> bool:
@@ -598,7 +598,7 @@ def render_markdown(table: Comparison) -> str:
     lines = [
         "# Experiments side by side",
         "",
-        f"{len(table.columns)} runs from `dvc exp show` (`python -m stages.compare`). Scores "
+        f"{len(table.columns)} runs from `dvc exp show` (`python -m commands.compare`). Scores "
         "are `score [95% interval] (n=questions)`; an ability a run did not ask shows "
         f"`{MISSING}`. A run with the test model `scripted/rules` measures nothing. Wall time "
         "is as each run's machine timed it (other jobs beside it; answers from the call cache "

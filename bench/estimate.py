@@ -1,6 +1,6 @@
 """estimate: the harness's part of the dry-run estimate, and the reading of a finished run's rates.
 
-No model call, no server. `python -m stages.estimate` (or `make estimate MODE=full`) prints the
+No model call, no server. `python -m commands.estimate` (or `make estimate MODE=full`) prints the
 expected model calls and tokens per phase beside the mode's caps: the memory system estimates its
 own build and answer phases (the one system-specific call, made by the stage), this module the
 judge's (one call per rubric item, event ordering by its equivalence calls) and the table.
@@ -395,7 +395,7 @@ def format_rates(found: RunRates) -> str:
 
 
 def phases_json(estimates: Mapping[str, RoleEstimate]) -> dict[str, dict[str, int]]:
-    """The estimate's `phases` in `stages.estimate --json`: per role and the total."""
+    """The estimate's `phases` in `commands.estimate --json`: per role and the total."""
     return {
         name: {
             "calls": p.calls,

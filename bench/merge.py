@@ -7,7 +7,8 @@ run of conversations {a, b} is the parts' records put together in the mode's que
 its summaries are the stage cores' own summaries of the merged records (`summarize_answers`,
 `bench.judge.summarize`, ...). What no record per question holds is summed (usage, the judge's
 failed calls, the leak check's counts). The judge check is one per configuration (its cases come
-from the rubrics of the whole mode): equal in every part, taken once. stages/merge.py is the shell.
+from the rubrics of the whole mode): equal in every part, taken once. commands/merge.py is the
+shell.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ two; a difference is reported with its interval either way, never as a verdict a
 
 Inputs are each run's questions file (`LAYOUT.report.questions`, bench/report.py
 `question_scores`: question id, conversation, ability, score) and the build's usage file (its
-calls per role), read from the run's own commit by stages/compare.py. The bootstrap is
+calls per role), read from the run's own commit by commands/compare.py. The bootstrap is
 bench/report.py's (its samples, confidence and seed: settings.yaml `report`), seeded per pair and
 group, so the same runs give the same bytes.
 

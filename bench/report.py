@@ -618,7 +618,7 @@ def question_scores(rows: Sequence[JudgedQuestion], questions: Sequence[Question
 
 def read_cost_plot(text: str) -> dict[str, dict[str, int]]:
     """The calls and tokens per phase of `cost_plot`'s CSV (the page reads the run's cost from
-    it, so the report's page and `python -m stages.viewer`'s are the same bytes)."""
+    it, so the report's page and `python -m commands.viewer`'s are the same bytes)."""
     rows = [line.split(",") for line in text.splitlines()[1:] if line]
     return {phase: {"calls": int(calls), "tokens": int(tokens)} for phase, calls, tokens in rows}
 

@@ -2,7 +2,7 @@
 
 Runs `dvc repro` of the full and the lite set in temporary copies of the repo (loopback Hub mirror,
 scorer stand-in, `scripted/rules`: nothing here measures a memory system), then takes the rates
-from each run exactly as `make estimate FROM=<run>` does (`python -m stages.estimate --from`):
+from each run exactly as `make estimate FROM=<run>` does (`python -m commands.estimate --from`):
 the full run's rates, and the lite run's `agent.result_match_share` (the only run whose graphs
 are small enough that tool results are a share of the graph rather than at the row cap).
 

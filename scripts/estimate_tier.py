@@ -5,7 +5,7 @@ In `.cache/estimate/<tier>/` it writes this repository's params.yaml with `tier`
 set, beside copies of pins.yaml, settings.yaml and the fixtures; there it runs the data stages as
 their own entry points (`python -m stages.fetch`, `verify_hash`, `repair`: the release goes to
 the HF cache, so a later run of the tier does not download it again) and then the estimate
-(`python -m stages.estimate`), whose table it prints: calls and tokens per phase beside the
+(`python -m commands.estimate`), whose table it prints: calls and tokens per phase beside the
 tier's cap, and for graphrag each conversation's expected graph. Every stage has a timeout and is
 stopped with this script (Ctrl-C included). It needs the tier's questions, not its slices' pins
 (1M and 10M can be estimated before their first run); a tier without a budget for the mode is

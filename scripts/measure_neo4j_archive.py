@@ -1,4 +1,4 @@
-"""Benchmark of the Neo4j class archive (`make neo4j`, stages/neo4j_archive.py): local server
+"""Benchmark of the Neo4j class archive (`make neo4j`, commands/neo4j_archive.py): local server
 starts with it and without it, alternating, in one run; the ratio of their medians.
 
     uv run --frozen python scripts/measure_neo4j_archive.py [--starts 3]

@@ -4,7 +4,7 @@ In a temporary copy of the repo wired to the loopback Hub mirror, the loopback s
 the scripted test model (nothing here measures a memory system): the data stages and the judge
 check, committed; then `dvc exp run --queue -S system=graphrag,rag,full_context,no_memory,mem0,
 graphiti` and `dvc queue start -j 2` (the same helpers as tests/e2e/test_sweep.py), its wall time,
-and `python -m stages.compare` (printed; compare.csv and compare_pairs.csv copied to the folder
+and `python -m commands.compare` (printed; compare.csv and compare_pairs.csv copied to the folder
 given). `--again` queues the same six once more and counts its model calls (0 expected: the call
 cache). `--regimes` then queues every retrieving system in the answer regime that is not its own
 (graphrag one_shot; rag, mem0 and graphiti agent: systems/regimes.py) and compares all the runs

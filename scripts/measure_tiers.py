@@ -30,9 +30,9 @@ from bench.slice import (  # noqa: E402
     rows_by_conversation,
     sizes,
 )
+from commands.estimate import estimate_roles  # noqa: E402
 from schemas.params import Params, Tier  # noqa: E402
 from stages.common import read_params  # noqa: E402
-from stages.estimate import estimate_roles  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
 from systems.port import EstimatesMemory  # noqa: E402
 from systems.registry import load_system  # noqa: E402

@@ -1,4 +1,4 @@
-"""Benchmark of the run viewer (`stages/viewer.py`) on a full-size run: page size and load time.
+"""Benchmark of the run viewer (`commands/viewer.py`) on a full-size run: page size and load time.
 
 Writes a synthetic run of the full set's size into a work folder (temporary unless --workdir):
 5 conversations of 1,254 messages in 21 sessions (about 2.3 million characters, as the full
@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clients.files import write_json, write_jsonl
+from commands.viewer import write_page
 from schemas.judging import EventAlignment, ItemScore, Judgement
 from schemas.records import (
     ABILITIES,
@@ -44,7 +45,6 @@ from schemas.records import (
 from schemas.roles import COST_KEYS
 from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
 from stages.common import read_params
-from stages.viewer import write_page
 
 ROOT = Path(__file__).resolve().parent.parent
 CONVERSATIONS = {"1": 5, "4": 4, "6": 4, "13": 4, "17": 4}  # sessions each: 21 in all

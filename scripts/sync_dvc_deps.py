@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT_PACKAGES = ("stages", "bench", "systems", "clients", "schemas")
+PROJECT_PACKAGES = ("commands", "stages", "bench", "systems", "clients", "schemas")
 DATA_PREFIXES = ("data/", "fixtures", "metrics/", "settings.yaml", "pins.yaml")
 """Deps that are no code (data, fixtures, metrics, the run settings, the pins): kept as they are."""
 NOT_DEPS = ("clients/scripted", "clients/local_model")

@@ -39,27 +39,25 @@ from clients.files import (
     read_chats,
     read_jsonl,
     read_records,
-    remove_outputs,
     write_json,
     write_jsonl,
 )
-from clients.llm.accounting import Accounting
-from clients.llm.client import open_model
+from clients.llm.accounting import Spend
 from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
-from schemas.errors import DataError, check_failed_share
+from schemas.errors import DataError
 from schemas.layout import LAYOUT, StageIO
 from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
 from schemas.wall_time import QuestionTime
 from stages.common import (
+    ModelStage,
     conversations_at_once,
     progress,
     read_params,
     run_overlapping,
     run_stage,
-    stage_seconds,
     wait_shielded,
 )
 from systems.port import (
@@ -198,14 +196,14 @@ def answer_conversations(
 
 def main() -> None:
     run = read_params()
-    mode, params, concurrency = run.mode, run.answer, run.llm.concurrency
+    params, concurrency = run.answer, run.llm.concurrency
+    stage = ModelStage("answer", run, FILES, params.max_failed_share)
     questions = read_jsonl(LAYOUT.slice.questions, Question)
     by_conversation: dict[str, list[Question]] = defaultdict(list)
     for question in questions:
         by_conversation[question.conversation_id].append(question)
-    accounting = Accounting()
-    agent = open_model("agent", run, accounting=accounting)
-    embedder = CountedEmbedder(lazy_embedder(run, accounting))
+    agent = stage.open_model("agent")
+    embedder = CountedEmbedder(lazy_embedder(run, stage.accounting))
     system = load_system(run, answer_model=agent, embedder=lambda: embedder)
     missing = [c for c in by_conversation if not memory_file(MEMORIES, c).is_file()]
     if missing:
@@ -213,11 +211,11 @@ def main() -> None:
             f"no {system.memory_noun} for conversation(s) {', '.join(missing)} in {MEMORIES} "
             f"(system {system.name}): run `dvc repro ingest`"
         )
-    remove_outputs(FILES.folder, FILES.wall_time, FILES.question_times, FILES.usage)
+    stage.remove_outs(FILES.question_times)
 
     native = system_entry(system.name).native_regime
     regime = effective_regime(params.regime, native)
-    agent.check_endpoint()
+    stage.check_endpoints([agent])
     estimate = regime_estimate(  # from the built memories
         system.estimate_answer([], questions, MEMORIES),
         native,
@@ -227,10 +225,8 @@ def main() -> None:
     )
     if isinstance(system, EmbedsQuestions):  # the questions' embeddings, charged to one cap
         estimate += system.estimate_query_embedding(questions)
-    if agent.budget is not None:
-        agent.budget.check_estimate(
-            estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name}, {regime})"
-        )
+    planned = Spend(estimate.calls, estimate.tokens)
+    stage.check_estimate([agent], planned, f"answer ({run.mode}, {system.name}, {regime})")
 
     watch = LeakWatch.of(
         questions, read_records(LAYOUT.slice.rubrics, Rubric), read_chats(LAYOUT.slice.chats)
@@ -246,20 +242,15 @@ def main() -> None:
     )
     ordered = [answered[q.id][0] for q in questions]
     failed = [t for t in ordered if t.error is not None]
-    check_failed_share(
-        "answer",
-        "questions",
-        len(failed),
-        len(ordered),
-        params.max_failed_share,
-        failed[-1].error if failed else None,
+    stage.check_failures(
+        "questions", len(failed), len(ordered), failed[-1].error if failed else None
     )
     write_jsonl(FILES.traces, ordered)
     (FILES.folder / "NOTICE").write_text(NOTICE, encoding="utf-8")
     write_json(FILES.leak_check, watch.result().model_dump(mode="json"))
     models = [agent.metadata(), *([embedder.metadata()] if embedder.opened else [])]
     record = StageRun(
-        mode=mode,
+        mode=run.mode,
         system=system.name,
         regime=regime,
         native_regime=regime == native,
@@ -267,18 +258,13 @@ def main() -> None:
         test_model=any(m.test_model for m in models),
         reads_gold=reads_gold(system),
     )
-    write_json(FILES.run, record.to_json())
     write_json(FILES.summary, summarize_answers(ordered).to_json())
     usage = {"agent": agent_usage(ordered)}
     usage |= {"embedding": embedder.usage()} if embedder.opened else {}
-    write_json(FILES.usage, usage)
+    stage.write_run(record, usage)
     times = [answered[q.id][1] for q in questions]
     write_jsonl(FILES.question_times, times)
-    # The model layer's wait on the agent's calls (none for cache hits): wall time only.
-    seconds = {
-        "agent": accounting.to_metrics()["agent"]["seconds"],
-        "stage_answer": stage_seconds(),
-    }
+    seconds = stage.seconds({"agent": "agent"})
     write_json(FILES.wall_time, answer_wall_time(seconds, times).model_dump(mode="json"))
 
 

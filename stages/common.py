@@ -1,7 +1,8 @@
 """What every stage shares: reading the params (params.yaml, settings.yaml, pins.yaml) once into
 its typed root, reading the inputs several stages build on (the slice fixture, the repaired
-dataset), conversations run at once in worker threads and collected in order (ingest, answer),
-progress bars, the entry-point shell."""
+dataset), what a stage that calls models does around its work (`ModelStage`: ingest, answer,
+judge, judge-check), conversations run at once in worker threads and collected in order (ingest,
+answer), progress bars, the entry-point shell."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,11 +21,16 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from clients.child_servers import install_sigterm_handler
+from clients.files import remove_outputs, write_json
+from clients.llm.accounting import Accounting, Spend
+from clients.llm.client import LlmClient, open_budget, open_model
 from clients.llm.port import ChatModel, ChatRequest, Completion
-from schemas.errors import BeamError, DataError, ParamsError
+from schemas.errors import BeamError, DataError, ParamsError, check_failed_share
 from schemas.judging import JudgePrompts
-from schemas.layout import LAYOUT
+from schemas.layout import LAYOUT, SystemStageFiles
 from schemas.params import JudgeParams, Params, merge_settings, shared_keys
+from schemas.roles import Role
+from schemas.runs import StageRun
 
 STARTED = time.monotonic()
 """When this stage process started (stages import this module first): its wall time is measured
@@ -242,6 +249,66 @@ class ProgressBar:
 
     def close(self) -> None:
         self._bar.close()
+
+
+# --- a stage that calls models (ingest, answer, judge, judge-check) ---------------------------
+
+
+@dataclass
+class ModelStage:
+    """What a stage that calls models does around its work, the same in each: one accounting of
+    its calls (every model it opens counts into it), its outs removed before it starts, every
+    model's endpoint checked and its estimate held against what is left of the spend cap before
+    the first call, its share of failed items held to `max_failed_share`, and its run record,
+    usage and wall time written where its layout names them."""
+
+    name: str
+    """The stage as params name it (`judge_check`): messages and the `stage_<name>` seconds."""
+    run: Params
+    files: SystemStageFiles
+    max_failed_share: float
+    """The stage's params `max_failed_share`: the failed items it may leave beside its results."""
+    accounting: Accounting = field(default_factory=Accounting)
+
+    def remove_outs(self, *more: Path) -> None:
+        """Its folder, usage, wall time and `more`: none left from the last run (first, so that a
+        missing input leaves none), and none half-made when it fails."""
+        remove_outputs(self.files.folder, self.files.wall_time, *more, self.files.usage)
+
+    def open_model(self, role: Role) -> LlmClient:
+        """The role's model from the run's params, its calls counted in this stage's accounting."""
+        return open_model(role, self.run, accounting=self.accounting)
+
+    def check_endpoints(self, models: Sequence[LlmClient]) -> None:
+        """Each model's endpoint answers (a clear error before any work if one does not)."""
+        for model in models:
+            model.check_endpoint()
+
+    def check_estimate(self, models: Sequence[LlmClient], planned: Spend | None, what: str) -> None:
+        """Refuse before the first call when the `planned` calls and tokens exceed what is left of
+        the run's cap (the budget its models share; the run's own when the stage opened none);
+        no plan, no check."""
+        budget = models[0].budget if models else open_budget(self.run)
+        if budget is not None and planned is not None:
+            budget.check_estimate(planned.calls, planned.tokens, what=what)
+
+    def check_failures(self, what: str, failed: int, total: int, last_error: str | None) -> None:
+        """Stop (ModelFailures, exit 3) when more than `max_failed_share` of the `total` items
+        failed after their retries (schemas/errors.py `check_failed_share`)."""
+        check_failed_share(self.name, what, failed, total, self.max_failed_share, last_error)
+
+    def write_run(self, record: StageRun, usage: Mapping[str, Mapping[str, int]]) -> None:
+        """Its run record (which models and system made its results) and usage (the calls and
+        tokens they took, per role: what the report reads)."""
+        write_json(self.files.run, record.to_json())
+        write_json(self.files.usage, usage)
+
+    def seconds(self, waits: Mapping[str, Role]) -> dict[str, float]:
+        """The model layer's wait on each role's calls under its key (none for cache hits), and
+        this stage's own seconds (`stage_<name>`): wall time only, never a result."""
+        llm = self.accounting.to_metrics()
+        waited = {key: float(llm[role]["seconds"]) for key, role in waits.items()}
+        return waited | {f"stage_{self.name}": stage_seconds()}
 
 
 # --- conversations at once (ingest, answer) ---------------------------------------------------

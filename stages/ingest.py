@@ -29,25 +29,23 @@ from typing import Any
 
 from bench.usage import CountedEmbedder, CountedModel
 from bench.wall_time import ingest_wall_time
-from clients.files import read_chats, remove_outputs, write_json
-from clients.llm.accounting import Accounting
-from clients.llm.client import LlmClient, open_budget, open_model
+from clients.files import read_chats, write_json
+from clients.llm.accounting import Spend
+from clients.llm.client import LlmClient
 from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
-from schemas.errors import check_failed_share
 from schemas.layout import LAYOUT, StageIO
-from schemas.params import Mode
 from schemas.records import ChatSlice
 from schemas.roles import INGEST_ROLES, Role, cost_key
 from schemas.runs import MemorySizes, StageRun
 from stages.common import (
+    ModelStage,
     ProgressBar,
     StoppableModel,
     conversations_at_once,
     read_params,
     run_overlapping,
     run_stage,
-    stage_seconds,
 )
 from systems.port import BuiltMemory, MemorySystem, memory_file, overlaps
 from systems.registry import lazy_embedder, load_system
@@ -62,43 +60,37 @@ FILES = LAYOUT.ingest
 
 def main() -> None:
     run = read_params()
-    mode, params = run.mode, run.ingest
-    accounting = Accounting()
-    embedder = CountedEmbedder(lazy_embedder(run, accounting))
+    stage = ModelStage("ingest", run, FILES, run.ingest.max_failed_share)
+    embedder = CountedEmbedder(lazy_embedder(run, stage.accounting))
     system = load_system(run, embedder=lambda: embedder)
-    # first: a missing slice must not leave the last run's memory
-    remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
+    stage.remove_outs()  # first: a missing slice must not leave the last run's memory
     chats = read_chats(LAYOUT.slice.chats)
 
-    clients = [open_model(role, run, accounting=accounting) for role in system.build_roles]
-    for client in clients:
-        client.check_endpoint()
+    clients = [stage.open_model(role) for role in system.build_roles]
+    stage.check_endpoints(clients)
     estimate = system.estimate_build(chats)
-    budget = clients[0].budget if clients else open_budget(run)
-    if budget is not None and estimate:
-        budget.check_estimate(
-            sum(e.calls for e in estimate.values()),
-            sum(e.tokens for e in estimate.values()),
-            what=f"ingest ({mode}, {system.name}: {len(chats)} conversations)",
-        )
+    planned = (  # none for a system that plans no build calls: nothing to hold to the cap
+        Spend(sum(e.calls for e in estimate.values()), sum(e.tokens for e in estimate.values()))
+        if estimate
+        else None
+    )
+    what = f"ingest ({run.mode}, {system.name}: {len(chats)} conversations)"
+    stage.check_estimate(clients, planned, what)
 
     at_once = conversations_at_once(run, overlaps(system), "ingest")
     try:
         memories, build_seconds, usage = build_all(chats, system, clients, at_once)
-        check_failed_share(
-            "ingest",
+        stage.check_failures(
             "model calls",
             sum(m.failed_calls for m in memories),
             sum(m.model_calls for m in memories),
-            params.max_failed_share,
             next((m.last_error for m in reversed(memories) if m.last_error), None),
         )
     except BaseException:
-        # no half-made set of memories (finished calls are cached)
-        remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
+        stage.remove_outs()  # no half-made set of memories (finished calls are cached)
         raise
-    write_records(memories, mode, system, clients, usage, embedder)
-    write_wall_time(accounting, build_seconds)
+    write_records(stage, memories, system, clients, usage, embedder)
+    write_wall_time(stage, build_seconds)
 
 
 def build_all(
@@ -150,8 +142,8 @@ def build_all(
 
 
 def write_records(
+    stage: ModelStage,
     memories: list[BuiltMemory],
-    mode: Mode,
     system: MemorySystem,
     clients: list[LlmClient],
     build_usage: Mapping[Role, Mapping[str, int]],
@@ -167,33 +159,31 @@ def write_records(
             notes.setdefault(key, {})[f"conv{memory.conversation_id}"] = value
     record = StageRun.model_validate(
         {
-            "mode": mode,
+            "mode": stage.run.mode,
             "system": system.name,
             "models": models,
             "test_model": any(m.test_model for m in models),
             **notes,  # beside the fields (StageRun allows them)
         }
     )
-    write_json(FILES.run, record.to_json())
     sizes = MemorySizes.of((m.conversation_id, m.counts) for m in memories)
     write_json(FILES.graphs, sizes.to_json())
     usage: dict[str, Mapping[str, int]] = {role: n for role, n in build_usage.items()}
     usage |= {"embedding": embedder.usage()} if embedder.opened else {}
-    write_json(FILES.usage, usage)
+    stage.write_run(record, usage)
 
 
 BUILD_ROLES: tuple[Role, ...] = (*INGEST_ROLES, "embedding")
 """The roles a build may call (the embedder where it embeds)."""
 
 
-def write_wall_time(accounting: Accounting, build_seconds: Mapping[str, float]) -> None:
+def write_wall_time(stage: ModelStage, build_seconds: Mapping[str, float]) -> None:
     """The stage's wall time: seconds per build role under its `cost_key` (the model layer's
     wait, none for cache hits), of the stage, and of each conversation's build; and the
     requests it sent per role (cache hits none)."""
-    llm = accounting.to_metrics()
-    seconds = {cost_key(r): llm[r]["seconds"] if r in llm else 0.0 for r in INGEST_ROLES}
-    seconds["stage_ingest"] = stage_seconds()
-    sent = {cost_key(r): int(llm[r]["calls"]) if r in llm else 0 for r in BUILD_ROLES}
+    seconds = stage.seconds({cost_key(r): r for r in INGEST_ROLES})
+    llm = stage.accounting.to_metrics()
+    sent = {cost_key(r): int(llm[r]["calls"]) for r in BUILD_ROLES}
     timed = ingest_wall_time(seconds, build_seconds, sent)
     write_json(FILES.wall_time, timed.model_dump(mode="json"))
 

@@ -21,10 +21,9 @@ from bench.judge import (
 )
 from bench.scorer_prompts import Message, item_messages
 from bench.usage import CountedModel
-from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
-from clients.llm.accounting import Accounting
-from clients.llm.client import open_model
-from schemas.errors import DataError, check_failed_share
+from clients.files import read_jsonl, write_json, write_jsonl
+from clients.llm.accounting import Spend
+from schemas.errors import DataError
 from schemas.judging import (
     JudgedQuestion,
     Judgement,
@@ -33,7 +32,7 @@ from schemas.layout import LAYOUT, StageIO
 from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
-from stages.common import load_scorer_prompts, progress, read_params, run_stage, stage_seconds
+from stages.common import ModelStage, load_scorer_prompts, progress, read_params, run_stage
 
 STAGE_IO = StageIO(
     deps=(LAYOUT.fetch.scorer, LAYOUT.slice.folder, LAYOUT.answer.folder),
@@ -50,7 +49,8 @@ def main() -> None:
     from bench.beam_code import beam_code_score, beam_code_summary
 
     run = read_params()
-    mode, params = run.mode, run.judge
+    params = run.judge
+    stage = ModelStage("judge", run, LAYOUT.judge, params.max_failed_share)
     questions = read_jsonl(LAYOUT.slice.questions, Question)
     rubrics = {r.question_id: r for r in read_jsonl(LAYOUT.slice.rubrics, Rubric)}
     traces = {t.question_id: t for t in read_jsonl(LAYOUT.answer.traces, Trace)}
@@ -61,17 +61,15 @@ def main() -> None:
         )
     prompts = load_scorer_prompts(params)
     files = LAYOUT.judge
-    remove_outputs(files.folder, files.wall_time, files.usage)
+    stage.remove_outs()
 
-    accounting = Accounting()
-    judge = open_model("judge", run, accounting=accounting)
-    judge.check_endpoint()
+    judge = stage.open_model("judge")
+    stage.check_endpoints([judge])
     rates = run.estimate.judge
     planned = estimate_judge(
         [rubrics[q.id] for q in questions], {q.id: q.question for q in questions}, rates, prompts
     )
-    if judge.budget is not None:
-        judge.budget.check_estimate(planned.calls, planned.tokens, what=f"judge ({mode})")
+    stage.check_estimate([judge], Spend(planned.calls, planned.tokens), f"judge ({run.mode})")
     counted = CountedModel(judge)
 
     # Rubric items of every question but event ordering are independent: run them as one
@@ -113,14 +111,7 @@ def main() -> None:
 
     calls = sum(j.calls for j in judgements)
     failures = judge_calls.failures
-    check_failed_share(
-        "judge",
-        "judge calls",
-        len(failures),
-        calls,
-        params.max_failed_share,
-        failures[-1] if failures else None,
-    )
+    stage.check_failures("judge calls", len(failures), calls, failures[-1] if failures else None)
     print(
         f"judge: {len(judgements)} questions, {calls} judge calls ({len(failures)} failed), "
         f"mean score {sum(j.score for j in judgements) / max(len(judgements), 1):.3f}",
@@ -128,9 +119,8 @@ def main() -> None:
     )
     write_jsonl(files.judgements, judgements)
     write_jsonl(files.questions, rows)
-    record = StageRun(mode=mode, models=[judge.metadata()], test_model=judge.test_model)
-    write_json(files.run, record.to_json())
-    write_json(files.usage, {"judge": counted.usage()})
+    record = StageRun(mode=run.mode, models=[judge.metadata()], test_model=judge.test_model)
+    stage.write_run(record, {"judge": counted.usage()})
     answers = {q.id: judged_answer(traces[q.id]) for q in questions}
     summary = judge_summary(
         summarize(judgements, list(rubrics.values())),
@@ -139,16 +129,7 @@ def main() -> None:
         beam_code_summary(judgements, answers),
     )
     write_json(files.summary, summary)
-    # The model layer's wait on the judge's calls (none for cache hits): wall time only.
-    write_json(
-        files.wall_time,
-        {
-            "seconds": {
-                "judge": accounting.to_metrics()["judge"]["seconds"],
-                "stage_judge": stage_seconds(),
-            }
-        },
-    )
+    write_json(files.wall_time, {"seconds": stage.seconds({"judge": "judge"})})
 
 
 if __name__ == "__main__":

@@ -22,13 +22,18 @@ from bench.judge_check.recipe import (
 from bench.judge_check.run import estimate_tokens, run_check
 from bench.judge_check.summary import judge_warning, summarize_check
 from bench.usage import CountedModel
-from clients.files import remove_outputs, write_json, write_jsonl
-from clients.llm.accounting import Accounting
-from clients.llm.client import build_model
-from schemas.errors import DataError, ParamsError, check_failed_share
+from clients.files import write_json, write_jsonl
+from clients.llm.accounting import Spend
+from schemas.errors import DataError, ParamsError
 from schemas.layout import LAYOUT, StageIO
 from schemas.runs import StageRun
-from stages.common import load_fixture, load_scorer_prompts, read_params, run_stage, stage_seconds
+from stages.common import (
+    ModelStage,
+    load_fixture,
+    load_scorer_prompts,
+    read_params,
+    run_stage,
+)
 
 STAGE_IO = StageIO(
     deps=(LAYOUT.fetch.scorer, LAYOUT.repair.dataset),
@@ -96,26 +101,14 @@ def main() -> None:
     rubrics, questions = read_items(read_release(), source, recipe_question_ids(recipe))
     cases = build_cases(recipe, rubrics, questions)
     prompts = load_scorer_prompts(params.judge)
-    remove_outputs(FILES.folder, FILES.wall_time, FILES.usage)
+    stage = ModelStage("judge_check", params, FILES, params.judge_check.max_failed_share)
+    stage.remove_outs()
 
-    accounting = Accounting()
-    judge = build_model(
-        "judge",
-        models=params.models,
-        llm=params.llm,
-        budget=params.budget,
-        mode=mode,
-        tier=params.tier,
-        accounting=accounting,
-    )
-    judge.check_endpoint()
+    judge = stage.open_model("judge")
+    stage.check_endpoints([judge])
     rates = params.estimate.judge
-    if judge.budget is not None:
-        judge.budget.check_estimate(
-            len(cases),
-            estimate_tokens(cases, prompts, rates.completion_tokens_per_call),
-            what=f"judge-check ({mode})",
-        )
+    planned = Spend(len(cases), estimate_tokens(cases, prompts, rates.completion_tokens_per_call))
+    stage.check_estimate([judge], planned, f"judge-check ({mode})")
     counted = CountedModel(judge)
     results = run_check(cases, counted, prompts)
     summary = summarize_check(results)
@@ -123,25 +116,16 @@ def main() -> None:
     # failure like in every stage (stop unless tolerated); a reply that came back and holds no
     # verdict for score_item (it has a reply) is the judge's measured parse failure.
     failed = [r for r in results if r.error is not None and r.reply is None]
-    check_failed_share(
-        "judge_check",
-        "judge calls",
-        len(failed),
-        len(results),
-        params.judge_check.max_failed_share,
-        failed[-1].error if failed else None,
+    stage.check_failures(
+        "judge calls", len(failed), len(results), failed[-1].error if failed else None
     )
     write_jsonl(FILES.cases, cases)
     write_jsonl(FILES.results, results)
     write_json(FILES.summary, summary.model_dump(mode="json"))
-    write_json(FILES.run, StageRun(mode=mode, models=[judge.metadata()]).to_json())
-    write_json(FILES.usage, {"judge": counted.usage()})
-    seconds = float(accounting.to_metrics().get("judge", {}).get("seconds", 0.0))
+    stage.write_run(StageRun(mode=mode, models=[judge.metadata()]), {"judge": counted.usage()})
     # wall time only, like the other stages: the agreement is a result (the summary, and the
     # headline in the report's metrics); wall time is no metric (noise on a shared machine)
-    write_json(
-        FILES.wall_time, {"seconds": {"judge_check": seconds, "stage_judge_check": stage_seconds()}}
-    )
+    write_json(FILES.wall_time, {"seconds": stage.seconds({"judge_check": "judge"})})
     print(
         f"judge-check: {len(cases)} cases, agreement {summary.agreement.overall:.0%}, "
         f"parse failures {summary.parse_failure_rate:.0%}, {len(failed)} failed calls",

@@ -207,7 +207,7 @@ def make_report() -> None:
         confidence=params.confidence,
         judge_check=summary,
         min_agreement=min_agreement,
-        cost=read_cost_plot(cost_plot(cost)),  # as stages/viewer.py reads it back
+        cost=read_cost_plot(cost_plot(cost)),  # as commands/viewer.py reads it back
         leak_check=inputs.leak_check,
     )
     write_atomic(VIEWER, render_run_page(page))

@@ -111,7 +111,7 @@ def load_system(
     `answer_model` gives full_context the context window when `full_context.context_tokens` is
     null (default: the agent's model as params name it, asked without a call). `mode` and `rates`
     replace params' `mode` and `estimate` (the estimate of another mode, or with rates taken from
-    a run: stages/estimate.py). `embedder` gives a system that embeds the stage's embedder
+    a run: commands/estimate.py). `embedder` gives a system that embeds the stage's embedder
     (default: the params' `models.embedding`, opened on first use: `lazy_embedder`)."""
     entry = system_entry(name or system_name(params))
     model = answer_model

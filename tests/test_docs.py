@@ -10,18 +10,18 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-PRODUCT = ("stages", "bench", "systems", "clients", "schemas")
+PRODUCT = ("commands", "stages", "bench", "systems", "clients", "schemas")
 WRITTEN = [
     REPO_ROOT / "README.md",
     *sorted(p for package in (*PRODUCT, "scripts") for p in (REPO_ROOT / package).rglob("*.py")),
 ]
 """What a newcomer reads: the README, the product's and the scripts' docstrings and comments."""
 NAMED_PATH = re.compile(
-    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas|scripts|tests|fixtures|neo4j-jars)"
+    r"(?<![\w./-])((?:commands|stages|bench|systems|clients|schemas|scripts|tests|fixtures|neo4j-jars)"
     r"/[\w./-]*\w)"
 )
 NAMED_MODULE = re.compile(
-    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas)(?:\.[A-Za-z_]\w*)+)"
+    r"(?<![\w./-])((?:commands|stages|bench|systems|clients|schemas)(?:\.[A-Za-z_]\w*)+)"
 )
 NOT_IN_THE_TREE = ("measurements/", "tests/artifacts", "tests/examples")
 """Folders named on purpose that a checkout does not hold: benchmark and test outputs, and

@@ -211,6 +211,19 @@ def test_the_pipeline_has_the_stages_in_order() -> None:
     assert list(dvc_stages()) == ORDER
 
 
+STAGE_SHELL = {"__init__", "common"}
+"""The modules of stages/ that are no stage: the package, and the entry-point shell the stages (and
+the commands beside them, commands/) share."""
+
+
+def test_stages_holds_the_pipeline_stages_and_nothing_else() -> None:
+    # a stage named `verify-hash` is stages/verify_hash.py (the only rename); a command a person
+    # runs beside the pipeline belongs in commands/, where editing it re-runs no stage
+    modules = {p.stem for p in (REPO_ROOT / "stages").iterdir() if p.name != "__pycache__"}
+    assert all((REPO_ROOT / "stages" / f"{m}.py").is_file() for m in modules), modules
+    assert modules - STAGE_SHELL == {name.replace("-", "_") for name in dvc_stages()}
+
+
 @pytest.mark.parametrize("name", ORDER)
 def test_stage_module_code_deps_and_params(name: str) -> None:
     stage = dvc_stages()[name]

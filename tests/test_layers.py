@@ -16,7 +16,7 @@ from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.process  # starts processes (a stage, a server, lint-imports, node)
 
-PACKAGES = ("stages", "bench", "systems", "clients", "schemas")
+PACKAGES = ("commands", "stages", "bench", "systems", "clients", "schemas")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 CONTRACTS: dict[str, str] = {
@@ -54,6 +54,12 @@ PLANTS = [
         "from stages import fetch\n",
         "stages.slice -> stages.fetch",
         {"stages-independent"},
+    ),
+    (
+        "commands/compare.py",
+        "from stages import fetch\n",
+        "commands.compare -> stages.fetch",
+        {"layers"},
     ),
     (
         "stages/answer.py",

@@ -19,7 +19,7 @@ Updates are read-modify-write under an exclusive `fcntl.flock` on the ledger its
 place as one fixed-size record, so concurrent processes never lose an update and never read half
 of one. The ledger holds `run_id`: when the environment variable BEAM_RUN_ID is set and differs
 from the ledger's, the ledger starts from zero (a new run of the same models); without it, spend
-accumulates across invocations until reset with `python -m stages.budget reset` (or
+accumulates across invocations until reset with `python -m commands.budget reset` (or
 `Budget.reset()`). This is deliberate: a run killed and started again is the same run, and cached
 calls are free, so a resumed run is charged only for the calls it really makes.
 
@@ -38,7 +38,7 @@ takes them off the spend: a killed call is NOT charged. No reply reached the pro
 was cached and the resumed run sends the same request again and is charged for it then; keeping
 the lost reservation too would charge one request twice (seen: 4 calls charged for 3 done).
 The provider may still have billed the lost prompt, so the released amounts are kept in the
-ledger (`released_calls`, `released_tokens`) and shown by `python -m stages.budget show`.
+ledger (`released_calls`, `released_tokens`) and shown by `python -m commands.budget show`.
 (An attempt that failed in a live process, e.g. a timeout before a retry, stays charged as a call:
 the request was sent and the process went on.)
 
@@ -48,7 +48,7 @@ lock (redis-py's `Lock`: SET NX with an expiry, released by a script that checks
 place of the flock, so every process on every machine naming that Redis charges one cap. Owners
 are then `<host>/<pid>:<start time>`: a process can tell only whether one on its own machine is
 gone, so a reservation of a process killed on another machine stays charged until a process on
-that machine releases it (or `stages.budget reset`): over-charged, never under.
+that machine releases it (or `commands.budget reset`): over-charged, never under.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ class Budget:
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
             raise BudgetError(
                 f"budget ledger {self.where} is not a valid ledger ({exc}); delete it or run "
-                f"`python -m stages.budget reset {self._reset_options()}`"
+                f"`python -m commands.budget reset {self._reset_options()}`"
             ) from exc
 
     def _render(self, ledger: Ledger) -> bytes:
@@ -431,7 +431,7 @@ class Budget:
         key = f"budget.tiers.{tier}.{mode}" if tier else f"budget.{mode}"
         return (
             f"raise {key} in settings.yaml, or start a new budget with "
-            f"`uv run --frozen python -m stages.budget reset {self._reset_options()}`"
+            f"`uv run --frozen python -m commands.budget reset {self._reset_options()}`"
             f" (or a new {RUN_ID_ENV}); calls already made are cached and will not be repeated"
         )
 
@@ -519,7 +519,8 @@ class Budget:
 
 
 def shared_run_keys(redis_url: str, mode: str) -> list[str]:
-    """The run keys of every ledger of a budget scope in a shared Redis (`stages.budget --all`)."""
+    """The run keys of every ledger of a budget scope in a shared Redis (`commands.budget
+    --all`)."""
     import redis
 
     prefix = f"beam-memory:budget:{mode}"

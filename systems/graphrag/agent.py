@@ -5,7 +5,7 @@ sees compact results (ids, short texts, dates), and ends with a final answer; th
 the one every agent answer shares (systems/agent_loop.py: step limit, text tool calls, the
 prefetched search, the trace). Every call and every id a tool returned is kept in the question's
 trace, with the chat message ids those ids trace back to (for evidence recall), so a reader can
-follow each step (`python -m stages.viewer`).
+follow each step (`python -m commands.viewer`).
 The tools' time (every call's, the prefetched search's) is the question's retrieval time
 (`timing_search`, systems/port.py), which the answer stage writes beside its wall time.
 """

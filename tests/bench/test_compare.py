@@ -28,10 +28,10 @@ from bench.compare import (
     select_runs,
 )
 from bench.wall_time import answer_wall_time, ingest_wall_time
+from commands.compare import main, wall_time_of
 from schemas.errors import DataError
 from schemas.roles import COST_KEYS
 from schemas.wall_time import QuestionTime, Spread
-from stages.compare import main, wall_time_of
 
 SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
 
@@ -334,7 +334,7 @@ def test_runs_that_differ_only_in_their_seed_report_the_spread_beside_their_inte
 
 
 def test_a_runs_regime_is_its_param_with_native_resolved_through_its_systems_entry() -> None:
-    from stages.compare import bare_regime, regime_of
+    from commands.compare import bare_regime, regime_of
 
     runs, _ = select_runs(read_exp_show(sweep()))
     by_system = {r.params["system"]: r for r in runs}

@@ -696,7 +696,7 @@ def test_a_run_without_its_slices_says_so(tmp_path: Path) -> None:
 
 
 def test_rates_of_another_systems_run_keep_its_build_and_answer_rates_from_params() -> None:
-    from stages.estimate import rates_from_run
+    from commands.estimate import rates_from_run
     from systems.no_memory import NoMemory
     from systems.rag import Rag
 

@@ -596,7 +596,7 @@ def test_stage_reads_the_restriction_from_params(
 def test_estimate_counts_only_the_kept_conversations(
     tmp_path: Path, data: Path, pinned: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stages.estimate import estimate_mode
+    from commands.estimate import estimate_mode
 
     (tmp_path / "data" / "repair").mkdir(parents=True)
     shutil.copy(data, tmp_path / "data" / "repair" / "dataset.parquet")

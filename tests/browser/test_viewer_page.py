@@ -1,6 +1,6 @@
 """The run viewer in headless Chromium, on the page of a real lite run: `dvc repro` in a temporary
 copy of the repo (loopback Hub mirror, scorer stand-in, the scripted test model), then
-`python -m stages.viewer`. A person's checks: the headline and a known question's answer and
+`python -m commands.viewer`. A person's checks: the headline and a known question's answer and
 rubric verdicts are on screen, the benchmark-code score and the judge check (its agreement per kind
 and warning) beside the headline, the filters hide the other question, no text of the run becomes
 markup or script, and the page makes no request. The screenshot is kept in tests/artifacts/."""
@@ -18,10 +18,10 @@ import pytest
 
 from bench.viewer.data import PREFETCH_TEXT
 from clients.files import read_jsonl, write_jsonl
+from commands import viewer as viewer_command
 from schemas.judging import Judgement
 from schemas.records import Rubric
 from schemas.traces import Trace
-from stages import viewer as viewer_stage
 from stages.common import read_params
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import repo_copy
@@ -52,14 +52,14 @@ def lite_run(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         written_by_report = (repo.path / "reports/run.html").read_bytes()
         done = repo.stage("viewer")
         assert done.returncode == 0, done.stderr
-        # the report stage and the viewer stage build the page from the same run alike
+        # the report stage and the viewer command build the page from the same run alike
         assert (repo.path / "reports/run.html").read_bytes() == written_by_report
         yield repo.path
 
 
 def write_viewer() -> Path:
-    """What `python -m stages.viewer` does in the working directory."""
-    return viewer_stage.write_page(read_params())
+    """What `python -m commands.viewer` does in the working directory."""
+    return viewer_command.write_page(read_params())
 
 
 def open_page(browser: Any, page_file: Path) -> tuple[Any, list[str], list[str]]:

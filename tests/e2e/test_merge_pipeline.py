@@ -4,7 +4,7 @@ single-conversation runs.
 The recipe of README "Beyond one machine", with two clones standing in for two machines: a bare
 git repository and a DVC remote (local folders) between them, each clone runs `dvc exp run -S
 'slice.conversations=[i]'` and `dvc exp push`es it, a third clone `dvc exp pull`s both, applies
-each into a folder of its own and `python -m stages.merge`s them. The merged record, headline,
+each into a folder of its own and `python -m commands.merge`s them. The merged record, headline,
 page, question scores and the judge's files must equal, byte for byte, those of one run of both
 conversations in the first copy (no field is left out: no out under data/, reports/ or metrics/
 holds a wall time or a run id). rag (BM25, no Neo4j) and the scripted test model keep it fast:
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.beam, pytest.mark.slow]
 CONVERSATIONS = ("4", "17")
 """Two of full's five conversations, each a part."""
 RUN_FILES = ("data", "metrics", "reports", "params.yaml", "pins.yaml", "dvc.lock")
-"""What a part is: the folder of a finished run (stages/merge.py)."""
+"""What a part is: the folder of a finished run (commands/merge.py)."""
 EQUAL = (
     "reports/memory.md",
     "reports/run.html",
@@ -106,7 +106,7 @@ def test_split_run_on_two_clones_merges_into_the_two_conversation_run(
             merger.dvc("exp", "pull", "origin", f"part{conv}")
             merger.dvc("exp", "apply", f"part{conv}")
             parts.append(str(keep_run(merger, tmp_path / "parts" / f"part{conv}")))
-        merger.python("-m", "stages.merge", *parts)
+        merger.python("-m", "commands.merge", *parts)
 
         differ = [
             rel
@@ -121,7 +121,7 @@ def test_split_run_on_two_clones_merges_into_the_two_conversation_run(
         assert "max_equivalence_calls: 200" in params
         (odd / "params.yaml").write_text(params.replace("calls: 200", "calls: 100"))
         record = (merger.path / "reports/memory.md").read_bytes()
-        refused = merger.run("-m", "stages.merge", parts[0], str(odd), timeout=600)
+        refused = merger.run("-m", "commands.merge", parts[0], str(odd), timeout=600)
         assert refused.returncode != 0
         assert "judge.max_equivalence_calls" in refused.stderr
         assert (merger.path / "reports/memory.md").read_bytes() == record

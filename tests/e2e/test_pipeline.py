@@ -91,7 +91,7 @@ STAGE_FILES = {
 
 
 def assert_estimate_round_trip(repo: RepoCopy, from_: str = ".") -> dict[str, Any]:
-    """Rates taken FROM this run (`stages.estimate --from`), fed back into the estimator for the
+    """Rates taken FROM this run (`commands.estimate --from`), fed back into the estimator for the
     same mode, predict this run; returns the estimate's JSON.
 
     What it shows: the rates are read from the run's files the way the estimator means them

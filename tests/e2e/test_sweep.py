@@ -6,7 +6,7 @@ runs its data stages and the judge check (`dvc repro judge-check`, committed, as
 checkout has run `dvc repro`), then `dvc exp run --queue -S <param>=a,b,c,d` and
 `dvc queue start -j 2`. Each queued experiment runs in its own copy under `.dvc/tmp/exps/`; the
 checkout's Neo4j jars (no BEAM_NEO4J_LIB), call cache and spend ledger serve them all
-(clients/shared_root.py). Then `python -m stages.compare` has one column per experiment, the
+(clients/shared_root.py). Then `python -m commands.compare` has one column per experiment, the
 ledger is one file that counted every call the server saw, and a second sweep of one value
 (rag: its embeddings are called in both stages), whose stages run again in a fresh copy, makes
 no model call.
@@ -209,7 +209,7 @@ def ledgers(repo: RepoCopy) -> list[Path]:
 
 
 def compare(repo: RepoCopy, *names: str) -> str:
-    return repo.python("-m", "stages.compare", *names, timeout=300)
+    return repo.python("-m", "commands.compare", *names, timeout=300)
 
 
 def traces(repo: RepoCopy) -> list[dict[str, Any]]:

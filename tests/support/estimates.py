@@ -2,7 +2,7 @@
 
 The headline (metrics/report.json) keeps the calls and tokens a run took, not the estimate (it is
 in the record's cost table); tests and benchmarks that hold the estimator to a run get it here,
-computed in the copy by `python -m stages.estimate --json` exactly as `make estimate` prints it:
+computed in the copy by `python -m commands.estimate --json` exactly as `make estimate` prints it:
 with the copy's params rates, or with the rates taken from a finished run (`from_`: a folder, a
 git revision or a DVC experiment name of the copy).
 """
@@ -23,8 +23,8 @@ ROLE_OF = {**{cost_key(role): role for role in ROLES}, "total": "total"}
 
 
 def estimate_json(repo: RepoCopy, from_: str | None = None, mode: str | None = None) -> Any:
-    """`python -m stages.estimate --json` in the copy (no model call, no server)."""
-    args = [sys.executable, "-m", "stages.estimate", "--json"]
+    """`python -m commands.estimate --json` in the copy (no model call, no server)."""
+    args = [sys.executable, "-m", "commands.estimate", "--json"]
     args += ["--from", from_] if from_ else []
     args += ["--mode", mode] if mode else []
     done = subprocess.run(

@@ -1,6 +1,7 @@
 """The run viewer without a browser: the page's data, the escaping of untrusted text, the page's
-policy, and the viewer stage (`stages.viewer.write_page`) over a small run laid out in a temporary
-folder. The page in a real browser, on a real lite run, is tests/browser/test_viewer_page.py."""
+policy, and the viewer command (`commands.viewer.write_page`) over a small run laid out in a
+temporary folder. The page in a real browser, on a real lite run, is
+tests/browser/test_viewer_page.py."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ import yaml
 from bench.viewer.data import EVIDENCE_CHARS, REACHED_CHARS
 from bench.viewer.page import CSS, SCRIPT, embed_json, render_page
 from clients.files import write_json, write_jsonl
+from commands import viewer as viewer_command
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, ItemScore, Judgement
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
 from schemas.roles import COST_KEYS
 from schemas.traces import ToolCallRecord, Trace
-from stages import viewer as viewer_stage
 from stages.common import read_params
 from tests.conftest import REPO_ROOT
 
@@ -256,8 +257,8 @@ def lay_out_run(root: Path, *, failures: bool = True) -> None:
 
 
 def write_viewer(out: Path = Path("reports/run.html")) -> Path:
-    """What `python -m stages.viewer --out OUT` does in the working directory."""
-    return viewer_stage.write_page(read_params(), out)
+    """What `python -m commands.viewer --out OUT` does in the working directory."""
+    return viewer_command.write_page(read_params(), out)
 
 
 def embedded(page: str) -> Any:

@@ -234,7 +234,7 @@ def test_harness_killed_by_a_signal_leaves_no_jvm(
 def test_the_class_archive_is_written_once_and_every_later_start_maps_it(
     graph_params: GraphParams, no_jvm_left: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`make neo4j`'s archive step (stages/neo4j_archive.py) on a jar folder of its own (links
+    """`make neo4j`'s archive step (commands/neo4j_archive.py) on a jar folder of its own (links
     to the checkout's jars): the JVM writes the archive at exit, it is moved in place whole, a
     second call writes nothing, and a server started afterwards has it mapped in memory."""
     lib = no_jvm_left / "archived" / "lib"

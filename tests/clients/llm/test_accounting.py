@@ -31,10 +31,10 @@ from clients.llm.client import BatchStopped, LlmClient
 from clients.llm.port import ChatRequest, Message
 from clients.scripted.backend import read_record
 from clients.scripted.rules import RECORD_ENV
+from commands.budget import main
 from schemas.errors import BudgetError
 from schemas.params import LlmParams, ModelRef
 from schemas.roles import ROLES
-from stages.budget import main
 from tests.support.params import repo_params
 
 

@@ -208,7 +208,7 @@ def test_two_processes_cannot_together_spend_past_one_cap(redis_url: str, tmp_pa
     status = budget.status()
     assert status.spent == Spend(40, 40 * 7) and status.in_flight == Spend(0, 0)
     assert not any(p.exists() for p in tmp_path.rglob("budget-*.json"))  # no file ledger
-    assert "shared1" in shared_run_keys(redis_url, "lite")  # what `stages.budget --all` lists
+    assert "shared1" in shared_run_keys(redis_url, "lite")  # what `commands.budget --all` lists
 
 
 def test_a_shared_reservation_of_a_dead_process_here_is_released(

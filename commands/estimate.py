@@ -8,7 +8,7 @@ with `--from RUN`, those a finished run shows (a run folder, or a git revision o
 name; bench/estimate.py says what is read): each is printed with where it came from, then the
 estimate beside the mode's cap.
 
-Usage: `python -m stages.estimate [--mode lite|full|all] [--from RUN] [--json]`
+Usage: `python -m commands.estimate [--mode lite|full|all] [--from RUN] [--json]`
 (or `make estimate MODE=full [FROM=RUN]`).
 """
 
@@ -141,7 +141,7 @@ def rates_from_run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m stages.estimate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m commands.estimate", description=__doc__)
     parser.add_argument("--mode", choices=MODES, default=None)
     parser.add_argument(
         "--from",

@@ -11,10 +11,10 @@ commit (`git show <rev>:metrics/questions.csv`, `metrics/usage/ingest.json`,
 are bench/compare.py, whose docstring lists the rows, and bench/paired.py. Not a DVC stage: its
 inputs are the experiments themselves.
 
-    python -m stages.compare                    # every finished experiment of HEAD (a sweep)
-    python -m stages.compare exp-a exp-b main   # these experiments / branches / commits
-    python -m stages.compare --rev v1 ...       # also the experiments of commit v1
-    python -m stages.compare --from-json show.json   # a saved `dvc exp show --json`
+    python -m commands.compare                    # every finished experiment of HEAD (a sweep)
+    python -m commands.compare exp-a exp-b main   # these experiments / branches / commits
+    python -m commands.compare --rev v1 ...       # also the experiments of commit v1
+    python -m commands.compare --from-json show.json   # a saved `dvc exp show --json`
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def wall_time_of(run: Run) -> RunWallTime:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m stages.compare",
+        prog="python -m commands.compare",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -11,7 +11,7 @@ them (`python -m stages.report`): reports/memory.md, metrics/report.json, the pl
 page are those of one run of all the parts' conversations. Not a DVC stage: its inputs are other
 runs.
 
-    python -m stages.merge parts/a parts/b       # README "Beyond one machine"
+    python -m commands.merge parts/a parts/b       # README "Beyond one machine"
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def copy_rest(parts: Sequence[Path], folder: Path, merged: set[str], out: Path) 
                 if not filecmp.cmp(taken[rel], path, shallow=False):
                     raise DataError(
                         f"{folder / rel} differs between {taken[rel]} and {path}: a file of "
-                        "every part must be the same, or be merged (stages/merge.py)"
+                        "every part must be the same, or be merged (commands/merge.py)"
                     )
                 continue
             taken[rel] = path
@@ -263,7 +263,7 @@ def swap_in(tmp: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m stages.merge", description=(__doc__ or "").split("\n")[0]
+        prog="python -m commands.merge", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("parts", nargs="+", type=Path, help="the folders of the runs to merge")
     args = parser.parse_args()

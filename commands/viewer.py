@@ -66,7 +66,7 @@ def write_page(params: Params, out: Path = LAYOUT.report.page) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m stages.viewer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m commands.viewer", description=__doc__)
     default = LAYOUT.report.page
     parser.add_argument("--out", type=Path, default=default, help=f"where to write it ({default})")
     out = write_page(read_params(), parser.parse_args().out)

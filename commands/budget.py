@@ -1,4 +1,4 @@
-"""budget: show or reset the spend ledger of a run (`python -m stages.budget show`)."""
+"""budget: show or reset the spend ledger of a run (`python -m commands.budget show`)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ local server reads the archive (`-XX:SharedArchiveFile`), which took its start f
 on the 2-core machine (scripts/measure_neo4j_archive.py). Runs nothing when the archive of these
 jars and this java exists.
 
-    python -m stages.neo4j_archive
+    python -m commands.neo4j_archive
 """
 
 from __future__ import annotations
