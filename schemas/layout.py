@@ -42,6 +42,11 @@ class FetchFiles:
     scorer: Path = DATA / "scorer"
     """The benchmark's pinned scorer files, each at its repository path below this folder."""
 
+    def protocol_file(self, protocol: str, path: str) -> Path:
+        """A scoring protocol's pinned file (pins.yaml `judge.protocol_sources`), at its
+        repository path below `<scorer>/protocols/<protocol>/`."""
+        return self.scorer / "protocols" / protocol / path
+
 
 @dataclass(frozen=True)
 class VerifyHashFiles:
@@ -157,6 +162,16 @@ class JudgeFiles(SystemStageFiles):
     def questions(self) -> Path:
         """One row per question: its scores and what they took."""
         return self.folder / "questions.jsonl"
+
+    @property
+    def protocol_questions(self) -> Path:
+        """One row per question and scoring protocol (params `judge.protocols`)."""
+        return self.folder / "protocol_questions.jsonl"
+
+    @property
+    def protocols(self) -> Path:
+        """Each scoring protocol's scores per ability and overall, with its label."""
+        return self.folder / "protocols.json"
 
 
 @dataclass(frozen=True)

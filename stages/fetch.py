@@ -80,6 +80,30 @@ def fetch_scorer(
     return written
 
 
+def fetch_protocol_sources(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Path]:
+    """Every scoring protocol's pinned files (pins.yaml `judge.protocol_sources`), from the cache
+    or downloaded, at `LAYOUT.fetch.protocol_file`. All pinned ones, not only those params
+    `judge.protocols` lists, so that adding a protocol to a run re-runs no fetch."""
+    written = []
+    for name, pin in sorted(params.protocol_sources.items()):
+        for path, sha256 in pin.files.items():
+            cached = cache_dir / pin.commit / path
+            github.download_pinned(
+                base_url=params.base_url,
+                repo=pin.repo,
+                commit=pin.commit,
+                path=path,
+                sha256=sha256,
+                dest=cached,
+                timeout_seconds=params.timeout_seconds,
+                max_attempts=params.max_attempts,
+            )
+            target = LAYOUT.fetch.protocol_file(name, path)
+            copy_atomic(cached, target)
+            written.append(target)
+    return written
+
+
 def main() -> None:
     run = read_params()
     release, judge = run.tier_release, run.judge
@@ -93,6 +117,8 @@ def main() -> None:
         )
     for path in fetch_scorer(judge):
         print(f"fetch: scorer file {judge.scorer_repo}@{judge.scorer_commit} -> {path}")
+    for path in fetch_protocol_sources(judge):
+        print(f"fetch: scoring protocol file -> {path}")
 
 
 if __name__ == "__main__":

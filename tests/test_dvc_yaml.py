@@ -76,6 +76,7 @@ EXPECTED_PARAMS = {
     "judge": [
         "mode",  # written in run.json
         "judge.max_equivalence_calls",  # past it, event lines count as unmatched
+        "judge.protocols",  # the scoring protocols that score the same answers
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
         "llm.seed",
