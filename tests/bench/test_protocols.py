@@ -467,3 +467,65 @@ def test_the_pinned_exabase_hash_is_a_sha256() -> None:
     assert pin.commit == "1faac1e70fa50d92d966904358be98bb1beca0c8"
     assert list(pin.files) == [exabase.PROMPTS_FILE]
     assert hashlib.sha256(b"").hexdigest() not in pin.files.values()
+
+
+# -- the record's table and the headline ---------------------------------------------------
+
+
+def _summary() -> Any:
+    from schemas.protocols import ProtocolsSummary
+
+    def row(protocol: str, ability: str, score: float) -> ProtocolQuestion:
+        return ProtocolQuestion(
+            protocol=protocol,  # type: ignore[arg-type]
+            question_id=f"{ability}:{score}",
+            ability=ability,
+            score=score,
+            calls=1,
+            failed_calls=0,
+        )
+
+    scores = []
+    for name, values in (("beam_code", (0.5, 0.0)), ("omnimemeval", (1.0, 0.5))):
+        rows = [row(name, "abstention", values[0]), row(name, "event_ordering", values[1])]
+        ok, label = protocol_label(
+            PROTOCOLS[name],  # type: ignore[index]
+            incomplete=incomplete_reason("all", []),
+            judge_model="judge-x",
+            test_model=False,
+        )
+        scores.append(
+            summarize_protocol(
+                PROTOCOLS[name],  # type: ignore[index]
+                rows,
+                source="o/r@c",
+                judge_model="judge-x",
+                paper_comparable=ok,
+                label=label,
+            )
+        )
+    return ProtocolsSummary(protocols=scores)
+
+
+def test_record_table_is_ability_by_protocol_with_judges_and_labels() -> None:
+    from bench.protocols.table import protocol_table
+
+    lines = protocol_table(_summary())
+    text = "\n".join(lines)
+    assert "| ability | beam_code (judge `judge-x`) | omnimemeval (judge `judge-x`) |" in text
+    assert "| abstention | 0.500 | 1.000 |" in text
+    assert "| event_ordering | 0.000 | 0.500 |" in text
+    assert "| summarization | – | – |" in text
+    assert "| overall (micro) | 0.250 | 0.750 |" in text
+    assert "**paper-comparable (BEAM's prompts and formula, judge judge-x)**" in text
+    assert "**OmniMemEval protocol (judge judge-x); not paper-comparable" in text
+
+
+def test_headline_carries_each_other_protocol_and_keeps_beam_code_keys() -> None:
+    from bench.protocols.table import protocol_metrics
+    from schemas.headline import Headline
+
+    metrics = protocol_metrics(_summary())
+    assert metrics == {"omnimemeval": pytest.approx(0.75)}
+    assert "protocol_score" not in Headline().model_dump(mode="json")  # beam_code alone: absent
+    assert Headline(protocol_score=metrics).model_dump(mode="json")["protocol_score"] == metrics
