@@ -42,10 +42,18 @@ class FetchFiles:
     scorer: Path = DATA / "scorer"
     """The benchmark's pinned scorer files, each at its repository path below this folder."""
 
+    protocols: Path = DATA / "protocols"
+    """The pinned files of the scoring protocols params `judge.protocols` lists, and
+    `sources.json` naming them (only the judge stage reads them)."""
+
+    @property
+    def protocol_sources(self) -> Path:
+        return self.protocols / "sources.json"
+
     def protocol_file(self, protocol: str, path: str) -> Path:
         """A scoring protocol's pinned file (pins.yaml `judge.protocol_sources`), at its
-        repository path below `<scorer>/protocols/<protocol>/`."""
-        return self.scorer / "protocols" / protocol / path
+        repository path below `<protocols>/<protocol>/`."""
+        return self.protocols / protocol / path
 
 
 @dataclass(frozen=True)

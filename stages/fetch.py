@@ -13,13 +13,13 @@ from pathlib import Path
 from bench.fetch import FETCH_OUT, fetched_path, pinned_file
 from bench.scorer_prompts import scorer_file_path
 from clients import github
-from clients.files import remove_outputs, write_atomic
+from clients.files import remove_outputs, write_atomic, write_json
 from clients.hub import download_pinned, resolve_endpoint
 from schemas.layout import LAYOUT, StageIO
 from schemas.params import FetchParams, JudgeParams, Release
 from stages.common import read_params, run_stage
 
-STAGE_IO = StageIO(outs=(LAYOUT.fetch.dataset, LAYOUT.fetch.scorer))
+STAGE_IO = StageIO(outs=(LAYOUT.fetch.dataset, LAYOUT.fetch.scorer, LAYOUT.fetch.protocols))
 
 SCORER_CACHE = Path(".cache/scorer")
 
@@ -81,11 +81,16 @@ def fetch_scorer(
 
 
 def fetch_protocol_sources(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Path]:
-    """Every scoring protocol's pinned files (pins.yaml `judge.protocol_sources`), from the cache
-    or downloaded, at `LAYOUT.fetch.protocol_file`. All pinned ones, not only those params
-    `judge.protocols` lists, so that adding a protocol to a run re-runs no fetch."""
+    """The pinned files (pins.yaml `judge.protocol_sources`) of each scoring protocol params
+    `judge.protocols` lists, from the cache or downloaded, at `LAYOUT.fetch.protocol_file`, and
+    `sources.json` naming them (written even when there are none, so the out always exists).
+    Only the listed ones: a run of beam_code alone needs no other repository."""
+    remove_outputs(LAYOUT.fetch.protocols)
     written = []
-    for name, pin in sorted(params.protocol_sources.items()):
+    listed = {
+        name: params.protocol_sources[name] for name in params.protocols if name != "beam_code"
+    }
+    for name, pin in listed.items():
         for path, sha256 in pin.files.items():
             cached = cache_dir / pin.commit / path
             github.download_pinned(
@@ -101,6 +106,8 @@ def fetch_protocol_sources(params: JudgeParams, cache_dir: Path = SCORER_CACHE) 
             target = LAYOUT.fetch.protocol_file(name, path)
             copy_atomic(cached, target)
             written.append(target)
+    sources = {name: pin.model_dump(mode="json") for name, pin in listed.items()}
+    write_json(LAYOUT.fetch.protocol_sources, sources)
     return written
 
 

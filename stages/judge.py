@@ -47,7 +47,7 @@ from stages.common import (
 )
 
 STAGE_IO = StageIO(
-    deps=(LAYOUT.fetch.scorer, LAYOUT.slice.folder, LAYOUT.answer.folder),
+    deps=(LAYOUT.fetch.scorer, LAYOUT.fetch.protocols, LAYOUT.slice.folder, LAYOUT.answer.folder),
     outs=(LAYOUT.judge.folder, LAYOUT.judge.usage, LAYOUT.judge.wall_time),
 )
 

@@ -2,10 +2,11 @@
 
 A lite `dvc repro` of a repo copy (loopback Hub mirror, the scorer's and the protocols' stand-in
 files on the loopback raw host, the scripted test model), then params `judge.protocols` set to
-[beam_code, omnimemeval, exabase] and `dvc repro` again: ingest and answer (and every stage
-before them) are skipped and send no request; the judge sends only the new protocols' calls
-(its own verdicts come from the call cache); the record, the page and the headline carry the
-ability × protocol table, and the beam_code numbers stay as they were.
+[beam_code, omnimemeval, exabase] and `dvc repro` again: fetch adds the protocols' files (its
+dataset unchanged), ingest and answer (and every stage between) are skipped and send no
+request; the judge sends only the new protocols' calls (its own verdicts come from the call
+cache); the record, the page and the headline carry the ability × protocol table, and the
+beam_code numbers stay as they were.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ def test_adding_protocols_reruns_only_judge_and_report(tmp_path: Path) -> None:
         repo.update_params({"judge": {"protocols": ["beam_code", "omnimemeval", "exabase"]}})
         second = repo.dvc("repro")
 
-        for stage in ("fetch", "slice", "ingest", "answer"):
+        # fetch puts the new protocols' files in data/protocols; its dataset is unchanged, so
+        # nothing after it re-runs but the judge (which reads those files) and the report
+        for stage in ("verify-hash", "repair", "slice", "ingest", "answer", "judge-check"):
             assert f"Running stage '{stage}'" not in second, second
-        for stage in ("judge", "report"):
+        for stage in ("fetch", "judge", "report"):
             assert f"Running stage '{stage}'" in second, second
         # ingest and answer did not run: their wall-time files (seconds) are as they were
         assert (repo.path / "metrics" / "wall_time" / "answer.json").read_bytes() == answer_wall
