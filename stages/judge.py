@@ -46,8 +46,10 @@ from stages.common import (
     stage_seconds,
 )
 
+# LAYOUT.fetch.protocols is read but no dep: its bytes follow from pins.yaml and params
+# judge.protocols, which the stage tracks, and are hash-checked on reading (dvc.yaml).
 STAGE_IO = StageIO(
-    deps=(LAYOUT.fetch.scorer, LAYOUT.fetch.protocols, LAYOUT.slice.folder, LAYOUT.answer.folder),
+    deps=(LAYOUT.fetch.scorer, LAYOUT.slice.folder, LAYOUT.answer.folder),
     outs=(LAYOUT.judge.folder, LAYOUT.judge.usage, LAYOUT.judge.wall_time),
 )
 
