@@ -23,9 +23,16 @@ NAMED_PATH = re.compile(
 NAMED_MODULE = re.compile(
     r"(?<![\w./-])((?:commands|stages|bench|systems|clients|schemas)(?:\.[A-Za-z_]\w*)+)"
 )
-NOT_IN_THE_TREE = ("measurements/", "tests/artifacts", "tests/examples")
-"""Folders named on purpose that a checkout does not hold: benchmark and test outputs, and
-llama.cpp's own `tests/examples` (a build flag of the local model)."""
+NOT_IN_THE_TREE = (
+    "measurements/",
+    "tests/artifacts",
+    "tests/examples",
+    "scripts/beam/",
+    "scripts/utils/",
+)
+"""Folders named on purpose that a checkout does not hold: benchmark and test outputs,
+llama.cpp's own `tests/examples` (a build flag of the local model), and OmniMemEval's files read
+at their pin (bench/protocols/omnimemeval.py)."""
 ENV_READ = re.compile(
     r"""(?:\b(?:environ|env)(?:\.get\(\s*|\[\s*)|_ENV\s*=\s*|ENV_\w+\s*=\s*)"""
     r"""["']([A-Z][A-Z0-9_]+)["'](?!\]\s*=[^=])"""
