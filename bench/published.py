@@ -1,6 +1,6 @@
 """published: the table of other systems' published BEAM numbers (markdown), from their records.
 
-Pure: the caller reads fixtures/published_results.json (commands/published_table.py); README's
+Pure: the caller reads docs/published_results.json (commands/published_table.py); README's
 generator and docs/published.md show what this renders.
 """
 

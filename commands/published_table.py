@@ -22,7 +22,7 @@ def read_published(path: Path = PUBLISHED_RESULTS) -> PublishedResults:
 
 
 def published_table(path: Path = PUBLISHED_RESULTS) -> str:
-    """The markdown table of `path` (fixtures/published_results.json)."""
+    """The markdown table of `path` (docs/published_results.json)."""
     return render_published_table(read_published(path).results)
 
 
