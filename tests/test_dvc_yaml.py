@@ -53,6 +53,7 @@ EXPECTED_PARAMS = {
         "rag.retriever",  # dense and hybrid embed the chunks in the build
         "graph.retrieval",  # hybrid embeds the graph's texts and pairs look-alikes by meaning
         "graphiti.episode",  # Graphiti's unit: a chunk or a message per episode
+        "replay",  # the published contexts replay reads (which source, which local copy)
         "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
         "models.embedding",  # the vectors of a build that embeds
@@ -67,6 +68,7 @@ EXPECTED_PARAMS = {
         "graphiti.top_k",  # the facts in graphiti's prompt
         "graphiti.entities",  # the entities in graphiti's prompt
         "full_context",  # the context window and the reply's room decide what the prompt holds
+        "replay",  # the published contexts replay answers from
         "models.agent",
         "models.embedding",  # the questions' vectors
         "llm.seed",
