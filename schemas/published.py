@@ -154,3 +154,13 @@ def check_published_bytes(name: str, pinned_sha256: str | None, path: Path, data
             f"`published.{name}.sha256` is {pinned_sha256}: a different or damaged copy; fetch "
             "the pinned commit again"
         )
+
+
+PUBLISHED_CACHE = Path(".cache/published")
+"""Where the fetch stage keeps a published file it downloaded (system replay with no
+`replay.file`): `<this>/<repo>/<commit>/<path>`, a cache like the scorer's, its bytes fixed by the
+pinned sha256 and checked again on every read."""
+
+
+def fetched_published_path(repo: str, commit: str, path: str) -> Path:
+    return PUBLISHED_CACHE / repo / commit / path

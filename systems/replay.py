@@ -5,8 +5,9 @@ Some systems publish, per BEAM question, the context their answerer saw (past.de
 to our answer model and judged by our judge, they measure *our reader and judge on their
 retrieval*, the fairest comparison across systems the field has found, never the system itself,
 which is not run: the record says so (`record_settings`). The file is read from params
-`replay.file`, checked against its sha256 in pins.yaml `published.<replay.source>` (a file with
-none pinned is refused with the command that prints its hash).
+`replay.file`, or where the fetch stage downloads it at its pinned commit when that is null, and
+checked against its sha256 in pins.yaml `published.<replay.source>` either way (a file with none
+pinned is refused with the command that prints its hash).
 
 Build: no model call; the conversation's contexts, keyed by our question ids, go to its memory
 file. Answer: one call with the question's context in the shared one-shot prompt
@@ -34,6 +35,7 @@ from schemas.estimate import RoleEstimate
 from schemas.params import AgentRates, Params, PublishedPin
 from schemas.published import (
     check_published_bytes,
+    fetched_published_path,
     question_id_from_underscored,
 )
 from schemas.records import ChatSlice, Question
@@ -197,8 +199,9 @@ class Replay(OneShotRates):
                 data = self.file.read_bytes()
             except FileNotFoundError as exc:
                 raise DataError(
-                    f"replay.file {self.file} not found: a local copy of {self.pin.repo}"
-                    f"{'@' + self.pin.commit if self.pin.commit else ''} {self.pin.path}"
+                    f"{self.file} not found: set params `replay.file` to a local copy of "
+                    f"{self.pin.repo}{'@' + self.pin.commit if self.pin.commit else ''} "
+                    f"{self.pin.path}, or leave it null and run `dvc repro fetch` with network"
                 ) from exc
             check_published_bytes(self.source, self.pin.sha256, self.file, data)
             self._contexts = parse_contexts(self.pin.layout, data)
@@ -290,12 +293,14 @@ def replay_source(params: Params) -> tuple[str, PublishedPin, Path]:
             f"replay.source {source!r} is no published context file of pins.yaml; pinned: "
             f"{', '.join(usable)}"
         )
-    if file is None:
+    if file is not None:
+        return source, pin, Path(file)
+    if pin.commit is None:
         raise ParamsError(
-            f"system replay needs params `replay.file`: a local copy of {pin.repo}"
-            f"{'@' + pin.commit if pin.commit else ''} {pin.path}"
+            f"system replay needs params `replay.file` for {source!r}: no commit of {pin.repo} is "
+            f"pinned to fetch {pin.path} from, so only a local copy can be read"
         )
-    return source, pin, Path(file)
+    return source, pin, fetched_published_path(pin.repo, pin.commit, pin.path)
 
 
 def build_system(context: SystemContext) -> Replay:
