@@ -356,6 +356,40 @@ class JudgeParams(Record):
         return self
 
 
+PublishedLayout = Literal["jelly_answers", "jelly_verdicts", "pastdev_results", "amb_results"]
+"""The per-question layouts of other systems' published files (../shared/published/README.md):
+Jelly's answers and verdicts (JSONL), past.dev's results.jsonl (one row a question, its recall the
+context) and agent-memory-benchmark's results (JSON, gzipped or not: `results[].context`)."""
+
+
+class PublishedPin(Record):
+    """Another system's published per-question file, pinned (pins.yaml `published`): where it is
+    published and the bytes it must hash to. A file is read only when its sha256 is pinned."""
+
+    layout: PublishedLayout
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    commit: str | None = Field(pattern=r"^[0-9a-f]{40}$")
+    """None: no commit is known, so it cannot be fetched (a local copy only)."""
+    path: str
+    """The file's path in `repo` at `commit` (fetched there where there is network)."""
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """None: not pinned yet; the file is refused until a person pins its hash."""
+    licence: str
+    system: str
+    """Whose results these are, for the record's label."""
+    models: str
+    """The models that produced them (their retrieval's and their answerer's), for the label."""
+
+
+class ReplayParams(Record):
+    """System `replay`: answer each question from another system's published context."""
+
+    source: str | None = None
+    """A pin of pins.yaml `published` with a context layout (pastdev_results, amb_results)."""
+    file: str | None = None
+    """Its local copy; None: where the fetch stage puts it (data/fetch/published/<path>)."""
+
+
 class PerMode(Record):
     lite: int = Field(ge=0)
     full: int = Field(ge=0)
@@ -619,6 +653,9 @@ class Params(Record):
     parallel: ParallelParams = ParallelParams()
     budget: BudgetParams
     judge: JudgeParams
+    published: dict[str, PublishedPin] = Field(default_factory=dict)
+    """Other systems' published per-question files (rescore, replay), by name."""
+    replay: ReplayParams = ReplayParams()
 
     @model_validator(mode="after")
     def _tier_is_pinned(self) -> Params:

@@ -1,5 +1,6 @@
 """fetch: the pinned BEAM parquet into `data/fetch/dataset.parquet`, and the benchmark's pinned
-scorer files (judge prompts) into `data/scorer/` (params `judge`).
+scorer files (judge prompts) into `data/scorer/` (params `judge`); for system replay without a
+local `replay.file`, its pinned published file into a cache (schemas/published.py).
 
 The entry point and the stage's only shell: it reads params, makes the downloads through the doors
 (clients/hub.py, clients/github.py) and writes the outs; bench/fetch.py's docstring says what is
@@ -15,8 +16,10 @@ from bench.scorer_prompts import scorer_file_path
 from clients import github
 from clients.files import remove_outputs, write_atomic, write_json
 from clients.hub import download_pinned, resolve_endpoint
+from schemas.errors import IntegrityError
 from schemas.layout import LAYOUT, StageIO
-from schemas.params import FetchParams, JudgeParams, Release
+from schemas.params import FetchParams, JudgeParams, Params, Release
+from schemas.published import fetched_published_path, hash_command
 from stages.common import read_params, run_stage
 
 STAGE_IO = StageIO(outs=(LAYOUT.fetch.dataset, LAYOUT.fetch.scorer, LAYOUT.fetch.protocols))
@@ -111,6 +114,37 @@ def fetch_protocol_sources(params: JudgeParams, cache_dir: Path = SCORER_CACHE) 
     return written
 
 
+def fetch_replay_source(run: Params) -> Path | None:
+    """System replay with no local `replay.file`: its pinned published file, downloaded once at
+    its pinned commit into the cache (verified against the pinned sha256 before anything is
+    kept); None for any other run."""
+    source = run.replay.source
+    if run.system != "replay" or source is None or run.replay.file is not None:
+        return None
+    pin = run.published.get(source)
+    if pin is None or pin.commit is None:
+        return None  # the replay system says what to set, with the params it names
+    dest = fetched_published_path(pin.repo, pin.commit, pin.path)
+    if pin.sha256 is None:
+        raise IntegrityError(
+            f"published file {source!r} has no sha256 pinned, so it is not downloaded: get it "
+            f"(git clone https://github.com/{pin.repo}; git checkout {pin.commit}), check it, "
+            f"print its hash with `{hash_command(Path(pin.path))}` and pin it in pins.yaml "
+            f"`published.{source}.sha256`"
+        )
+    github.download_pinned(
+        base_url=run.judge.base_url,
+        repo=pin.repo,
+        commit=pin.commit,
+        path=pin.path,
+        sha256=pin.sha256,
+        dest=dest,
+        timeout_seconds=run.judge.timeout_seconds,
+        max_attempts=run.judge.max_attempts,
+    )
+    return dest
+
+
 def main() -> None:
     run = read_params()
     release, judge = run.tier_release, run.judge
@@ -126,6 +160,9 @@ def main() -> None:
         print(f"fetch: scorer file {judge.scorer_repo}@{judge.scorer_commit} -> {path}")
     for path in fetch_protocol_sources(judge):
         print(f"fetch: scoring protocol file -> {path}")
+    published = fetch_replay_source(run)
+    if published is not None:
+        print(f"fetch: replay source {run.replay.source} -> {published}")
 
 
 if __name__ == "__main__":

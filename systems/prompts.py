@@ -86,4 +86,20 @@ Answer in plain text when you are done (no more tool calls).""",
 )
 """The agent regime's: the shared agent loop with the memory's own search as its one tool."""
 
-PROMPTS = (FULL_CONTEXT, NO_MEMORY, ORACLE, *RAG.values(), SEARCH_ONE_SHOT, SEARCH_AGENT)
+REPLAY = Prompt(
+    name="replay",
+    text=system_prompt(
+        "You see what a memory system retrieved from the chat for this question, not the chat "
+        "itself."
+    ),
+)
+
+PROMPTS = (
+    FULL_CONTEXT,
+    NO_MEMORY,
+    ORACLE,
+    *RAG.values(),
+    SEARCH_ONE_SHOT,
+    SEARCH_AGENT,
+    REPLAY,
+)

@@ -38,7 +38,8 @@ from tests.conftest import REPO_ROOT
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
     # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
-    "fetch": ["tier", "judge.protocols"],  # which tier's release, which protocols' files
+    "fetch": ["tier", "judge.protocols", "system", "replay"],  # which release; protocols' and
+    # replay's published files
     "verify-hash": ["tier"],  # the size and sha256 it checks: the tier's, in pins.yaml
     # the tier's messages, their pinned hashes, where each cut goes: pins.yaml
     "repair": ["tier"],
@@ -53,6 +54,7 @@ EXPECTED_PARAMS = {
         "rag.retriever",  # dense and hybrid embed the chunks in the build
         "graph.retrieval",  # hybrid embeds the graph's texts and pairs look-alikes by meaning
         "graphiti.episode",  # Graphiti's unit: a chunk or a message per episode
+        "replay",  # the published contexts replay reads (which source, which local copy)
         "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
         "models.embedding",  # the vectors of a build that embeds
@@ -67,6 +69,7 @@ EXPECTED_PARAMS = {
         "graphiti.top_k",  # the facts in graphiti's prompt
         "graphiti.entities",  # the entities in graphiti's prompt
         "full_context",  # the context window and the reply's room decide what the prompt holds
+        "replay",  # the published contexts replay answers from
         "models.agent",
         "models.embedding",  # the questions' vectors
         "llm.seed",
@@ -284,6 +287,7 @@ def test_the_pins_are_in_pins_yaml_only_and_no_stage_param() -> None:
         "slice",
         "judge_check",
         "judge",
+        "published",
     }
     for name in ("params.yaml", "settings.yaml"):
         other = _leaves(yaml.safe_load((REPO_ROOT / name).read_text(encoding="utf-8")))

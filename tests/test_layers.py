@@ -145,6 +145,7 @@ def test_every_system_of_the_project_is_behind_the_port_and_independent() -> Non
         "systems.full_context",
         "systems.no_memory",
         "systems.oracle",
+        "systems.replay",
         "systems.peers",
     }
     contracts = {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}

@@ -103,6 +103,7 @@ def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
         "no_memory",
         "oracle",
         "rag",
+        "replay",
     ]
     assert shown["name"] == "echo" and shown["counts"] == {"characters": 25}
     assert shown["answer"] == "I moved to Lisbon in May."
@@ -111,6 +112,6 @@ def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
     assert missing.returncode != 0
     expected = (
         "system must be one of full_context, graphiti, graphrag, mem0, no_memory, oracle, rag, "
-        "found 'echo'"
+        "replay, found 'echo'"
     )
     assert expected in missing.stderr

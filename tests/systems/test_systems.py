@@ -60,6 +60,9 @@ def _params(tmp_path: Path, **changes: object) -> Path:
     return path
 
 
+REPLAY = {"source": "pastdev-100k", "file": "results.jsonl"}
+"""replay's params (its file is read only when it builds or estimates)."""
+
 BUILD_ROLES = {
     "graphrag": ("extraction", "resolution"),
     "mem0": ("extraction",),
@@ -70,7 +73,7 @@ BUILD_ROLES = {
 def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> None:
     assert system_name(read_params(REPO_ROOT / "params.yaml")) == "graphrag"  # the default
     for name in installed_systems():
-        path = _params(tmp_path, system=name)
+        path = _params(tmp_path, system=name, replay=REPLAY)
         system = load_system(read_params(path))
         assert system.name == name == system_name(read_params(path))
         assert system.build_roles == BUILD_ROLES.get(name, ())
@@ -82,6 +85,7 @@ def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> 
         "no_memory",
         "oracle",
         "rag",
+        "replay",
     ]
     with pytest.raises(
         ParamsError, match="system must be one of full_context, graphiti, graphrag, mem0, no_memory"
@@ -91,7 +95,11 @@ def test_the_registry_builds_every_system_by_its_params_name(tmp_path: Path) -> 
 
 def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) -> None:
     shown = {
-        name: dict(load_system(read_params(_params(tmp_path, system=name))).record_settings())
+        name: dict(
+            load_system(
+                read_params(_params(tmp_path, system=name, replay=REPLAY))
+            ).record_settings()
+        )
         for name in installed_systems()
     }
     params = repo_params()
