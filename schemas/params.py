@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from schemas.base import Record
 from schemas.errors import ParamsError
@@ -499,46 +499,6 @@ Retriever = Literal["bm25", "dense", "hybrid"]
 RETRIEVERS: tuple[Retriever, ...] = get_args(Retriever)
 
 
-class RagParams(Record):
-    """The `rag` baseline (systems/rag.py): retrieval over the chat's chunks."""
-
-    top_k: int = Field(ge=1, le=100)
-    """Chunks (the same chunks as graphrag's, `ingest.chunk_tokens` each) in the answer prompt."""
-    retriever: Retriever = "bm25"
-    """bm25: keywords (bm25s); dense: the cosine of `models.embedding`'s vectors; hybrid: both
-    rankings fused by reciprocal rank (systems/retrieval.py)."""
-
-
-class Mem0Params(Record):
-    """The `mem0` peer (systems/peers/mem0.py): Mem0's released code behind the port."""
-
-    top_k: int = Field(default=30, ge=1, le=100)
-    """Memories its search puts in the answer prompt (Mem0's own evaluation runner: 30)."""
-
-
-class GraphitiParams(Record):
-    """The `graphiti` peer (systems/peers/graphiti.py): Graphiti's released code behind the port."""
-
-    episode: Literal["chunk", "message"] = "chunk"
-    """One episode per chunk (`ingest.chunk_tokens`) or per message (its eval runner's unit)."""
-    top_k: int = Field(default=15, ge=1, le=100)
-    """Facts (edges) its search puts in the answer prompt (Zep's LoCoMo benchmark: 15)."""
-    entities: int = Field(default=5, ge=0, le=100)
-    """Entities (nodes, with their summaries) its search puts in the answer prompt (Zep's LoCoMo
-    benchmark: 5; 0: none)."""
-
-
-class FullContextParams(Record):
-    """The `full_context` baseline (systems/full_context.py): the whole chat in the prompt."""
-
-    context_tokens: int | None = Field(default=None, ge=512)
-    """The answer model's context window (tokens, cl100k); null: the model's own
-    (`models.agent.context_tokens`, else litellm's model info). A scripted test model has none:
-    set it."""
-    reply_tokens: int = Field(default=1024, ge=0)
-    """Kept free for the reply: the prompt gets at most `context_tokens - reply_tokens`."""
-
-
 def merge_settings(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """`settings` with `params` laid over it, section by section (a key in both: params' value)."""
     merged = dict(settings)
@@ -565,9 +525,22 @@ def shared_keys(one: dict[str, Any], other: dict[str, Any], prefix: str = "") ->
     return shared
 
 
+SYSTEMS_GROUP = "beam_memory.systems"
+"""The entry-point group every memory system registers its `SystemEntry` under (systems/port.py):
+its names are also the top-level params sections a system may own."""
+
+
 class Params(Record):
     """params.yaml over settings.yaml, with pins.yaml, typed: read once by a stage's `main()`
-    (stages/common.py `read_params`) and passed down; nothing below the stages reads the files."""
+    (stages/common.py `read_params`) and passed down; nothing below the stages reads the files.
+
+    The fields are the harness's sections. Any other top-level key is a memory system's own
+    section, named after the system (`rag:`, `graphrag:`, a system of your own): held here as
+    read (`section`), checked by name against the installed systems by the loader
+    (stages/common.py) and validated by the system's own settings model when the registry builds
+    it (systems/registry.py), so that a system installed beside the project has settings too."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     tier: Tier = "100K"
     mode: Mode
@@ -579,10 +552,6 @@ class Params(Record):
     slice: SliceParams
     ingest: IngestParams
     answer: AnswerParams
-    rag: RagParams
-    mem0: Mem0Params = Mem0Params()
-    graphiti: GraphitiParams = GraphitiParams()
-    full_context: FullContextParams
     report: ReportParams
     estimate: EstimateParams
     graph: GraphParams
@@ -609,6 +578,25 @@ class Params(Record):
                 f"tiers with one: {', '.join(self.slice.fixtures)}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _system_sections_are_mappings(self) -> Params:
+        """A system's section is a mapping of its settings (empty for a system with none)."""
+        for name, value in (self.model_extra or {}).items():
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(
+                    f"{name}: a top-level key beyond the harness's sections is a memory system's "
+                    f"own settings, a mapping; found {value!r}"
+                )
+        return self
+
+    def system_sections(self) -> dict[str, dict[str, Any]]:
+        """Every system's own section as read (top-level keys beyond the harness's)."""
+        return dict(self.model_extra or {})
+
+    def section(self, system: str) -> dict[str, Any]:
+        """The system's own section as read; empty when params hold none."""
+        return dict((self.model_extra or {}).get(system) or {})
 
     @property
     def judge_check_recipe(self) -> str:

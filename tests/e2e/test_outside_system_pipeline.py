@@ -27,7 +27,8 @@ def test_an_outside_system_runs_the_lite_pipeline_by_name(
         repo.env["PYTHONPATH"] = str(packages)
         # its answers (a whole chat message) are longer than the estimate's judged answer: the
         # judge's spend guard would stop the run at 3x its estimate
-        repo.update_params({"system": "echo", "budget": {"max_over_estimate": 50.0}})
+        # (`echo: {}`: its section, empty, which dvc.yaml's `${system}` tracks)
+        repo.update_params({"system": "echo", "echo": {}, "budget": {"max_over_estimate": 50.0}})
         output = repo.dvc("repro")
         for stage in ("ingest", "answer", "judge", "report"):
             assert f"Running stage '{stage}'" in output, output

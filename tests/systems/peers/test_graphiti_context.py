@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.params import GraphitiParams
 from systems.chunking import chunk_conversation
 from systems.peers.graphiti import (
     CONTEXT_TEMPLATE,
+    GraphitiParams,
     episodes_of,
     graphiti_request,
     render_context,
