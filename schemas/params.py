@@ -148,9 +148,6 @@ class SliceParams(Record):
         return value
 
 
-GraphRetrieval = Literal["fulltext", "hybrid"]
-
-
 class GraphParams(Record):
     backend: Literal["local", "docker", "uri"]
     """local: jars from `make neo4j` launched with java; docker; uri: env BEAM_NEO4J_URI etc."""
@@ -165,10 +162,6 @@ class GraphParams(Record):
     """Most rows one read of the agent returns."""
     write_batch_size: int = Field(ge=1, le=100_000)
     docker_image: str
-    retrieval: GraphRetrieval = "fulltext"
-    """fulltext: the agent's search and the resolution candidates by keywords and names only;
-    hybrid: also by meaning (`models.embedding`'s vectors of chunks, statements and entity
-    names in Neo4j vector indexes), fused by reciprocal rank (systems/graphrag/system.py)."""
 
 
 ROLE_MAX_TOKENS: dict[str, int] = {
@@ -348,14 +341,12 @@ class LiteOrWhole(Record):
 
 
 class IngestParams(Record):
+    """The harness's side of every build: the chunks the systems that chunk share (graphrag, rag,
+    graphiti: systems/chunking.py) and the failures a build may tolerate. GraphRAG's own write
+    path is its section `graphrag` (systems/graphrag/system.py)."""
+
     chunk_tokens: int = Field(ge=16)
     """About this many tokens per chunk (cl100k); a message is split only if it alone is larger."""
-    max_llm_pairs: LiteOrWhole
-    """Per label and conversation: at most this many entity (or statement) pairs reach the model."""
-    candidates_per_entity: int = Field(ge=1)
-    candidates_per_statement: int = Field(ge=1)
-    min_similarity: float = Field(ge=0, le=1)
-    pairs_per_call: int = Field(ge=1)
     max_failed_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the extraction, resolution and link calls that may still fail after their retries
     before the stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
@@ -377,8 +368,6 @@ class AnswerParams(Record):
     only."""
     max_steps: int = Field(ge=1, le=30)
     """Tool-calling steps before the agent is asked for its final answer."""
-    result_limit: int = Field(ge=1, le=50)
-    """Rows a search tool returns (compact results keep the agent's context small)."""
     prefetch: int = Field(default=0, ge=0, le=50)
     """Search results for the question (search_memory over every kind, the kinds' rankings
     fused) put in the agent's first turn, so that a model that never calls a tool still

@@ -55,7 +55,6 @@ EXPECTED_PARAMS = {
         # the picked system's own settings (rag's retriever, graphiti's episode, ...): any of
         # them may shape its memory, and DVC resolves the name from params `system`
         SYSTEM_SECTION,
-        "graph.retrieval",  # hybrid embeds the graph's texts and pairs look-alikes by meaning
         "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
         "models.embedding",  # the vectors of a build that embeds
@@ -70,7 +69,6 @@ EXPECTED_PARAMS = {
         "models.embedding",  # the questions' vectors
         "llm.seed",
         "graph.row_limit",  # the most rows a read of the agent returns
-        "graph.retrieval",  # hybrid searches by meaning too (the questions' tool queries)
     ],
     "judge": [
         "mode",  # written in run.json
@@ -91,14 +89,11 @@ EXPECTED_PARAMS = {
         "mode",
         # what the record shows and the estimate beside the actual calls and tokens uses
         "ingest.chunk_tokens",
-        "ingest.max_llm_pairs",
-        "ingest.candidates_per_entity",
-        "ingest.candidates_per_statement",
-        "ingest.pairs_per_call",
         "answer.max_steps",
         "answer.prefetch",  # the agent estimate's first prompt
-        SYSTEM_SECTION,  # its estimate reads its own settings (rag's retriever: embedding calls)
-        "graph.retrieval",  # graphrag's embedding calls (hybrid)
+        # its estimate reads its own settings: graphrag's pair caps and retrieval, rag's
+        # retriever (embedding calls)
+        SYSTEM_SECTION,
     ],
 }
 PINNED = {"fetch", "verify-hash", "repair", "slice", "judge", "judge-check", "report"}
