@@ -51,7 +51,7 @@ RANGE_INDEX_STATEMENTS = tuple(
 
 
 VECTOR_LABELS = ("Chunk", *ENTITY_LABELS, *STATEMENT_LABELS)
-"""The labels whose nodes carry an `embedding` (graph.retrieval hybrid): a Neo4j 5 vector index
+"""The labels whose nodes carry an `embedding` (graphrag.retrieval hybrid): a Neo4j 5 vector index
 covers one label, so each has its own."""
 
 
@@ -165,7 +165,7 @@ COUNT_RELATIONSHIPS_BY_TYPE = (
     "RETURN type(r) AS type, count(*) AS n ORDER BY type"
 )
 COUNT_ALL_NODES = "MATCH (n) RETURN count(n) AS n"
-# The export leaves the vectors on the server (graph.retrieval hybrid re-embeds the texts on
+# The export leaves the vectors on the server (graphrag.retrieval hybrid re-embeds the texts on
 # import): props are [key, value] pairs of every other property.
 EXPORT_NODES = (
     f"MATCH (n:{MEMORY_LABEL}) WHERE n.id > $after "
@@ -180,7 +180,7 @@ EMBEDDING_TEXTS = (
     "RETURN n.id AS id, [l IN labels(n) WHERE l <> 'Memory'][0] AS label, "
     "coalesce(n.text, n.name) AS text ORDER BY id"
 )
-"""What graph.retrieval hybrid embeds: a chunk's and a statement's text, an entity's name."""
+"""What graphrag.retrieval hybrid embeds: a chunk's and a statement's text, an entity's name."""
 EXPORT_RELATIONSHIPS = (
     f"MATCH (a:{MEMORY_LABEL}) WHERE a.id > $after WITH a ORDER BY a.id LIMIT $limit "
     f"MATCH (a)-[r]->(b:{MEMORY_LABEL}) "
@@ -297,7 +297,7 @@ def _nearest(labels: tuple[str, ...]) -> str:
     return f"CALL {{ {branches} }} WITH node, score ORDER BY score DESC, node.id LIMIT $limit "
 
 
-# The same rows as the full-text searches above, found by meaning (graph.retrieval hybrid).
+# The same rows as the full-text searches above, found by meaning (graphrag.retrieval hybrid).
 _STATEMENT_ROWS = AGENT_SEARCH_STATEMENTS[AGENT_SEARCH_STATEMENTS.index("OPTIONAL") :]
 AGENT_NEAREST_STATEMENTS = _nearest(STATEMENT_LABELS) + _STATEMENT_ROWS
 AGENT_NEAREST_ENTITIES = (

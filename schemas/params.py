@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from schemas.base import Record
 from schemas.errors import ParamsError
@@ -149,9 +149,6 @@ class SliceParams(Record):
         return value
 
 
-GraphRetrieval = Literal["fulltext", "hybrid"]
-
-
 class GraphParams(Record):
     backend: Literal["local", "docker", "uri"]
     """local: jars from `make neo4j` launched with java; docker; uri: env BEAM_NEO4J_URI etc."""
@@ -166,10 +163,6 @@ class GraphParams(Record):
     """Most rows one read of the agent returns."""
     write_batch_size: int = Field(ge=1, le=100_000)
     docker_image: str
-    retrieval: GraphRetrieval = "fulltext"
-    """fulltext: the agent's search and the resolution candidates by keywords and names only;
-    hybrid: also by meaning (`models.embedding`'s vectors of chunks, statements and entity
-    names in Neo4j vector indexes), fused by reciprocal rank (systems/graphrag/system.py)."""
 
 
 ROLE_MAX_TOKENS: dict[str, int] = {
@@ -409,14 +402,12 @@ class LiteOrWhole(Record):
 
 
 class IngestParams(Record):
+    """The harness's side of every build: the chunks the systems that chunk share (graphrag, rag,
+    graphiti: systems/chunking.py) and the failures a build may tolerate. GraphRAG's own write
+    path is its section `graphrag` (systems/graphrag/system.py)."""
+
     chunk_tokens: int = Field(ge=16)
     """About this many tokens per chunk (cl100k); a message is split only if it alone is larger."""
-    max_llm_pairs: LiteOrWhole
-    """Per label and conversation: at most this many entity (or statement) pairs reach the model."""
-    candidates_per_entity: int = Field(ge=1)
-    candidates_per_statement: int = Field(ge=1)
-    min_similarity: float = Field(ge=0, le=1)
-    pairs_per_call: int = Field(ge=1)
     max_failed_share: float = Field(default=0.0, ge=0, le=1)
     """Share of the extraction, resolution and link calls that may still fail after their retries
     before the stage stops (exit 3). 0: any failure stops it; above 0, failures are reported."""
@@ -438,8 +429,6 @@ class AnswerParams(Record):
     only."""
     max_steps: int = Field(ge=1, le=30)
     """Tool-calling steps before the agent is asked for its final answer."""
-    result_limit: int = Field(ge=1, le=50)
-    """Rows a search tool returns (compact results keep the agent's context small)."""
     prefetch: int = Field(default=0, ge=0, le=50)
     """Search results for the question (search_memory over every kind, the kinds' rankings
     fused) put in the agent's first turn, so that a model that never calls a tool still
@@ -560,46 +549,6 @@ Retriever = Literal["bm25", "dense", "hybrid"]
 RETRIEVERS: tuple[Retriever, ...] = get_args(Retriever)
 
 
-class RagParams(Record):
-    """The `rag` baseline (systems/rag.py): retrieval over the chat's chunks."""
-
-    top_k: int = Field(ge=1, le=100)
-    """Chunks (the same chunks as graphrag's, `ingest.chunk_tokens` each) in the answer prompt."""
-    retriever: Retriever = "bm25"
-    """bm25: keywords (bm25s); dense: the cosine of `models.embedding`'s vectors; hybrid: both
-    rankings fused by reciprocal rank (systems/retrieval.py)."""
-
-
-class Mem0Params(Record):
-    """The `mem0` peer (systems/peers/mem0.py): Mem0's released code behind the port."""
-
-    top_k: int = Field(default=30, ge=1, le=100)
-    """Memories its search puts in the answer prompt (Mem0's own evaluation runner: 30)."""
-
-
-class GraphitiParams(Record):
-    """The `graphiti` peer (systems/peers/graphiti.py): Graphiti's released code behind the port."""
-
-    episode: Literal["chunk", "message"] = "chunk"
-    """One episode per chunk (`ingest.chunk_tokens`) or per message (its eval runner's unit)."""
-    top_k: int = Field(default=15, ge=1, le=100)
-    """Facts (edges) its search puts in the answer prompt (Zep's LoCoMo benchmark: 15)."""
-    entities: int = Field(default=5, ge=0, le=100)
-    """Entities (nodes, with their summaries) its search puts in the answer prompt (Zep's LoCoMo
-    benchmark: 5; 0: none)."""
-
-
-class FullContextParams(Record):
-    """The `full_context` baseline (systems/full_context.py): the whole chat in the prompt."""
-
-    context_tokens: int | None = Field(default=None, ge=512)
-    """The answer model's context window (tokens, cl100k); null: the model's own
-    (`models.agent.context_tokens`, else litellm's model info). A scripted test model has none:
-    set it."""
-    reply_tokens: int = Field(default=1024, ge=0)
-    """Kept free for the reply: the prompt gets at most `context_tokens - reply_tokens`."""
-
-
 def merge_settings(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """`settings` with `params` laid over it, section by section (a key in both: params' value)."""
     merged = dict(settings)
@@ -626,9 +575,22 @@ def shared_keys(one: dict[str, Any], other: dict[str, Any], prefix: str = "") ->
     return shared
 
 
+SYSTEMS_GROUP = "beam_memory.systems"
+"""The entry-point group every memory system registers its `SystemEntry` under (systems/port.py):
+its names are also the top-level params sections a system may own."""
+
+
 class Params(Record):
     """params.yaml over settings.yaml, with pins.yaml, typed: read once by a stage's `main()`
-    (stages/common.py `read_params`) and passed down; nothing below the stages reads the files."""
+    (stages/common.py `read_params`) and passed down; nothing below the stages reads the files.
+
+    The fields are the harness's sections. Any other top-level key is a memory system's own
+    section, named after the system (`rag:`, `graphrag:`, a system of your own): held here as
+    read (`section`), checked by name against the installed systems by the loader
+    (stages/common.py) and validated by the system's own settings model when the registry builds
+    it (systems/registry.py), so that a system installed beside the project has settings too."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     tier: Tier = "100K"
     mode: Mode
@@ -640,10 +602,6 @@ class Params(Record):
     slice: SliceParams
     ingest: IngestParams
     answer: AnswerParams
-    rag: RagParams
-    mem0: Mem0Params = Mem0Params()
-    graphiti: GraphitiParams = GraphitiParams()
-    full_context: FullContextParams
     report: ReportParams
     estimate: EstimateParams
     graph: GraphParams
@@ -673,6 +631,25 @@ class Params(Record):
                 f"tiers with one: {', '.join(self.slice.fixtures)}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _system_sections_are_mappings(self) -> Params:
+        """A system's section is a mapping of its settings (empty for a system with none)."""
+        for name, value in (self.model_extra or {}).items():
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(
+                    f"{name}: a top-level key beyond the harness's sections is a memory system's "
+                    f"own settings, a mapping; found {value!r}"
+                )
+        return self
+
+    def system_sections(self) -> dict[str, dict[str, Any]]:
+        """Every system's own section as read (top-level keys beyond the harness's)."""
+        return dict(self.model_extra or {})
+
+    def section(self, system: str) -> dict[str, Any]:
+        """The system's own section as read; empty when params hold none."""
+        return dict((self.model_extra or {}).get(system) or {})
 
     @property
     def judge_check_recipe(self) -> str:

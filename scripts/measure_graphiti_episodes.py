@@ -39,7 +39,12 @@ sys.path.insert(0, str(ROOT))
 
 from schemas.records import ChatSlice  # noqa: E402
 from stages.common import read_params  # noqa: E402
-from systems.peers.graphiti import Episode, GraphitiSystem, episodes_of  # noqa: E402
+from systems.peers.graphiti import (  # noqa: E402
+    Episode,
+    GraphitiParams,
+    GraphitiSystem,
+    episodes_of,
+)
 from tests.conftest import SHARED_BEAM  # noqa: E402
 from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
 from tests.support.hub_mirror import HubMirror  # noqa: E402
@@ -98,14 +103,15 @@ def measure_build(repo: RepoCopy, conversation: str, unit: str, workdir: Path) -
     )
     params = read_params(repo.path / "params.yaml")
     graph = params.graph.model_copy(update={"backend": "local"})
+    settings = GraphitiParams.model_validate(params.section("graphiti"))
     embedder = hashed_embedder()
     episode: Episode = "message" if unit == "message" else "chunk"
     system = GraphitiSystem(
         graph=graph,
         episode=episode,
         chunk_tokens=params.ingest.chunk_tokens,
-        top_k=params.graphiti.top_k,
-        entities=params.graphiti.entities,
+        top_k=settings.top_k,
+        entities=settings.entities,
         agent_rates=params.estimate.agent,
         embedder=lambda: embedder,
     )

@@ -49,7 +49,7 @@ from stages.common import load_fixture, params_mapping, read_params, run_stage  
 from systems.chunking import chunk_conversation  # noqa: E402
 from systems.graphrag.estimate import estimate_ingest  # noqa: E402
 from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402
-from systems.graphrag.system import ingest_settings  # noqa: E402
+from systems.graphrag.system import GraphragParams, ingest_settings  # noqa: E402
 from tests.support.models import scripted_client  # noqa: E402
 
 PARAMS = ROOT / "params.yaml"
@@ -236,13 +236,14 @@ def main() -> None:
     parser.add_argument("--scaling-conversation", default="17")
     args = parser.parse_args()
 
-    params = read_params(PARAMS).ingest
+    run = read_params(PARAMS)
+    params, own = run.ingest, GraphragParams.model_validate(run.section("graphrag"))
     built = build_slices(MIRROR)
     chats = {mode: [s.chat for s in b.slices] for mode, b in built.items()}
     result: dict[str, Any] = {
         "chunk_tokens": params.chunk_tokens,
         "chunks": {m: chunk_counts(c, params.chunk_tokens) for m, c in chats.items()},
-        "estimate": {m: estimate(c, ingest_settings(params, m)) for m, c in chats.items()},
+        "estimate": {m: estimate(c, ingest_settings(params, own, m)) for m, c in chats.items()},
         "scaling_conversation": args.scaling_conversation,
     }
     by_id = {c.conversation_id: c for c in chats["full"]}
@@ -253,7 +254,9 @@ def main() -> None:
         )
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         result["scaling"] = scaling(
-            by_id[args.scaling_conversation], ingest_settings(params, "full"), Path(tmp) / "cache"
+            by_id[args.scaling_conversation],
+            ingest_settings(params, own, "full"),
+            Path(tmp) / "cache",
         )
         if not args.skip_neo4j:
             stage = run_stage_full(built["full"], Path(tmp))

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,7 +29,7 @@ from clients.llm.port import ChatModel, ChatRequest, Completion
 from schemas.errors import BeamError, DataError, ParamsError, check_failed_share
 from schemas.judging import JudgePrompts
 from schemas.layout import LAYOUT, SystemStageFiles
-from schemas.params import JudgeParams, Params, merge_settings, shared_keys
+from schemas.params import SYSTEMS_GROUP, JudgeParams, Params, merge_settings, shared_keys
 from schemas.roles import Role
 from schemas.runs import StageRun
 
@@ -72,9 +73,32 @@ def parse_params(data: Any, *, source: str = str(PARAMS_FILE)) -> Params:
     if not isinstance(data, dict):
         raise ParamsError(f"{source} must hold a mapping of sections, found {type(data).__name__}")
     try:
-        return Params.model_validate(data)
+        params = Params.model_validate(data)
     except ValidationError as exc:
         raise ParamsError(f"{source} is invalid: {_problems(exc)}") from exc
+    check_system_sections(params, source=source)
+    return params
+
+
+def installed_system_names() -> set[str]:
+    """The names the installed memory systems register (entry points of `SYSTEMS_GROUP`), read
+    from the packages' metadata: no system's module is imported."""
+    return {point.name for point in entry_points(group=SYSTEMS_GROUP)}
+
+
+def check_system_sections(params: Params, *, source: str = str(PARAMS_FILE)) -> None:
+    """Each top-level key beyond the harness's sections must be named after an installed memory
+    system (its own settings): any other is a typo, refused with the names it could be. The
+    picked system's section is validated by its own model when the registry builds it
+    (systems/registry.py `system_settings`); the others' are checked by name only here, since
+    validating them would import every system (Neo4j's driver, Mem0, Graphiti) in every stage."""
+    unknown = sorted(set(params.system_sections()) - installed_system_names())
+    if unknown:
+        raise ParamsError(
+            f"{source}: unknown section(s) {', '.join(unknown)}: a top-level key is a section of "
+            f"the harness ({', '.join(Params.model_fields)}) or the settings of an installed "
+            f"memory system ({', '.join(sorted(installed_system_names()))})"
+        )
 
 
 def _read_yaml(path: Path) -> Any:

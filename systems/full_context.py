@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from pydantic import Field
+
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest
 from clients.tokens import count_tokens, split_tokens
+from schemas.base import Record
 from schemas.errors import ParamsError
 from schemas.estimate import RoleEstimate
 from schemas.params import AgentRates
@@ -296,9 +299,20 @@ class FullContext(OneShotRates):
         )
 
 
+class FullContextParams(Record):
+    """The `full_context` baseline (systems/full_context.py): the whole chat in the prompt."""
+
+    context_tokens: int | None = Field(default=None, ge=512)
+    """The answer model's context window (tokens, cl100k); null: the model's own
+    (`models.agent.context_tokens`, else litellm's model info). A scripted test model has none:
+    set it."""
+    reply_tokens: int = Field(default=1024, ge=0)
+    """Kept free for the reply: the prompt gets at most `context_tokens - reply_tokens`."""
+
+
 def build_system(context: SystemContext) -> FullContext:
     """The whole chat up to the answer model's window: params `full_context`."""
-    params = context.params.full_context
+    params = context.settings_as(FullContextParams)
     return FullContext(
         context_tokens=params.context_tokens,
         reply_tokens=params.reply_tokens,
@@ -307,5 +321,5 @@ def build_system(context: SystemContext) -> FullContext:
     )
 
 
-ENTRY = SystemEntry(name="full_context", build=build_system)
+ENTRY = SystemEntry(name="full_context", build=build_system, settings=FullContextParams)
 """The entry point `full_context` (pyproject.toml)."""

@@ -55,17 +55,18 @@ from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from clients.llm.port import ChatModel, EmbeddingModel
+from schemas.base import Record
 from schemas.errors import ParamsError
 from schemas.estimate import ZERO, FinishedRun, Origins, RateOrigin, RoleEstimate
-from schemas.params import AgentRates, EstimateParams, Mode, NativeRegime, Params
+from schemas.params import SYSTEMS_GROUP, AgentRates, EstimateParams, Mode, NativeRegime, Params
 from schemas.records import ChatSlice, Question
 from schemas.roles import INGEST_ROLES, Role
 from schemas.traces import Trace
 
-ENTRY_POINTS = "beam_memory.systems"
+ENTRY_POINTS = SYSTEMS_GROUP
 """The entry-point group every memory system registers its `SystemEntry` under."""
 ANSWER_ROLE: Role = "agent"
 EMBEDDING_ROLE: Role = "embedding"
@@ -291,13 +292,16 @@ def _no_embedder() -> EmbeddingModel:
     raise ParamsError("this run has no embedder (systems/registry.py load_system makes one)")
 
 
+S = TypeVar("S", bound=Record)
+
+
 @dataclass(frozen=True)
 class SystemContext:
     """What a system is configured from when the registry builds it."""
 
     params: Params
-    """The run's params (a system reads its own sections: graphrag `ingest`, `answer`, `graph`;
-    rag `rag`; full_context `full_context`)."""
+    """The run's params: the harness's sections (`ingest.chunk_tokens`, `answer`, `graph`,
+    `models`, ...); its own section is `settings`."""
     mode: Mode
     rates: EstimateParams
     """The estimator's rates (params `estimate`, or rates taken from a run)."""
@@ -306,6 +310,18 @@ class SystemContext:
     embedder: Callable[[], EmbeddingModel] = _no_embedder
     """The run's embedder (`models.embedding`), made on first call and shared by the stage's
     accounting; ParamsError when params name none."""
+    settings: Record | None = None
+    """The system's own params section (named after it), validated by its entry's `settings`
+    model; None for a system that declares none."""
+
+    def settings_as(self, model: type[S]) -> S:
+        """The system's own settings as its model (`SystemEntry.settings`), typed."""
+        if not isinstance(self.settings, model):
+            raise ParamsError(
+                f"a system asked for its settings as {model.__name__}, but the registry built "
+                f"{type(self.settings).__name__} (its entry's `settings` must be that model)"
+            )
+        return self.settings
 
 
 @dataclass(frozen=True)
@@ -319,6 +335,11 @@ class SystemEntry:
     native_regime: NativeRegime = "one_shot"
     """The regime its own `Memory.answer` is (params `answer.regime` native): `one_shot`, one
     call with its memory's context, or `agent`, a tool loop."""
+    settings: type[Record] | None = None
+    """Its own settings: a pydantic model (a `schemas.base.Record`, every field with a default
+    or set in params) of the params section named after it (`rag:`, `graphrag:`), so that
+    `dvc exp run -S <name>.<key>=...` sets them; None: it has none (its section, if any, must be
+    empty). The registry validates the section and hands it over as `SystemContext.settings`."""
 
 
 class MemorySystem(Protocol):

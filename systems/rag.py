@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from pydantic import Field
+
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, EmbeddingModel, Embeddings
 from clients.tokens import count_tokens
@@ -374,20 +376,30 @@ class Rag(OneShotRates):
         )
 
 
+class RagParams(Record):
+    """The `rag` baseline's own settings (params `rag`): retrieval over the chat's chunks."""
+
+    top_k: int = Field(default=5, ge=1, le=100)
+    """Chunks (the same chunks as graphrag's, `ingest.chunk_tokens` each) in the answer prompt."""
+    retriever: Retriever = "bm25"
+    """bm25: keywords (bm25s); dense: the cosine of `models.embedding`'s vectors; hybrid: both
+    rankings fused by reciprocal rank (systems/retrieval.py)."""
+
+
 def build_system(context: SystemContext) -> Rag:
     """Retrieval over the chat's chunks: params `rag`, `ingest.chunk_tokens` and, for dense and
     hybrid, `models.embedding`."""
-    params = context.params
+    params, settings = context.params, context.settings_as(RagParams)
     return Rag(
         chunk_tokens=params.ingest.chunk_tokens,
-        top_k=params.rag.top_k,
+        top_k=settings.top_k,
         agent_rates=context.rates.agent,
-        retriever=params.rag.retriever,
+        retriever=settings.retriever,
         embedder=context.embedder,
         embedding_model=params.models.embedding.model,
         embedding_batch=params.models.embedding.batch_size,
     )
 
 
-ENTRY = SystemEntry(name="rag", build=build_system)
+ENTRY = SystemEntry(name="rag", build=build_system, settings=RagParams)
 """The entry point `rag` (pyproject.toml)."""

@@ -6,9 +6,9 @@
 Every system registers a `SystemEntry` (systems/port.py) as an entry point of the group
 `beam_memory.systems`; this project's own are in pyproject.toml:
 
-| name         | memory file (data/ingest/conv<N>.jsonl) | params                              |
+| name         | memory file (data/ingest/conv<N>.jsonl) | params (own section first)          |
 |--------------|-----------------------------------------|-------------------------------------|
-| graphrag     | the knowledge graph's export            | ingest, answer, graph               |
+| graphrag     | the knowledge graph's export            | graphrag, ingest, answer, graph     |
 | full_context | the sessions                            | full_context                        |
 | rag          | the chunks                              | rag, ingest.chunk_tokens            |
 | no_memory    | empty                                   | -                                   |
@@ -19,6 +19,10 @@ Every system registers a `SystemEntry` (systems/port.py) as an entry point of th
 A package of your own that registers an entry point in the same group is found the same way once
 installed beside the project. Each reads `estimate` (the answer model's rates) for its estimate.
 Only the picked system's module is imported, so a baseline never imports the Neo4j driver.
+
+A system's own settings are the params section named after it, validated here by the model its
+entry declares (`SystemEntry.settings`) and handed over as `SystemContext.settings`: a system of
+your own has settings as the project's own do (`dvc exp run -S echo.scale=2`).
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ import threading
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
+from pydantic import ValidationError
+
 from clients.llm.accounting import Accounting
 from clients.llm.client import LlmClient, open_model
 from clients.llm.embeddings import EmbeddingClient, EmbeddingModel, open_embedder
+from schemas.base import Record
 from schemas.errors import ParamsError
 from schemas.params import EstimateParams, Mode, Params
 from systems.port import ANSWER_ROLE, ENTRY_POINTS, MemorySystem, SystemContext, SystemEntry
@@ -77,6 +84,34 @@ def system_entry(name: str) -> SystemEntry:
             "(systems/port.py)"
         )
     return entry
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or '(section)'}: {error['msg']}"
+        for error in exc.errors()
+    )
+
+
+def system_settings(entry: SystemEntry, params: Params) -> Record | None:
+    """The system's own section (params `<name>:`) validated by its entry's settings model; a
+    ParamsError naming the section and each bad key. A system with no model takes no settings."""
+    section = params.section(entry.name)
+    if entry.settings is None:
+        if section:
+            raise ParamsError(
+                f"params.yaml `{entry.name}`: system {entry.name!r} declares no settings "
+                f"(its SystemEntry has no `settings` model), found {', '.join(sorted(section))}"
+            )
+        return None
+    try:
+        return entry.settings.model_validate(section)
+    except ValidationError as exc:
+        raise ParamsError(
+            f"params.yaml `{entry.name}` (the settings of system {entry.name!r}, "
+            f"{entry.settings.__module__}.{entry.settings.__name__}) is invalid: "
+            f"{_problems(exc)}"
+        ) from exc
 
 
 def lazy_embedder(
@@ -128,5 +163,6 @@ def load_system(
         rates=rates or params.estimate,
         answer_window=answer_window,
         embedder=embedder or lazy_embedder(params),
+        settings=system_settings(entry, params),
     )
     return entry.build(context)

@@ -35,6 +35,8 @@ from tests.conftest import REPO_ROOT
 # - models.<role>.api_base, max_tokens: where a model is reached (the model name says which
 #   model) and how long a reply may be (a cut reply is flagged, a cut JSON reply fails);
 # - report.*: the bootstrap of the record's intervals, read by the report only.
+SYSTEM_SECTION = "${system}"
+"""The picked system's own params section, as dvc.yaml names it (DVC fills in params `system`)."""
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
     # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
@@ -51,10 +53,9 @@ EXPECTED_PARAMS = {
         "system",  # which memory is built (systems/registry.py)
         # chunking and resolution shape the graph (rag's chunks too)
         "ingest",
-        "rag.retriever",  # dense and hybrid embed the chunks in the build
-        "graph.retrieval",  # hybrid embeds the graph's texts and pairs look-alikes by meaning
-        "graphiti.episode",  # Graphiti's unit: a chunk or a message per episode
-        "replay",  # the published contexts replay reads (which source, which local copy)
+        # the picked system's own settings (rag's retriever, graphiti's episode, ...): any of
+        # them may shape its memory, and DVC resolves the name from params `system`
+        SYSTEM_SECTION,
         "models.extraction",  # the model and its context window (endpoint: settings.yaml)
         "models.resolution",
         "models.embedding",  # the vectors of a build that embeds
@@ -64,17 +65,11 @@ EXPECTED_PARAMS = {
         "mode",  # written in run.json
         "system",  # which memory answers, and how
         "answer",  # step limit, result size, calls written as text
-        "rag",  # top_k and the retriever: the chunks in rag's prompt
-        "mem0",  # top_k: the memories in mem0's prompt
-        "graphiti.top_k",  # the facts in graphiti's prompt
-        "graphiti.entities",  # the entities in graphiti's prompt
-        "full_context",  # the context window and the reply's room decide what the prompt holds
-        "replay",  # the published contexts replay answers from
+        SYSTEM_SECTION,  # its own settings: rag's top_k, mem0's, full_context's window, ...
         "models.agent",
         "models.embedding",  # the questions' vectors
         "llm.seed",
         "graph.row_limit",  # the most rows a read of the agent returns
-        "graph.retrieval",  # hybrid searches by meaning too (the questions' tool queries)
     ],
     "judge": [
         "mode",  # written in run.json
@@ -96,14 +91,11 @@ EXPECTED_PARAMS = {
         "mode",
         # what the record shows and the estimate beside the actual calls and tokens uses
         "ingest.chunk_tokens",
-        "ingest.max_llm_pairs",
-        "ingest.candidates_per_entity",
-        "ingest.candidates_per_statement",
-        "ingest.pairs_per_call",
         "answer.max_steps",
         "answer.prefetch",  # the agent estimate's first prompt
-        "rag.retriever",  # rag's embedding calls
-        "graph.retrieval",  # graphrag's embedding calls (hybrid)
+        # its estimate reads its own settings: graphrag's pair caps and retrieval, rag's
+        # retriever (embedding calls)
+        SYSTEM_SECTION,
     ],
 }
 PINNED = {"fetch", "verify-hash", "repair", "slice", "judge", "judge-check", "report"}
@@ -244,11 +236,32 @@ def test_stage_module_code_deps_and_params(name: str) -> None:
     assert stage.get("params", []) == EXPECTED_PARAMS[name]
     assert ("pins.yaml" in deps) == (name in PINNED)
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
-    for key in EXPECTED_PARAMS[name]:
+    for key in (resolved(k, params) for k in EXPECTED_PARAMS[name]):
         node: object = params
         for part in key.split("."):
             assert isinstance(node, dict) and part in node, f"params.yaml has no {key}"
             node = node[part]
+
+
+def resolved(key: str, params: dict[str, object]) -> str:
+    """A params key of dvc.yaml as DVC reads it: `${system}` is params' `system`."""
+    return key.replace(SYSTEM_SECTION, str(params["system"]))
+
+
+def test_every_installed_system_has_its_section_and_it_is_valid() -> None:
+    """`${system}` must resolve to a section whatever system a run picks (DVC refuses a missing
+    one), and each section holds what that system's own model accepts."""
+    from schemas.params import Params
+    from systems.registry import installed_systems, system_entry, system_settings
+
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    from tests.support.params import repo_params
+
+    params = Params.model_validate(repo_params())
+    for name in installed_systems():
+        assert name in raw, f"params.yaml has no section `{name}:` (`{name}: {{}}` for none)"
+        settings = system_settings(system_entry(name), params)
+        assert (settings is None) == (system_entry(name).settings is None), name
 
 
 def _leaves(value: object, prefix: str = "") -> set[str]:
@@ -269,8 +282,12 @@ def test_how_a_run_is_carried_out_is_in_settings_yaml_and_no_stage_param() -> No
     assert settings - operational == {k for k in settings if k.startswith("estimate.")}
     assert {s for s in OPERATIONAL if not any(k.startswith(s) for k in settings)} == set()
     assert settings & params == set()
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
     for name, stage in dvc_stages().items():
         for key in stage.get("params", []):  # type: ignore[attr-defined]
+            if key == SYSTEM_SECTION:  # the picked system's section, empty for one with none
+                assert isinstance(raw[str(raw["system"])], dict), name
+                continue
             assert key not in settings, (name, key)
             assert [p for p in params if p == key or p.startswith(f"{key}.")], (name, key)
         uses_file = "settings.yaml" in stage["deps"]  # type: ignore[operator]

@@ -85,7 +85,7 @@ SERVER_PROCEDURE_ALLOWLIST = (
     "db.create.setNodeVectorProperty",
 )
 # Not the agent's: db.index.vector.queryNodes takes its `k` from the query, and on the real server
-# k = 10^8 ran the JVM out of memory inside the call (graph.retrieval hybrid builds the indexes).
+# k = 10^8 ran the JVM out of memory inside the call (graphrag.retrieval hybrid builds the indexes).
 # The project's own vector searches run through GraphStore.nearest, with our query and a bounded k.
 _STRING_OR_COMMENT = re.compile(
     r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`(?:[^`]|``)*`|//[^\n]*|/\*.*?\*/""", re.DOTALL

@@ -219,7 +219,7 @@ class Neo4jGraphStore:
     def create_schema(self, vector_dimensions: int | None = None) -> None:
         """Constraints and indexes, idempotently (IF NOT EXISTS); waits until they are online.
         With `vector_dimensions`, also the vector indexes (cosine) over the `embedding` of chunks,
-        entities and statements (graph.retrieval hybrid writes vectors of that size)."""
+        entities and statements (graphrag.retrieval hybrid writes vectors of that size)."""
         statements = [
             cypher.MEMORY_ID_CONSTRAINT,
             *cypher.FULLTEXT_INDEX_STATEMENTS,
@@ -316,7 +316,7 @@ class Neo4jGraphStore:
         return written
 
     def embedding_texts(self) -> list[dict[str, Any]]:
-        """What graph.retrieval hybrid embeds: {id, label, text} of every chunk, statement and
+        """What graphrag.retrieval hybrid embeds: {id, label, text} of every chunk, statement and
         entity (its name), by id."""
         return self._run(cypher.EMBEDDING_TEXTS)
 

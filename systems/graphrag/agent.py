@@ -192,7 +192,7 @@ class GraphTools:
         self.store = store
         self.limit = limit
         self.embedder = embedder
-        """With one (graph.retrieval hybrid), search_memory searches by meaning too."""
+        """With one (graphrag.retrieval hybrid), search_memory searches by meaning too."""
         self._handlers: dict[str, Callable[[Any], ToolOutcome]] = {
             "search_memory": self.search_memory,
             "entity_neighbourhood": self.entity_neighbourhood,
@@ -256,7 +256,7 @@ class GraphTools:
 
     def _query_vector(self, query: str) -> list[float] | None:
         """The query embedded with the task `query` (a failure is the tool's error); None
-        without an embedder (graph.retrieval fulltext)."""
+        without an embedder (graphrag.retrieval fulltext)."""
         if self.embedder is None:
             return None
         found = self.embedder.embed([query], task="query")

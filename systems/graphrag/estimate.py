@@ -34,7 +34,7 @@ from systems.graphrag.extract import extraction_messages
 from systems.graphrag.ingest import IngestSettings
 
 EMBEDDED_TOKENS_PER_STATEMENT = 20
-"""A statement's text as the embedder gets it (graph.retrieval hybrid), in tokens: an assumption
+"""A statement's text as the embedder gets it (graphrag.retrieval hybrid), in tokens: an assumption
 (one short sentence), not a rate measured from a run."""
 EMBEDDED_TOKENS_PER_ENTITY = 4
 """An entity's name as the embedder gets it, in tokens (the same kind of assumption)."""

@@ -106,7 +106,7 @@ class ConversationGraph:
     last_error: str | None = None
     """The last model failure (after retries) while building this graph."""
     vectors: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    """With an embedder (graph.retrieval hybrid): each chunk's, statement's and entity's vector
+    """With an embedder (graphrag.retrieval hybrid): each chunk's, statement's and entity's vector
     by node id (entities merged away by resolution are left out)."""
     embedding_model: str | None = None
     embedding_requests: int = 0
@@ -448,7 +448,7 @@ def _link(
 
 
 EMBEDDING_TASKS = ("chunk", "statement", "entity")
-"""The embedder's task per kind of node (graph.retrieval hybrid)."""
+"""The embedder's task per kind of node (graphrag.retrieval hybrid)."""
 
 
 def embedding_task(label: str) -> str:
@@ -492,7 +492,7 @@ def build_graph(
 ) -> ConversationGraph:
     """The whole graph of one conversation, validated, with what was dropped and decided.
     `on_chunk` follows the extraction (the long part with a real model), chunk by chunk. With
-    an `embedder` (graph.retrieval hybrid) the chunks, statements and entity names are embedded
+    an `embedder` (graphrag.retrieval hybrid) the chunks, statements and entity names are embedded
     after the extraction, resolution and linking take candidates by meaning too, and the
     vectors of the final nodes are in `graph.vectors`."""
     chunks = chunk_conversation(chat, settings.chunk_tokens)

@@ -6,7 +6,11 @@ open_memory: a fresh server with that file imported; each question is answered b
 tool-using agent (systems/graphrag/agent.py). The estimate is systems/graphrag/estimate.py's and
 cost.py's.
 
-graph.retrieval hybrid: the build embeds every chunk's and statement's text and every entity's
+Its own settings are params `graphrag` (`GraphragParams`: resolution, search results, retrieval);
+it also reads the harness's `ingest.chunk_tokens`, `answer` (the agent's steps, prefetch, text
+tool calls) and `graph` (its Neo4j server and reads).
+
+graphrag.retrieval hybrid: the build embeds every chunk's and statement's text and every entity's
 name (`context.embedder`, tasks chunk, statement, entity: counted as the ingest's embedding
 usage), resolution takes candidates by meaning too, and the vectors go onto the nodes under
 Neo4j vector indexes (cosine, one per label). The memory file holds no vector (384 floats on
@@ -26,11 +30,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from pydantic import Field
 
 from clients.graph.store import Neo4jGraphStore, export_header, start_graph
 from clients.llm.port import RESTORE_TASK, ChatModel, EmbeddingModel
 from clients.tokens import count_tokens
+from schemas.base import Record
 from schemas.errors import DataError, ParamsError, ServiceError
 from schemas.estimate import FinishedRun, Origins, RoleEstimate
 from schemas.memory import ENTITY_LABELS, STATEMENT_LABELS
@@ -40,6 +47,7 @@ from schemas.params import (
     GraphParams,
     IngestParams,
     IngestRates,
+    LiteOrWhole,
 )
 from schemas.records import ChatSlice, Question
 from schemas.roles import Role
@@ -68,15 +76,37 @@ from systems.port import (
 SEARCHABLE = frozenset({"Chunk", *ENTITY_LABELS, *STATEMENT_LABELS})
 
 
-def ingest_settings(params: IngestParams, mode: str) -> IngestSettings:
-    """The write path's settings from params `ingest` (the pair cap is per mode)."""
+GraphRetrieval = Literal["fulltext", "hybrid"]
+
+
+class GraphragParams(Record):
+    """GraphRAG's own settings (params `graphrag`): its resolution of look-alike entities and
+    statements, what a search tool returns, and how it searches."""
+
+    max_llm_pairs: LiteOrWhole = LiteOrWhole(lite=10, full=500)
+    """Per label and conversation: at most this many entity (or statement) pairs reach the model."""
+    candidates_per_entity: int = Field(default=3, ge=1)
+    candidates_per_statement: int = Field(default=3, ge=1)
+    min_similarity: float = Field(default=0.5, ge=0, le=1)
+    pairs_per_call: int = Field(default=20, ge=1)
+    result_limit: int = Field(default=8, ge=1, le=50)
+    """Rows a search tool returns (compact results keep the agent's context small)."""
+    retrieval: GraphRetrieval = "fulltext"
+    """fulltext: the agent's search and the resolution candidates by keywords and names only;
+    hybrid: also by meaning (`models.embedding`'s vectors of chunks, statements and entity
+    names in Neo4j vector indexes), fused by reciprocal rank."""
+
+
+def ingest_settings(params: IngestParams, own: GraphragParams, mode: str) -> IngestSettings:
+    """The write path's settings from params `ingest` and its own `graphrag` (the pair cap is
+    per mode)."""
     return IngestSettings(
         chunk_tokens=params.chunk_tokens,
-        max_llm_pairs=params.max_llm_pairs.of(mode),
-        candidates_per_entity=params.candidates_per_entity,
-        min_similarity=params.min_similarity,
-        pairs_per_call=params.pairs_per_call,
-        candidates_per_statement=params.candidates_per_statement,
+        max_llm_pairs=own.max_llm_pairs.of(mode),
+        candidates_per_entity=own.candidates_per_entity,
+        min_similarity=own.min_similarity,
+        pairs_per_call=own.pairs_per_call,
+        candidates_per_statement=own.candidates_per_statement,
         max_failed_share=params.max_failed_share,
     )
 
@@ -100,7 +130,7 @@ class GraphMemory:
     """Its tools' time is timed (`timing_search`, systems/port.py)."""
 
     def search(self, query: str) -> Found:
-        """The agent's prefetched search (`answer.prefetch` results, else `answer.result_limit`)
+        """The agent's prefetched search (`answer.prefetch` results, else `graphrag.result_limit`)
         as the one-shot regime's context: the search_memory result the agent's first turn
         holds, its failure the error."""
         outcome = self.tools.first_search(query, self.prefetch or self.tools.limit)
@@ -131,7 +161,8 @@ class GraphRag:
     max_steps: int
     """Tool-calling turns before the agent must answer (params `answer.max_steps`)."""
     result_limit: int
-    """Rows a search tool returns (params `answer.result_limit`)."""
+    """Rows a search tool returns (params `graphrag.result_limit`)."""
+    retrieval: GraphRetrieval
     ingest_rates: IngestRates
     agent_rates: AgentRates
     text_tool_calls: bool = True
@@ -144,19 +175,19 @@ class GraphRag:
     build_roles: tuple[Role, ...] = ("extraction", "resolution")
     memory_noun: str = "graph"
     embedder: Callable[[], EmbeddingModel] | None = None
-    """The run's embedder (graph.retrieval hybrid), opened on first use."""
+    """The run's embedder (graphrag.retrieval hybrid), opened on first use."""
     embedding_model: str | None = None
     """`models.embedding.model` as params name it (the record shows it; no endpoint is asked)."""
     embedding_batch: int = 32
 
     @property
     def embeds(self) -> bool:
-        """Whether it calls the embedder (graph.retrieval hybrid)."""
-        return self.graph.retrieval == "hybrid"
+        """Whether it calls the embedder (graphrag.retrieval hybrid)."""
+        return self.retrieval == "hybrid"
 
     def _embedder(self) -> EmbeddingModel:
         if self.embedder is None:
-            raise ParamsError("graph.retrieval hybrid needs models.embedding")
+            raise ParamsError("graphrag.retrieval hybrid needs models.embedding")
         return self.embedder()
 
     @property
@@ -169,9 +200,10 @@ class GraphRag:
         """Its ingest and agent rates, measured with the settings the run itself had."""
         try:
             params = IngestParams.model_validate(run.params.get("ingest"))
+            own = GraphragParams.model_validate(run.params.get("graphrag") or {})
         except ValueError as exc:
             raise ParamsError(
-                f"params.yaml of {run.label}: section 'ingest' is invalid: {exc}"
+                f"params.yaml of {run.label}: section 'ingest' or 'graphrag' is invalid: {exc}"
             ) from exc
         return rates_from_run(
             run.files,
@@ -179,7 +211,7 @@ class GraphRag:
             run.questions,
             run.traces,
             run.usage,
-            ingest_settings(params, run.mode),
+            ingest_settings(params, own, run.mode),
             fallback,
         )
 
@@ -189,7 +221,7 @@ class GraphRag:
             "max_llm_pairs (per label and conversation)": self.settings.max_llm_pairs,
             "agent step limit": self.max_steps,
             "search results in the agent's first turn": self.prefetch,
-            "graph retrieval": self.graph.retrieval,
+            "graph retrieval": self.retrieval,
         }
         if self.embeds:
             settings["embedder"] = self.embedding_model
@@ -259,7 +291,7 @@ class GraphRag:
         header = export_header(memory)
         if header is None:
             raise DataError(
-                f"{memory} was built with graph.retrieval fulltext (it names no embedder): "
+                f"{memory} was built with graphrag.retrieval fulltext (it names no embedder): "
                 "run `dvc repro ingest` for hybrid"
             )
         embedder = self._embedder()
@@ -349,13 +381,15 @@ class GraphRag:
 
 
 def build_system(context: SystemContext) -> GraphRag:
-    """GraphRAG as params `ingest`, `answer` and `graph` configure it."""
-    params = context.params
+    """GraphRAG as its own params `graphrag` and the harness's `ingest`, `answer` and `graph`
+    configure it."""
+    params, own = context.params, context.settings_as(GraphragParams)
     return GraphRag(
-        settings=ingest_settings(params.ingest, context.mode),
+        settings=ingest_settings(params.ingest, own, context.mode),
         graph=params.graph,
         max_steps=params.answer.max_steps,
-        result_limit=params.answer.result_limit,
+        result_limit=own.result_limit,
+        retrieval=own.retrieval,
         text_tool_calls=params.answer.text_tool_calls,
         prefetch=params.answer.prefetch,
         ingest_rates=context.rates.ingest,
@@ -366,5 +400,7 @@ def build_system(context: SystemContext) -> GraphRag:
     )
 
 
-ENTRY = SystemEntry(name="graphrag", build=build_system, native_regime="agent")
+ENTRY = SystemEntry(
+    name="graphrag", build=build_system, native_regime="agent", settings=GraphragParams
+)
 """The entry point `graphrag` (pyproject.toml)."""

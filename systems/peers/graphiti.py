@@ -61,6 +61,8 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from pydantic import Field
+
 from clients.files import read_jsonl, write_atomic
 from clients.graph.store import Neo4jGraphStore, start_graph
 from clients.llm.port import ChatModel, ChatRequest, Completion, EmbeddingModel, Message
@@ -691,21 +693,33 @@ def graph_counts(lines: Sequence[GraphitiLine]) -> dict[str, int]:
     }
 
 
+class GraphitiParams(Record):
+    """The `graphiti` peer (systems/peers/graphiti.py): Graphiti's released code behind the port."""
+
+    episode: Literal["chunk", "message"] = "chunk"
+    """One episode per chunk (`ingest.chunk_tokens`) or per message (its eval runner's unit)."""
+    top_k: int = Field(default=15, ge=1, le=100)
+    """Facts (edges) its search puts in the answer prompt (Zep's LoCoMo benchmark: 15)."""
+    entities: int = Field(default=5, ge=0, le=100)
+    """Entities (nodes, with their summaries) its search puts in the answer prompt (Zep's LoCoMo
+    benchmark: 5; 0: none)."""
+
+
 def build_system(context: SystemContext) -> GraphitiSystem:
     """Graphiti: params `graphiti`, `ingest.chunk_tokens`, `graph` (its server) and
     `models.embedding` (its build also calls `models.extraction`)."""
-    params = context.params
+    params, settings = context.params, context.settings_as(GraphitiParams)
     return GraphitiSystem(
         graph=params.graph,
-        episode=params.graphiti.episode,
+        episode=settings.episode,
         chunk_tokens=params.ingest.chunk_tokens,
-        top_k=params.graphiti.top_k,
-        entities=params.graphiti.entities,
+        top_k=settings.top_k,
+        entities=settings.entities,
         agent_rates=context.rates.agent,
         embedder=context.embedder,
         embedding_model=params.models.embedding.model,
     )
 
 
-ENTRY = SystemEntry(name="graphiti", build=build_system)
+ENTRY = SystemEntry(name="graphiti", build=build_system, settings=GraphitiParams)
 """The entry point `graphiti` (pyproject.toml)."""

@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import Field
+
 from clients.files import read_jsonl, write_atomic
 from clients.llm.port import ChatModel, ChatRequest, Completion, EmbeddingModel, Message
 from clients.tokens import count_tokens
@@ -583,11 +585,18 @@ class Mem0(OneShotRates):
         return min(self.top_k, kept) * per_line
 
 
+class Mem0Params(Record):
+    """The `mem0` peer (systems/peers/mem0.py): Mem0's released code behind the port."""
+
+    top_k: int = Field(default=30, ge=1, le=100)
+    """Memories its search puts in the answer prompt (Mem0's own evaluation runner: 30)."""
+
+
 def build_system(context: SystemContext) -> Mem0:
     """Mem0: params `mem0` and `models.embedding` (its build also calls `models.extraction`)."""
     params = context.params
     return Mem0(
-        top_k=params.mem0.top_k,
+        top_k=context.settings_as(Mem0Params).top_k,
         agent_rates=context.rates.agent,
         embedder=context.embedder,
         embedding_model=params.models.embedding.model,
@@ -596,5 +605,5 @@ def build_system(context: SystemContext) -> Mem0:
     )
 
 
-ENTRY = SystemEntry(name="mem0", build=build_system)
+ENTRY = SystemEntry(name="mem0", build=build_system, settings=Mem0Params)
 """The entry point `mem0` (pyproject.toml)."""

@@ -56,7 +56,7 @@ def report(score: float, tokens: int, *, asked: tuple[str, ...] = ("information_
 def params(system: str | None, model: str = "openai/test-model", steps: int = 6) -> dict:
     out: dict[str, Any] = {
         "mode": "lite",
-        "answer": {"max_steps": steps, "result_limit": 8},
+        "answer": {"max_steps": steps, "prefetch": 8},
         "models": {"agent": {"model": model, "api_base": None}, "judge": {"model": None}},
     }
     if system is not None:
@@ -191,7 +191,7 @@ def test_params_are_shown_only_where_the_columns_differ() -> None:
     table = table_of(document(exps))
     settings = {r.key: [c.value for c in r.cells] for r in table.rows if r.group == "params"}
     assert settings["answer.max_steps"] == ["3", "6"]
-    assert "answer.result_limit" not in settings
+    assert "answer.prefetch" not in settings
     assert settings["models.judge.model"] == ["= agent", "= agent"]
     assert table.columns == ("graphrag (a)", "graphrag (b)")  # same system: the names tell
 

@@ -1,4 +1,4 @@
-"""graphrag with `graph.retrieval: hybrid` in the lite pipeline, with the scripted embedder
+"""graphrag with `graphrag.retrieval: hybrid` in the lite pipeline, with the scripted embedder
 (`scripted/hash`, hashed bags of words: it measures nothing), in a temporary copy of the repo.
 
 The build embeds the graph's texts (ingest's embedding usage), the answer stage embeds the
@@ -27,7 +27,7 @@ def test_hybrid_graphrag_embeds_in_both_stages_and_reruns_byte_identical(
         repo.update_params(
             {
                 "system": "graphrag",
-                "graph": {"retrieval": "hybrid"},
+                "graphrag": {"retrieval": "hybrid"},
                 "models": {"embedding": {"model": "scripted/hash"}},
             }
         )

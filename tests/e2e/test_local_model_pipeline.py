@@ -37,7 +37,7 @@ Settings of the copies, each with its reason:
 - extraction max_tokens 1536: the schema bounds the lists, and a cut reply is a failed call,
   tolerated below; extra_body {repeat_penalty: 1.1} (llama-server's sampler option): a small
   model under a grammar tends to loop on one item until the list's bound.
-- ingest.chunk_tokens 2000: 2 extraction calls instead of 4; answer.result_limit 4 keeps the
+- ingest.chunk_tokens 2000: 2 extraction calls instead of 4; graphrag.result_limit 4 keeps the
   agent's tool results, which carry those chunks, inside the context.
 - resolution max_tokens 512, with the same repeat penalty: a few pair decisions.
 - agent max_tokens 256 and answer.max_steps 3: a tool turn, maybe a second, and the answer;
@@ -125,7 +125,8 @@ def local_params() -> dict[str, Any]:
     return {
         "models": models,
         "ingest": {"chunk_tokens": 2000, "max_failed_share": 1.0},
-        "answer": {"max_steps": 3, "result_limit": 4, "prefetch": 0, "max_failed_share": 1.0},
+        "answer": {"max_steps": 3, "prefetch": 0, "max_failed_share": 1.0},
+        "graphrag": {"result_limit": 4},
         "judge_check": {"max_failed_share": 1.0, "cases": {"lite": 5, "full": 80, "all": 80}},
         "llm": {"max_attempts": 1, "concurrency": 1, "timeout_seconds": 600},
         "budget": {"max_over_estimate": 20.0},

@@ -29,7 +29,7 @@ def test_each_mode_is_accepted_everywhere(mode: Mode, tmp_path: Path) -> None:
     assert Budget(mode, 1, 1, tmp_path).path.name == f"budget-{mode}.json"
     cap = read_params(PARAMS).budget.cap("100K", mode)
     assert cap.calls > 0 and cap.tokens > 0
-    assert read_params(PARAMS).ingest.max_llm_pairs.of(mode) > 0
+    assert repo_params()["graphrag"]["max_llm_pairs"]["full" if mode != "lite" else "lite"] > 0
     fixture = load_fixture(REPO_ROOT / read_params(PARAMS).fixture)
     assert fixture.modes[mode].question_ids
 

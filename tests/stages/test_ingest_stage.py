@@ -29,7 +29,7 @@ from schemas.records import ChatMessage, ChatSlice, Session
 from schemas.runs import MemorySizes
 from stages.common import read_params
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
-from systems.graphrag.system import ingest_settings
+from systems.graphrag.system import GraphragParams, ingest_settings
 from systems.peers.scripted_rules import PROSE_MODEL
 from systems.port import BuiltMemory
 from tests.conftest import REPO_ROOT
@@ -134,11 +134,12 @@ def test_read_chats_orders_conversations_by_number(tmp_path: Path) -> None:
 
 
 def test_settings_take_the_pair_cap_of_the_mode() -> None:
-    params = read_params(PARAMS).ingest
-    assert ingest_settings(params, "lite").max_llm_pairs == params.max_llm_pairs.lite
-    assert ingest_settings(params, "full").max_llm_pairs == params.max_llm_pairs.full
-    assert ingest_settings(params, "all").max_llm_pairs == params.max_llm_pairs.full
-    assert ingest_settings(params, "full").chunk_tokens == params.chunk_tokens
+    run = read_params(PARAMS)
+    params, own = run.ingest, GraphragParams.model_validate(run.section("graphrag"))
+    assert ingest_settings(params, own, "lite").max_llm_pairs == own.max_llm_pairs.lite
+    assert ingest_settings(params, own, "full").max_llm_pairs == own.max_llm_pairs.full
+    assert ingest_settings(params, own, "all").max_llm_pairs == own.max_llm_pairs.full
+    assert ingest_settings(params, own, "full").chunk_tokens == params.chunk_tokens
 
 
 def test_the_memory_sizes_total_every_conversation() -> None:

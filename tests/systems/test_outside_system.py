@@ -115,3 +115,28 @@ def test_an_installed_outside_system_is_picked_by_name(tmp_path: Path) -> None:
         "replay, found 'echo'"
     )
     assert expected in missing.stderr
+
+
+def test_an_outside_system_has_settings_of_its_own(tmp_path: Path) -> None:
+    """Its section `echo` is validated by the model its entry declares and reaches it; without
+    the package installed, nothing claims the section and the params are refused."""
+    packages = tmp_path / "site"
+    install_echo(packages)
+    work = tmp_path / "work"
+    work.mkdir()
+    write_params(work, system="echo", echo={"repeat": 2})
+    done = _run(work, [packages, REPO_ROOT])
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout.strip().splitlines()[-1])
+    assert shown["answer"] == "I moved to Lisbon in May.\nI moved to Lisbon in May."
+    write_params(work, system="echo", echo={"repeat": 0})
+    bad = _run(work, [packages, REPO_ROOT])
+    assert bad.returncode != 0
+    assert (
+        "params.yaml `echo` (the settings of system 'echo', echo_system.EchoParams)" in bad.stderr
+    )
+    assert "repeat: Input should be greater than or equal to 1" in bad.stderr
+    write_params(work, system="echo", echo={"repeat": 2})
+    missing = _run(work, [REPO_ROOT])
+    assert missing.returncode != 0
+    assert "unknown section(s) echo" in missing.stderr

@@ -44,9 +44,7 @@ RATES = AgentRates(
 
 
 def answer_params(regime: str, prefetch: int = 8) -> AnswerParams:
-    return AnswerParams.model_validate(
-        {"regime": regime, "max_steps": 3, "result_limit": 8, "prefetch": prefetch}
-    )
+    return AnswerParams.model_validate({"regime": regime, "max_steps": 3, "prefetch": prefetch})
 
 
 class Recording:

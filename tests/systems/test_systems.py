@@ -105,10 +105,10 @@ def test_each_system_says_what_the_record_shows_of_its_settings(tmp_path: Path) 
     params = repo_params()
     assert shown["graphrag"] == {
         "chunk size (tokens)": params["ingest"]["chunk_tokens"],
-        "max_llm_pairs (per label and conversation)": params["ingest"]["max_llm_pairs"]["lite"],
+        "max_llm_pairs (per label and conversation)": params["graphrag"]["max_llm_pairs"]["lite"],
         "agent step limit": params["answer"]["max_steps"],
         "search results in the agent's first turn": params["answer"]["prefetch"],
-        "graph retrieval": params["graph"]["retrieval"],
+        "graph retrieval": params["graphrag"]["retrieval"],
     }
     assert shown["rag"] == {
         "chunk size (tokens)": params["ingest"]["chunk_tokens"],

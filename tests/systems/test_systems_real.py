@@ -56,7 +56,7 @@ INGEST_RATES = IngestRates(
 )
 
 
-ONE_SHOT = AnswerParams(regime="one_shot", max_steps=4, result_limit=8, prefetch=4)
+ONE_SHOT = AnswerParams(regime="one_shot", max_steps=4, prefetch=4)
 
 
 def client(role: str, tmp_path: Path) -> LlmClient:

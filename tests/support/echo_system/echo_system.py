@@ -1,6 +1,8 @@
 """A memory system from outside the project (the test of "bring your own memory system").
 
-It keeps the last message of the chat and answers every question with it, without a model call.
+It keeps the last message of the chat and answers every question with it, without a model call,
+as many times over as its own setting `repeat` says (params `echo.repeat`: `dvc exp run -S
+echo.repeat=2`), so that a test sees a setting reach a system from outside the project.
 It reaches the harness only through the port (systems.port) and the records (schemas), as a
 user's system would, and registers itself through the entry point in its own pyproject.toml.
 """
@@ -12,6 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import Field
+
+from schemas.base import Record
 from schemas.estimate import FinishedRun, Origins, RoleEstimate
 from schemas.params import EstimateParams
 from schemas.records import ChatSlice, Question
@@ -20,14 +25,22 @@ from schemas.traces import Trace
 from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry
 
 
+class EchoParams(Record):
+    """Echo's own settings: params `echo`."""
+
+    repeat: int = Field(default=1, ge=1, le=10)
+    """How many times an answer repeats the kept message (one line each)."""
+
+
 @dataclass(frozen=True)
 class EchoMemory:
     text: str
+    repeat: int = 1
 
     def answer(self, question: Question, model: object) -> Trace:
         return Trace(
             question_id=question.id,
-            answer=self.text,
+            answer="\n".join([self.text] * self.repeat),
             tool_calls=[],
             turn_texts=[],
             reached_ids=[],
@@ -46,13 +59,14 @@ class Echo:
     name: str = "echo"
     build_roles: tuple[Role, ...] = ()
     memory_noun: str = "last message"
+    repeat: int = 1
 
     @property
     def run_files(self) -> Mapping[str, str]:
         return {}
 
     def record_settings(self) -> Mapping[str, object]:
-        return {"kept": "the chat's last message"}
+        return {"kept": "the chat's last message", "repeated": self.repeat}
 
     def build(
         self,
@@ -70,7 +84,7 @@ class Echo:
     def open_memory(
         self, conversation_id: str, memory: Path, workdir: Path
     ) -> Iterator[EchoMemory]:
-        yield EchoMemory(memory.read_text(encoding="utf-8"))
+        yield EchoMemory(memory.read_text(encoding="utf-8"), self.repeat)
 
     def rates_from_run(
         self, run: FinishedRun, fallback: EstimateParams
@@ -90,7 +104,7 @@ class Echo:
 
 
 def build_system(context: SystemContext) -> Echo:
-    return Echo()
+    return Echo(repeat=context.settings_as(EchoParams).repeat)
 
 
-ENTRY = SystemEntry(name="echo", build=build_system)
+ENTRY = SystemEntry(name="echo", build=build_system, settings=EchoParams)

@@ -1,4 +1,4 @@
-"""graph.retrieval hybrid without a server: fusion of search rows, candidates by meaning, the
+"""graphrag.retrieval hybrid without a server: fusion of search rows, candidates by meaning, the
 vector indexes' Cypher, the estimate and the usage count that skips the re-embedding on import."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_vector_indexes_are_one_per_embedded_label_and_check_their_dimensions() 
 
 
 def system(retrieval: str) -> GraphRag:
-    params = params_with(graph={"retrieval": retrieval})
+    params = params_with(graphrag={"retrieval": retrieval})
     params["models"]["embedding"] = {"model": "scripted/hash", "batch_size": 32}
     made = load_system(Params.model_validate(params), "graphrag")
     assert isinstance(made, GraphRag)

@@ -1,4 +1,4 @@
-"""graph.retrieval hybrid with the real embedder the harness serves (`local/all-minilm-l6-v2`)
+"""graphrag.retrieval hybrid with the real embedder the harness serves (`local/all-minilm-l6-v2`)
 on a real Neo4j: search_memory finds a statement that shares no word with the query, which the
 full-text search misses, and resolution offers the topics "Physician" / "Doctor" (no shared name
 token or prefix, so the name candidates miss them; MiniLM's cosine 0.86) as a candidate pair to
@@ -85,7 +85,7 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def system(graph: GraphParams, embedder: EmbeddingClient) -> GraphRag:
-    params = params_with(graph={**graph.model_dump(), "retrieval": "hybrid"})
+    params = params_with(graph=graph.model_dump(), graphrag={"retrieval": "hybrid"})
     params["models"]["embedding"] = {"model": MODEL, "batch_size": 8}
     made = load_system(Params.model_validate(params), "graphrag", embedder=lambda: embedder)
     assert isinstance(made, GraphRag)

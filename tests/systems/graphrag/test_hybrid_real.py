@@ -1,4 +1,4 @@
-"""graph.retrieval hybrid on a real Neo4j with the scripted embedder (hashed bags of words: it
+"""graphrag.retrieval hybrid on a real Neo4j with the scripted embedder (hashed bags of words: it
 checks the plumbing, it measures nothing): the build embeds, the memory file names the embedder
 and holds no vector, open_memory re-embeds uncounted and builds the vector indexes, and
 search_memory fuses full-text and vector hits in a deterministic order. fulltext is the old path:
@@ -51,7 +51,8 @@ def scripted_embedder(cache: Path) -> EmbeddingClient:
 
 def graphrag(graph: GraphParams, retrieval: str, embedder: EmbeddingModel) -> GraphRag:
     params = params_with(
-        graph={**graph.model_dump(), "retrieval": retrieval},
+        graph=graph.model_dump(),
+        graphrag={"retrieval": retrieval},
         models={**params_with()["models"], "embedding": {"model": EMBEDDER, "batch_size": 4}},
     )
     from schemas.params import Params

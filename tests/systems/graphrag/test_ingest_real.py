@@ -43,7 +43,7 @@ from schemas.params import GraphParams, Mode
 from schemas.records import ChatSlice
 from stages.common import load_fixture, read_params
 from systems.graphrag.ingest import ConversationGraph, IngestSettings, build_graph
-from systems.graphrag.system import ingest_settings
+from systems.graphrag.system import GraphragParams, ingest_settings
 from tests.conftest import REPO_ROOT
 from tests.support.models import scripted_client
 from tests.support.neo4j_fixtures import graph_params, neo4j_available, no_jvm_left
@@ -116,7 +116,9 @@ def history(model: LlmClient) -> list[dict[str, Any]]:
 
 
 def settings(mode: str) -> IngestSettings:
-    return ingest_settings(read_params(PARAMS).ingest, mode)
+    run = read_params(PARAMS)
+    own = GraphragParams.model_validate(run.section("graphrag"))
+    return ingest_settings(run.ingest, own, mode)
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.params import GraphitiParams
 from systems.chunking import chunk_conversation
 from systems.peers.graphiti import (
+    GraphitiParams,
     episodes_of,
     graphiti_request,
     render_context,
