@@ -110,32 +110,26 @@ else
 	$(PY) python scripts/estimate_tier.py --tier $(TIER) --mode $(MODE)
 endif
 
-# The numbers the issues ask for, measured on this machine (see each script's docstring).
+# One named measurement, its figures written with the commit, machine and date to
+# measurements/<name>.json (committed; README.md and docs/ render them: docs/measurements.md):
+# make measure NAME=graph [ARGS='--queries 50']. Without NAME, the ones that run in minutes.
+# `python -m measure --list` lists them all.
+MEASUREMENTS ?= data repairs tiers judge judge_check graph llm viewer cypher_layers
 measure: setup
-	$(PY) python scripts/measure_data.py
-	$(PY) python scripts/measure_data_check.py
-	$(PY) python scripts/measure_repairs.py
-	$(PY) python scripts/measure_tiers.py
-	$(PY) python scripts/measure_token_conventions.py
-	$(PY) python scripts/measure_graph.py
-	$(PY) python scripts/measure_llm.py
-	$(PY) python scripts/measure_judge.py
-	$(PY) python scripts/measure_ingest.py
-	$(PY) python scripts/measure_answer_judge.py
-	$(PY) python scripts/measure_pipeline.py
-	$(PY) python scripts/measure_viewer.py
-	$(PY) python scripts/measure_judge_check.py
-	$(PY) python scripts/measure_cypher_layers.py
-	$(PY) python scripts/measure_ci.py
+ifeq ($(NAME),)
+	@for name in $(MEASUREMENTS); do $(PY) python -m measure $$name || exit 1; done
+else
+	$(PY) python -m measure $(NAME) $(ARGS)
+endif
 
 # Wall time against a served test model of fixed latency, at several concurrencies, beside the ideal
-# L × calls / c and the run at L = 0 (scripts/bench_scale.py; 100K full: the floor, c = 8 and 32
+# L × calls / c and the run at L = 0 (measure/scale.py; 100K full: the floor, c = 8 and 32
 # took 20 minutes here, c = 2 adds about 15). Quick: make bench-scale BENCH_MODE=lite BENCH_C=2,8
 BENCH_MODE ?= full
 BENCH_LATENCY ?= 0.5
 BENCH_C ?= 2,8,32
 bench-scale: setup
-	$(PY) python scripts/bench_scale.py --mode $(BENCH_MODE) --latency $(BENCH_LATENCY) \
+	$(PY) python -m measure scale --mode $(BENCH_MODE) --latency $(BENCH_LATENCY) \
 	  --concurrency $(BENCH_C) $(if $(BENCH_OUT),--out $(BENCH_OUT))
 
 clean:

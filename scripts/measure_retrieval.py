@@ -33,9 +33,9 @@ from bench.repair import encode_table, load_table, repair_table  # noqa: E402
 from bench.slice import Built, build_mode, rows_by_conversation  # noqa: E402
 from clients.llm.embeddings import build_embedder  # noqa: E402
 from clients.tokens import count_tokens  # noqa: E402
+from measure.tiers import whole_split as every_question  # noqa: E402
 from schemas.params import RETRIEVERS, ModelRef, Params, Tier  # noqa: E402
 from schemas.records import ABILITIES, Question  # noqa: E402
-from scripts.measure_tiers import whole_split as every_question  # noqa: E402
 from stages.common import read_params  # noqa: E402
 from systems.chunking import chunk_conversation  # noqa: E402
 from systems.rag import ChunkIndex, message_texts, rank_chunks  # noqa: E402

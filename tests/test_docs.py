@@ -13,11 +13,16 @@ from tests.conftest import REPO_ROOT
 PRODUCT = ("stages", "bench", "systems", "clients", "schemas")
 WRITTEN = [
     REPO_ROOT / "README.md",
-    *sorted(p for package in (*PRODUCT, "scripts") for p in (REPO_ROOT / package).rglob("*.py")),
+    *sorted(
+        p
+        for package in (*PRODUCT, "scripts", "measure")
+        for p in (REPO_ROOT / package).rglob("*.py")
+    ),
 ]
-"""What a newcomer reads: the README, the product's and the scripts' docstrings and comments."""
+"""What a newcomer reads: the README, the product's, the scripts' and the measurements' docstrings
+and comments."""
 NAMED_PATH = re.compile(
-    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas|scripts|tests|fixtures|neo4j-jars)"
+    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas|scripts|measure|tests|fixtures|neo4j-jars)"
     r"/[\w./-]*\w)"
 )
 NAMED_MODULE = re.compile(

@@ -7,7 +7,7 @@ rubrics and the event alignment need, and the time spent outside the model. even
 answers are synthesised from the rubric in four shapes (perfect, reversed, shuffled, and with an
 invented line after every event), because the call count there depends on the answer.
 
-    uv run --frozen python scripts/measure_judge.py
+    uv run python -m measure judge
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from bench.event_order import EVENT_ORDERING
+from bench.judge import judge_question, summarize
+from bench.scorer_prompts import Message, extract_judge_prompts
+from schemas.records import Question, Rubric
+from tests.support import scorer_standin as standin
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.event_order import EVENT_ORDERING  # noqa: E402
-from bench.judge import judge_question, summarize  # noqa: E402
-from bench.scorer_prompts import Message, extract_judge_prompts  # noqa: E402
-from schemas.records import Question, Rubric  # noqa: E402
-from tests.support import scorer_standin as standin  # noqa: E402
 
 BEAM = ROOT.parent / "shared" / "beam" / "100K"
 
@@ -83,7 +82,7 @@ def event_answer(events: list[str], shape: str, rng: random.Random) -> str:
     return "\n".join(f"{n}. {line}" for n, line in enumerate(lines, start=1))
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     if not BEAM.is_dir():
         raise SystemExit(f"real BEAM data not found at {BEAM}")
     started = time.perf_counter()
@@ -99,6 +98,17 @@ def main() -> None:
     pairs = load("full")
     items = [len(r.rubric) for q, r in pairs if q.ability != EVENT_ORDERING]
     events = [len(r.rubric) for q, r in pairs if q.ability == EVENT_ORDERING]
+    figures: dict[str, Any] = {
+        "questions": len(pairs),
+        "prompt_extraction_ms": round(extract_ms, 1),
+        "prompt_extraction_padded_ms": round(padded_ms, 1),
+        "padded_characters": len(padded),
+        "rubric_items_per_question_mean": round(statistics.mean(items), 2),
+        "rubric_items_per_question_max": max(items),
+        "events_per_event_question_mean": round(statistics.mean(events), 2),
+        "events_per_event_question_max": max(events),
+        "shapes": {},
+    }
     print(
         f"questions {len(pairs)}; prompt extraction {extract_ms:.1f} ms "
         f"({padded_ms:.1f} ms with prompts.py padded to {len(padded):,} characters)"
@@ -122,13 +132,17 @@ def main() -> None:
         seconds = time.perf_counter() - started
         metrics = summarize(judgements, [r for _, r in pairs])
         event_calls = [j.calls for j in judgements if j.ability == EVENT_ORDERING]
+        figures["shapes"][shape] = {
+            "judge_calls_per_question": metrics["overall"]["judge_calls_per_question"],
+            "event_calls_mean": round(statistics.mean(event_calls), 1),
+            "event_calls_max": max(event_calls),
+            "event_score": metrics[EVENT_ORDERING]["score"],
+            "scoring_ms": round(seconds * 1000),
+        }
         print(
             f"{shape:9s} calls/question {metrics['overall']['judge_calls_per_question']:.2f} "
             f"(event_ordering mean {statistics.mean(event_calls):.1f}, max {max(event_calls)}); "
             f"event score {metrics[EVENT_ORDERING]['score']:.3f}; "
             f"scoring time {seconds * 1000:.0f} ms for {len(pairs)} questions"
         )
-
-
-if __name__ == "__main__":
-    main()
+    return figures

@@ -1,7 +1,7 @@
 """Benchmark of the local Neo4j service: start times, resident memory, import, full-text lookups.
 
-    uv run --frozen python scripts/measure_graph.py [--nodes 10000] [--relationships 20000]
-                                                  [--queries 200] [--out measurements/graph.json]
+    uv run python -m measure graph [--nodes 10000] [--relationships 20000]
+                                                  [--queries 200]
 
 Cold start = the first server start in this process after `make neo4j` (the jars may already
 be in the OS page cache: this machine cannot drop caches for one process). Warm start = the next
@@ -17,26 +17,23 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from clients.files import write_json  # noqa: E402
-from clients.graph.server import LocalServer  # noqa: E402
-from clients.graph.store import Neo4jGraphStore, start_graph  # noqa: E402
-from schemas.memory import (  # noqa: E402
+from clients.graph.server import LocalServer
+from clients.graph.store import Neo4jGraphStore, start_graph
+from schemas.memory import (
     ENTITY_LABELS,
     NODE_ADAPTER,
     STATEMENT_LABELS,
     Relationship,
 )
-from schemas.params import GraphParams  # noqa: E402
-from stages.common import read_params, run_stage  # noqa: E402
+from schemas.params import GraphParams
+from stages.common import read_params
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WORDS = (
     "garden",
@@ -223,18 +220,12 @@ def lookups(store: Neo4jGraphStore, names: list[str], queries: int) -> dict[str,
     }
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--relationships", type=int, default=20_000)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=None, help="also write the figures here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     result = bench(args)
     print(json.dumps(result, indent=2, sort_keys=True))
-    if args.out:
-        write_json(args.out, result)
-
-
-if __name__ == "__main__":
-    run_stage(main)
+    return result

@@ -10,14 +10,13 @@ and compares the dry-run estimate with the actual calls and tokens, phase by pha
 embedder is the test embedder, `scripted/hash`); `--set` any other param, as `dvc exp run -S`
 does (e.g. `--set graphiti.episode=message --set slice.conversations=[17]`). Needs
 ../shared/beam and `make neo4j`.
-Usage: `uv run python scripts/measure_pipeline.py [--skip-full] [--system S] [--retriever R]
+Usage: `uv run python -m measure pipeline [--skip-full] [--system S] [--retriever R]
 [--set KEY=VALUE ...]`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,14 +24,13 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from schemas.roles import COST_KEYS
+from tests.conftest import SHARED_BEAM
+from tests.support.e2e_repo import RepoCopy, repo_copy
+from tests.support.estimates import actual_of, estimate_of
+from tests.support.hub_mirror import HubMirror
 
-from schemas.roles import COST_KEYS  # noqa: E402
-from tests.conftest import SHARED_BEAM  # noqa: E402
-from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
-from tests.support.estimates import actual_of, estimate_of  # noqa: E402
-from tests.support.hub_mirror import HubMirror  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def timed(repo: RepoCopy, *args: str) -> tuple[float, int]:
@@ -59,13 +57,13 @@ def estimate_table(repo: RepoCopy) -> list[str]:
     return lines
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-full", action="store_true")
     parser.add_argument("--system", default="graphrag")
     parser.add_argument("--retriever", default="bm25", help="rag's (params rag.retriever)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     chosen: dict[str, Any] = {"system": args.system, "rag": {"retriever": args.retriever}}
     for item in args.set:
         key, _, value = item.partition("=")
@@ -80,16 +78,21 @@ def main() -> None:
     ):
         with repo_copy(Path(tmp) / "lite", hub, mode="lite") as repo:
             repo.update_params(chosen)
+            figures: dict[str, Any] = {"params": chosen}
             seconds, calls = timed(repo, "repro")
+            figures["lite_clean"] = {"seconds": round(seconds, 1), "model_calls": calls}
             print(f"lite dvc repro (clean copy): {seconds:.1f} s, {calls} model calls")
             seconds, calls = timed(repo, "repro")
+            figures["lite_unchanged"] = {"seconds": round(seconds, 1), "model_calls": calls}
             print(f"lite dvc repro (unchanged):  {seconds:.1f} s, {calls} model calls")
-            print("\n".join(estimate_table(repo)))
+            figures["lite_estimate_table"] = estimate_table(repo)
+            print("\n".join(figures["lite_estimate_table"]))
         if args.skip_full:
-            return
+            return figures
         with repo_copy(Path(tmp) / "full", hub, mode="full") as repo:
             repo.update_params(chosen)
             seconds, calls = timed(repo, "repro")
+            figures["full_clean"] = {"seconds": round(seconds, 1), "model_calls": calls}
             print(f"full dvc repro (clean copy): {seconds:.1f} s, {calls} model calls")
             graphs = repo.read_json("data/ingest/graphs.json")
             answer = repo.read_json("data/answer/summary.json")
@@ -118,8 +121,14 @@ def main() -> None:
                 f"{answer['context_tokens_p95']}, max {answer['context_tokens_max']})"
             )
             print(f"full judge: {judge['judge_calls_per_question']:.2f} calls per question")
-            print("\n".join(estimate_table(repo)))
-
-
-if __name__ == "__main__":
-    main()
+            figures["full"] = {
+                "model_wait_seconds": {k: round(v, 1) for k, v in waited.items()},
+                "graph_total": graphs["total"],
+                "context_tokens_median": answer["context_tokens_median"],
+                "context_tokens_p95": answer["context_tokens_p95"],
+                "context_tokens_max": answer["context_tokens_max"],
+                "judge_calls_per_question": round(judge["judge_calls_per_question"], 2),
+            }
+            figures["full_estimate_table"] = estimate_table(repo)
+            print("\n".join(figures["full_estimate_table"]))
+    return figures

@@ -3,7 +3,7 @@
 Reads the rubrics of the recipe's questions from the BEAM parquet (default: the rebuilt one in
 ../shared/beam; the rubrics are the same before and after the repair stage), builds every case
 from the recipe (each checked against its pinned sha256) and prints the counts and the times.
-Usage: `uv run python scripts/measure_judge_check.py [--parquet PATH] [--repeat N]`.
+Usage: `uv run python -m measure judge_check [--parquet PATH] [--repeat N]`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import statistics
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from bench.judge_check.cases import build_cases
 from bench.judge_check.recipe import parse_recipe, read_items, recipe_question_ids
@@ -23,11 +24,11 @@ MIRROR = (
 )
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parquet", type=Path, default=MIRROR)
     parser.add_argument("--repeat", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     recipe_file = ROOT / "fixtures" / "judge_check.json"
     recipe = parse_recipe(recipe_file.read_bytes(), str(recipe_file))
     ids = recipe_question_ids(recipe)
@@ -48,7 +49,12 @@ def main() -> None:
     )
     print(f"reading {len(ids)} questions' rubrics from the parquet: {read_ms:.1f} ms")
     print(f"building the cases: median {statistics.median(times):.1f} ms of {args.repeat} builds")
-
-
-if __name__ == "__main__":
-    main()
+    return {
+        "cases": len(cases),
+        "cases_by_kind": dict(sorted(kinds.items())),
+        "questions": len({c.question_id for c in cases}),
+        "abilities": len(abilities),
+        "read_rubrics_ms": round(read_ms, 1),
+        "build_cases_median_ms": round(statistics.median(times), 1),
+        "builds": args.repeat,
+    }

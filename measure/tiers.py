@@ -9,20 +9,17 @@ cl100k tokens, graphrag's chunks (`ingest.chunk_tokens`) and each system's estim
 tokens (the estimator's rates from settings.yaml; the judge's without its scorer prompts, as
 `make estimate` before a fetch), and graphrag's expected graphs (the largest conversation's nodes,
 all nodes and chunk text). Full cut only (at 500K the official cut is the full chat; at
-100K, scripts/measure_repairs.py measures it). No model, no server; numbers only.
-Usage: `uv run python scripts/measure_tiers.py`.
+100K, python -m measure repairs measures it). No model, no server; numbers only.
+Usage: `uv run python -m measure tiers`.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.repair import encode_table, load_table, repair_table  # noqa: E402
-from bench.slice import (  # noqa: E402
+from bench.repair import encode_table, load_table, repair_table
+from bench.slice import (
     Built,
     ModePin,
     build_mode,
@@ -30,13 +27,15 @@ from bench.slice import (  # noqa: E402
     rows_by_conversation,
     sizes,
 )
-from schemas.params import Params, Tier  # noqa: E402
-from stages.common import read_params  # noqa: E402
-from stages.estimate import estimate_roles  # noqa: E402
-from systems.chunking import chunk_conversation  # noqa: E402
-from systems.port import EstimatesMemory  # noqa: E402
-from systems.registry import load_system  # noqa: E402
-from tests.conftest import SHARED_BEAM  # noqa: E402
+from schemas.params import Params, Tier
+from stages.common import read_params
+from stages.estimate import estimate_roles
+from systems.chunking import chunk_conversation
+from systems.port import EstimatesMemory
+from systems.registry import load_system
+from tests.conftest import SHARED_BEAM
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MIRROR = SHARED_BEAM / "mirror" / "datasets" / "Mohammadta" / "BEAM" / "data"
 TIERS: tuple[Tier, ...] = ("100K", "500K", "1M", "10M")
@@ -62,7 +61,7 @@ def whole_split(rows: dict[str, dict[str, object]]) -> ModePin:
 
 def size_and_estimates(params: Params, built: Built) -> dict[str, int]:
     """The slices' messages, tokens and chunks, and each system's dry-run calls and tokens of a
-    whole run of them, the judge's included (also used by scripts/measure_repairs.py)."""
+    whole run of them, the judge's included (also used by python -m measure repairs)."""
     chats = [s.chat for s in built.slices]
     total = sizes(built)["total"]
     found = {
@@ -93,7 +92,7 @@ def expected_graphs(params: Params, built: Built) -> dict[str, float]:
     }
 
 
-def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, float]:
+def measure_tier(params: Params, tier: Tier, parquet: Path) -> dict[str, float]:
     table = load_table(parquet.read_bytes(), str(parquet))
     repaired, record = repair_table(table, params.repair.messages, tier, str(parquet))
     rows = rows_by_conversation(encode_table(repaired), parquet)
@@ -108,16 +107,15 @@ def measure(params: Params, tier: Tier, parquet: Path) -> dict[str, float]:
     }
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     params = read_params(ROOT / "params.yaml")
+    tiers: dict[str, Any] = {}
     for tier in TIERS:
         parquet = MIRROR / f"{tier}-00000-of-00001.parquet"
         if not parquet.is_file():
             print(f"{tier}: not in {MIRROR} (nothing measured)")
             continue
-        found = measure(params, tier, parquet)
+        found = measure_tier(params, tier, parquet)
+        tiers[tier] = found
         print(f"{tier}: " + ", ".join(f"{k} {v:,}" for k, v in found.items()), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    return {"tiers": tiers}

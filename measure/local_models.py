@@ -18,7 +18,7 @@ For each model (default: both Qwen2.5-Coder models):
   `answer.prefetch` (the search results in the agent's first turn; 0: none), side by side.
 
 Needs the built runtime (`make local-model`), ../shared/beam and `make neo4j` for the lite run.
-Usage: `uv run python scripts/measure_local_models.py [--model M]... [--skip-fetch]
+Usage: `uv run python -m measure local_models [--model M]... [--skip-fetch]
 [--skip-speed] [--skip-lite] [--prefetch N]... [--json FILE]`. Run it on an otherwise idle
 machine: every number is wall time on whatever cores it gets.
 """
@@ -37,17 +37,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from clients.local_model import (  # noqa: E402
+from clients.local_model import (
     live_servers,
     local_model,
     local_model_server,
     post_json,
 )
-from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
-from tests.support.hub_mirror import HubMirror  # noqa: E402
+from tests.support.e2e_repo import RepoCopy, repo_copy
+from tests.support.hub_mirror import HubMirror
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_MODELS = ("local/qwen2.5-coder-0.5b-instruct", "local/qwen2.5-coder-1.5b-instruct")
 PROMPT_WORDS = 600
@@ -206,7 +205,7 @@ def stage_numbers(repo: RepoCopy) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", help="default: both Qwen2.5-Coder models")
     parser.add_argument("--skip-fetch", action="store_true")
@@ -218,8 +217,7 @@ def main() -> None:
         action="append",
         help="one lite run per value of answer.prefetch (default: params.yaml's)",
     )
-    parser.add_argument("--json", type=Path, help="also write the numbers to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     for model in args.model or DEFAULT_MODELS:
         local_model(model)  # an unknown name stops here, before any work
@@ -236,9 +234,4 @@ def main() -> None:
                 row[key] = measure_lite(model, prefetch)
                 print(model, key, json.dumps(row[key], indent=1), flush=True)
         results[model] = row
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return results

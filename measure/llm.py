@@ -12,8 +12,8 @@ CPU per call, `raw_litellm_cpu_ms_per_call`): litellm's own floor; and with bare
 
 The loopback server runs in its own process (tests/support/openai_server.py) so its threads do
 not compete with the client for the GIL. Usage:
-    uv run --frozen python scripts/measure_llm.py [--calls 400] [--concurrency 8] [--latency 0.1]
-Prints one JSON object (seconds, ms per call); `--out FILE` also writes it.
+    uv run python -m measure llm [--calls 400] [--concurrency 8] [--latency 0.1]
+Prints one JSON object (seconds, ms per call), the result's figures.
 """
 
 from __future__ import annotations
@@ -27,22 +27,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-dummy")
 
-from clients.files import write_json  # noqa: E402
-from clients.llm.accounting import Accounting, Budget  # noqa: E402
-from clients.llm.cache import LlmCache  # noqa: E402
-from clients.llm.client import LlmClient  # noqa: E402
-from clients.llm.litellm_door import _import_litellm  # noqa: E402
-from clients.llm.port import ChatRequest, Message  # noqa: E402
-from schemas.params import LlmParams, ModelRef  # noqa: E402
-from tests.support.openai_server import LoopbackServer  # noqa: E402
+from clients.llm.accounting import Accounting, Budget
+from clients.llm.cache import LlmCache
+from clients.llm.client import LlmClient
+from clients.llm.litellm_door import _import_litellm
+from clients.llm.port import ChatRequest, Message
+from schemas.params import LlmParams, ModelRef
+from tests.support.openai_server import LoopbackServer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class ServerProcess:
@@ -253,22 +252,16 @@ def raw_httpx_load(api_base: str, reqs: list[ChatRequest], concurrency: int) -> 
     return time.perf_counter() - started
 
 
-def main(argv: list[str] | None = None) -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--latency", type=float, default=0.1, help="loopback seconds per reply")
     parser.add_argument("--overhead-calls", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     result = {
         "overhead": bench_overhead(args.overhead_calls),
         "throughput": bench_throughput(args.calls, args.concurrency, args.latency),
     }
-    if args.out is not None:
-        write_json(args.out, result)
     print(json.dumps(result, indent=2, sort_keys=True))
-
-
-if __name__ == "__main__":
-    main()
+    return result

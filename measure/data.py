@@ -7,7 +7,7 @@ loopback Hub. The timed fetch runs with HF_HUB_OFFLINE=1, so it must come from t
 Prints wall seconds and peak RSS per stage and in total, and exits 1 when the targets
 (< 20 s, < 1 GiB) are missed.
 
-    uv run --frozen python scripts/measure_data.py [--keep]
+    uv run python -m measure data [--keep]
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from bench.fetch import pinned_file
+from clients.hub import download_pinned
+from stages.common import params_mapping, read_params
+from tests.support.e2e_repo import mirror_release
+from tests.support.hub_mirror import MIRROR_ROOT, HubMirror
 
-from bench.fetch import pinned_file  # noqa: E402
-from clients.hub import download_pinned  # noqa: E402
-from stages.common import params_mapping, read_params  # noqa: E402
-from tests.support.e2e_repo import mirror_release  # noqa: E402
-from tests.support.hub_mirror import MIRROR_ROOT, HubMirror  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 STAGES = ("fetch", "verify_hash", "repair", "slice")
 TARGET_SECONDS = 20.0
@@ -94,10 +94,10 @@ def run_stage(name: str, work: Path, env: dict[str, str]) -> tuple[float, float]
     return seconds, usage.ru_maxrss / 1024  # Linux reports KiB
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench_data."))
     try:
         env = prepare(work)
@@ -121,14 +121,18 @@ def main() -> None:
             f"targets (< {TARGET_SECONDS:.0f} s, < {TARGET_RSS_MIB:.0f} MiB): "
             + ("met" if ok else "MISSED")
         )
-        if not ok:
-            raise SystemExit(1)
+        return {
+            "targets": {"seconds": TARGET_SECONDS, "rss_mib": TARGET_RSS_MIB, "met": ok},
+            "stages": {
+                name: {"wall_seconds": round(s, 2), "peak_rss_mib": round(m, 1)}
+                for name, (s, m) in rows.items()
+            },
+            "total_seconds": round(total_seconds, 2),
+            "peak_rss_mib": round(peak, 1),
+            "full_mode": {k: metrics[k] for k in ("messages", "sessions", "tokens", "questions")},
+        }
     finally:
         if args.keep:
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()

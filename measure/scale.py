@@ -18,7 +18,7 @@ pipeline, one stage at a time (`dvc repro --single-item`), each timed. Printed:
 memory system; the numbers are the harness's. Other processes on the machine share its cores:
 say so beside them.
 Needs ../shared/beam and `make neo4j`.
-Usage: `uv run python scripts/bench_scale.py [--mode full] [--latency 0.5]
+Usage: `uv run python -m measure scale [--mode full] [--latency 0.5]
 [--concurrency 2,8,32] [--no-floor] [--system graphrag] [--out FOLDER]`; quick:
 `--mode lite --latency 0.2 --concurrency 2,8`.
 """
@@ -28,21 +28,20 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from clients.llm import client as llm_module
+from tests.conftest import SHARED_BEAM
+from tests.support.e2e_repo import RepoCopy, repo_copy
+from tests.support.hub_mirror import HubMirror
+from tests.support.scripted_server import LogEntry, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from clients.llm import client as llm_module  # noqa: E402
-from tests.conftest import SHARED_BEAM  # noqa: E402
-from tests.support.e2e_repo import RepoCopy, repo_copy  # noqa: E402
-from tests.support.hub_mirror import HubMirror  # noqa: E402
-from tests.support.scripted_server import LogEntry, ServerProcess  # noqa: E402
 
 MODEL = "openai/test-model"
 DATA_STAGES = ("fetch", "verify-hash", "repair", "slice")
@@ -225,7 +224,7 @@ def write_csv(path: Path, rows: Sequence[dict[str, str]]) -> None:
         writer.writerows(rows)
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--mode", default="full", choices=("lite", "full", "all"))
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per model reply")
@@ -233,7 +232,7 @@ def main() -> None:
     parser.add_argument("--no-floor", action="store_true", help="skip the run at L = 0")
     parser.add_argument("--system", default="graphrag")
     parser.add_argument("--out", type=Path, default=None, help="folder for the CSV files")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
     if not levels or any(c < 1 for c in levels):
         parser.error(f"--concurrency needs positive integers, got {args.concurrency!r}")
@@ -261,7 +260,4 @@ def main() -> None:
         write_csv(args.out / "runs.csv", table)
         write_csv(args.out / "per_stage.csv", stages)
         write_csv(args.out / "in_flight.csv", timeline_rows(runs))
-
-
-if __name__ == "__main__":
-    main()
+    return {"mode": args.mode, "system": args.system, "runs": table, "per_stage": stages}

@@ -12,7 +12,7 @@ Reported: the time to build the page in Python, its size in bytes, and, with hea
 the load event, which is after the page's script has drawn it) and the time to open every
 question.
 
-    uv run --frozen python scripts/measure_viewer.py [--workdir DIR]
+    uv run python -m measure viewer [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -23,13 +23,10 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clients.files import write_json, write_jsonl
 from schemas.judging import EventAlignment, ItemScore, Judgement
@@ -309,10 +306,10 @@ def browser_times(page_file: Path) -> dict[str, float] | None:
     }
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, help="keep the synthetic run here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     folder = args.workdir or Path(tempfile.mkdtemp(prefix="beam-viewer-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     write_run(folder)
@@ -344,7 +341,11 @@ def main() -> None:
         )
     if args.workdir is None:
         shutil.rmtree(folder)
-
-
-if __name__ == "__main__":
-    main()
+    return {
+        "questions": 100,
+        "chat_characters": chat_chars,
+        "build_seconds": round(build, 2),
+        "page_bytes": size,
+        "load_ms_median": None if times is None else round(times["load_ms_median"]),
+        "open_all_ms": None if times is None else round(times["open_all_ms"]),
+    }

@@ -8,31 +8,29 @@ and prints per variant the chat's messages and cl100k tokens, graphrag's
 chunks (`ingest.chunk_tokens`, the chunker the systems share) and the dry-run estimate of calls
 and tokens for each system (the estimator's rates from settings.yaml; the judge's without its
 scorer prompts, as `make estimate` before a fetch). No model, no server; numbers only, no text.
-Usage: `uv run python scripts/measure_repairs.py`.
+Usage: `uv run python -m measure repairs`.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from bench.repair import encode_table, load_table, repair_table
+from bench.slice import build_mode, cut_points, rows_by_conversation
+from measure.tiers import size_and_estimates
+from schemas.params import Cut, Params, Repair, Tier
+from stages.common import load_fixture, read_params
+from tests.conftest import MIRROR_PARQUET
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from measure_tiers import size_and_estimates  # noqa: E402
-
-from bench.repair import encode_table, load_table, repair_table  # noqa: E402
-from bench.slice import build_mode, cut_points, rows_by_conversation  # noqa: E402
-from schemas.params import Cut, Params, Repair, Tier  # noqa: E402
 
 TIER: Tier = "100K"
 """The tier measured: mode all of 100K (the mirror's parquet)."""
-from stages.common import load_fixture, read_params  # noqa: E402
-from tests.conftest import MIRROR_PARQUET  # noqa: E402
 
 
-def measure(params: Params, repairs: Sequence[Repair], cut: Cut = "full") -> dict[str, int]:
+def measure_variant(params: Params, repairs: Sequence[Repair], cut: Cut = "full") -> dict[str, int]:
     """Mode all's size, chunks and estimated calls and tokens per system with these repairs and
     this cut."""
     table = load_table(MIRROR_PARQUET.read_bytes(), str(MIRROR_PARQUET))
@@ -49,9 +47,11 @@ def measure(params: Params, repairs: Sequence[Repair], cut: Cut = "full") -> dic
     return size_and_estimates(params, built)
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     if not MIRROR_PARQUET.is_file():
-        sys.exit(f"{MIRROR_PARQUET} not found: this measures the shared BEAM copy (../shared/beam)")
+        raise SystemExit(
+            f"{MIRROR_PARQUET} not found: this measures the shared BEAM copy (../shared/beam)"
+        )
     params = read_params(ROOT / "params.yaml")
     pinned = [r for r in params.repair.messages if r.tier == TIER]
     variants = {
@@ -59,8 +59,8 @@ def main() -> None:
         **{f"only {r.conversation_id}:{r.message_id}": [r] for r in pinned},
     }
     variants["all pinned"] = pinned
-    results = {label: measure(params, repairs) for label, repairs in variants.items()}
-    results["official cut"] = measure(params, pinned, "official")
+    results = {label: measure_variant(params, repairs) for label, repairs in variants.items()}
+    results["official cut"] = measure_variant(params, pinned, "official")
     keys = list(results["no repair"])
     print(f"mode all ({TIER}); each variant, then its difference to no repair")
     print("variant".ljust(16) + "".join(k.rjust(22) for k in keys))
@@ -69,7 +69,4 @@ def main() -> None:
         print(label.ljust(16) + "".join(f"{found[k]:,}".rjust(22) for k in keys))
         if found is not base:
             print(" " * 16 + "".join(f"{found[k] - base[k]:+,}".rjust(22) for k in keys))
-
-
-if __name__ == "__main__":
-    main()
+    return {"tier": TIER, "mode": "all", "variants": results}

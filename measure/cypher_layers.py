@@ -7,7 +7,7 @@ writes the attack test's small graph into both, then prints one JSON object:
   tests/systems/graphrag/test_cypher_attacks.py it refuses, of how many;
 - `bombs`: for each runaway query kind, how long the agent's tool call took, whether the store
   restarted the server, and the server's CPU seconds in the 3 s after the call (idle: near 0).
-Usage: uv run --frozen python scripts/measure_cypher_layers.py [--timeout SECONDS]
+Usage: uv run python -m measure cypher_layers [--timeout SECONDS]
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clients.graph.guard import QueryRejected, check_read_only
 from clients.graph.port import QueryFailed
@@ -53,10 +50,10 @@ def refused_by(read: Any, query: str, params: dict[str, Any]) -> bool:
     return False
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=2.0, help="graph.query_timeout_seconds")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     params = read_params(Path(__file__).resolve().parents[1] / "params.yaml").graph.model_copy(
         update={"backend": "local", "query_timeout_seconds": args.timeout, "row_limit": 50}
     )
@@ -109,7 +106,4 @@ def main() -> None:
             loopback.close()
     report = {"query_timeout_seconds": args.timeout, "layers": layers, "bombs": bombs}
     print(json.dumps(report, indent=2, ensure_ascii=False))
-
-
-if __name__ == "__main__":
-    main()
+    return report

@@ -1,6 +1,6 @@
 """Benchmark of the ingest with the scripted test model: wall time, scaling, estimate.
 
-    uv run --frozen python scripts/measure_ingest.py [--out measurements/ingest.json] [--skip-neo4j]
+    uv run python -m measure ingest [--skip-neo4j]
                                                    [--scaling-conversation 17]
 
 Slices are built from the rebuilt BEAM parquet (../shared/beam/mirror/...) with the data stages'
@@ -34,23 +34,20 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from bench.repair import load_table, repair_table
+from bench.slice import REQUIRED_COLUMNS, Built, build_mode, check_pins
+from clients.llm.client import LlmClient
+from schemas.errors import DataError
+from schemas.params import Mode
+from schemas.records import ChatSlice
+from stages.common import load_fixture, params_mapping, read_params
+from systems.chunking import chunk_conversation
+from systems.graphrag.estimate import estimate_ingest
+from systems.graphrag.ingest import IngestSettings, build_graph
+from systems.graphrag.system import ingest_settings
+from tests.support.models import scripted_client
 
-from bench.repair import load_table, repair_table  # noqa: E402
-from bench.slice import REQUIRED_COLUMNS, Built, build_mode, check_pins  # noqa: E402
-from clients.files import write_json  # noqa: E402
-from clients.llm.client import LlmClient  # noqa: E402
-from schemas.errors import DataError  # noqa: E402
-from schemas.params import Mode  # noqa: E402
-from schemas.records import ChatSlice  # noqa: E402
-from stages.common import load_fixture, params_mapping, read_params, run_stage  # noqa: E402
-from systems.chunking import chunk_conversation  # noqa: E402
-from systems.graphrag.estimate import estimate_ingest  # noqa: E402
-from systems.graphrag.ingest import IngestSettings, build_graph  # noqa: E402
-from systems.graphrag.system import ingest_settings  # noqa: E402
-from tests.support.models import scripted_client  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PARAMS = ROOT / "params.yaml"
 MIRROR = (
@@ -227,14 +224,13 @@ def print_report(result: dict[str, Any]) -> None:
             )
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
-        prog="scripts/measure_ingest.py", description=(__doc__ or "").split("\n")[0]
+        prog="python -m measure ingest", description=(__doc__ or "").split("\n")[0]
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "ingest.json")
     parser.add_argument("--skip-neo4j", action="store_true", help="skip the timed stage run")
     parser.add_argument("--scaling-conversation", default="17")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     params = read_params(PARAMS).ingest
     built = build_slices(MIRROR)
@@ -261,10 +257,4 @@ def main() -> None:
     print_report(result)
     if "stage" in result:
         result["stage"].pop("log")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(args.out, result)
-    print(f"figures written to {args.out}")
-
-
-if __name__ == "__main__":
-    run_stage(main)
+    return result

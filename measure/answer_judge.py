@@ -12,7 +12,7 @@ Reported against the issue's targets: wall time of answer + judge (<= 300 s), me
 context tokens per question (<= 8,000; the largest prompt of each question's calls), and judge
 calls per question (<= 12 on average).
 
-    uv run --frozen python scripts/measure_answer_judge.py [--workdir DIR] [--out FILE]
+    uv run python -m measure answer_judge [--workdir DIR] [--out FILE]
 
 With --workdir an existing graph (data/ingest) is reused, so a second run times only answer and
 judge (the model call cache is emptied first, so their calls are never served from it).
@@ -35,21 +35,20 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.repair import encode_table, load_table, repair_table  # noqa: E402
-from clients.files import read_jsonl, write_atomic, write_json  # noqa: E402
-from schemas.errors import BeamError  # noqa: E402
-from schemas.traces import Trace  # noqa: E402
-from stages.common import params_mapping, read_params  # noqa: E402
-from stages.slice import make_slices  # noqa: E402
-from tests.conftest import MIRROR_PARQUET  # noqa: E402
-from tests.support.models import scripted_models  # noqa: E402
-from tests.support.scorer_standin import (  # noqa: E402
+from bench.repair import encode_table, load_table, repair_table
+from clients.files import read_jsonl, write_atomic
+from schemas.errors import BeamError
+from schemas.traces import Trace
+from stages.common import params_mapping, read_params
+from stages.slice import make_slices
+from tests.conftest import MIRROR_PARQUET
+from tests.support.models import scripted_models
+from tests.support.scorer_standin import (
     standin_judge_pins,
     write_standin,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGETS = {"wall_seconds": 300.0, "context_tokens_median": 8000.0, "judge_calls_per_question": 12.0}
 STAGE_TIMEOUT_SECONDS = 3600
@@ -151,11 +150,10 @@ def figures(work: Path, seconds: dict[str, float]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def measure(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, help="keep the work here (reuses its graphs)")
-    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-answer-judge-") as tmp:
         work = (args.workdir or Path(tmp)).resolve()
@@ -184,9 +182,4 @@ def main() -> None:
         else:
             verdict = " ok" if value <= target else f" MISSED (≤ {target:g})"
         print(f"{key:<36}{value!s:>12}{verdict}")
-    if args.out:
-        write_json(args.out, result)
-
-
-if __name__ == "__main__":
-    main()
+    return result
