@@ -59,6 +59,10 @@ def this_machine() -> Machine:
     return Machine(cores=os.cpu_count(), memory_gib=memory, load_1m=load)
 
 
+NOT_MEASURED = (":!measurements", ":!*.md", ":!docs")
+"""Changes that cannot move a figure (the results, the pages that show them): no `+dirty`."""
+
+
 def this_commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(
@@ -67,7 +71,7 @@ def this_commit() -> str:
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!measurements")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_MEASURED)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")
