@@ -14,7 +14,7 @@ setup: venv neo4j
 
 # Bytecode compiled at install: every stage and test process imports litellm, dvc and the peers'
 # packages, and where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) nothing else
-# writes it (`import litellm` about 9 s without, 4 s with: scripts/measure_ci.py; the compile
+# writes it (`import litellm` about 9 s without, 4 s with: measurements/ci.json; the compile
 # takes about 18 s, once).
 venv:
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet 'uv>=0.5'

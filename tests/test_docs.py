@@ -22,13 +22,13 @@ WRITTEN = [
 """What a newcomer reads: the README, the product's, the scripts' and the measurements' docstrings
 and comments."""
 NAMED_PATH = re.compile(
-    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas|scripts|measure|tests|fixtures|neo4j-jars)"
+    r"(?<![\w./-])((?:stages|bench|systems|clients|schemas|scripts|measure|measurements|docs|tests|fixtures|neo4j-jars)"
     r"/[\w./-]*\w)"
 )
 NAMED_MODULE = re.compile(
     r"(?<![\w./-])((?:stages|bench|systems|clients|schemas)(?:\.[A-Za-z_]\w*)+)"
 )
-NOT_IN_THE_TREE = ("measurements/", "tests/artifacts", "tests/examples")
+NOT_IN_THE_TREE = ("tests/artifacts", "tests/examples")
 """Folders named on purpose that a checkout does not hold: benchmark and test outputs, and
 llama.cpp's own `tests/examples` (a build flag of the local model)."""
 ENV_READ = re.compile(
