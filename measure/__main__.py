@@ -12,6 +12,7 @@ import sys
 from measure.result import (
     measured_now,
     result_path,
+    this_commit,
     this_machine,
     write_result,
 )
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in MEASUREMENTS:
         parser.error(f"no measurement {name!r}; known: {', '.join(sorted(MEASUREMENTS))}")
     machine = this_machine()  # the load before the measurement adds its own
+    commit = this_commit()  # the code measured: what was checked out when it started
     module = importlib.import_module(f"measure.{name}")
     try:
         figures = module.measure(rest)
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measure {name}: {exc}", file=sys.stderr)
         return 1
     command = shlex.join(["python", "-m", "measure", name, *rest])
-    write_result(measured_now(name, command, figures, machine))
+    write_result(measured_now(name, command, figures, machine, commit))
     print(f"wrote {result_path(name).relative_to(result_path(name).parents[1])}")
     return 0
 

@@ -95,10 +95,12 @@ def read_result(name: str) -> Result:
     return Result.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-def measured_now(name: str, command: str, figures: dict[str, Any], machine: Machine) -> Result:
+def measured_now(
+    name: str, command: str, figures: dict[str, Any], machine: Machine, commit: str
+) -> Result:
     return Result(
         name=name,
-        commit=this_commit(),
+        commit=commit,
         date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         machine=machine,
         provenance="measured",
