@@ -8,7 +8,7 @@ NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
 MODE ?= lite
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup venv neo4j browser local-model local-embedder run demo compare test check lint types estimate measure bench-scale clean
+.PHONY: setup venv neo4j browser local-model local-embedder run demo compare test check lint types estimate measure docs bench-scale clean
 
 setup: venv neo4j
 
@@ -121,6 +121,10 @@ ifeq ($(NAME),)
 else
 	$(PY) python -m measure $(NAME) $(ARGS)
 endif
+
+# README.md and docs/*.md again from measurements/ (their cog blocks; tests/test_cog.py checks them).
+docs: venv
+	$(PY) cog -r README.md docs/*.md
 
 # Wall time against a served test model of fixed latency, at several concurrencies, beside the ideal
 # L × calls / c and the run at L = 0 (measure/scale.py; 100K full: the floor, c = 8 and 32
