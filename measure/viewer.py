@@ -206,6 +206,7 @@ def question_records(
                         "ability": ability,
                         "score": score,
                         "score_excluding_known_bad": score,
+                        "score_beam_code": score,
                         "flags": ["parse_error"] if rng.random() < 0.05 else [],
                         "evidence_recall": len(set(needed) & reached_set) / len(needed)
                         if needed
@@ -244,16 +245,13 @@ def write_run(folder: Path, seed: int = 0) -> None:
             "score_excluding_known_bad": dict.fromkeys(groups, mean),
             "evidence_recall": dict.fromkeys(groups, 0.5),
             "questions": {**dict.fromkeys(ABILITIES, 10), "overall": 100},
-            "events": {"event_f1": 0.5, "event_tau_norm": 0.6},
+            "score_beam_code": dict.fromkeys(groups, mean),
             "cost_calls": dict.fromkeys(keys, 1000),
             "cost_tokens": dict.fromkeys(keys, 1_000_000),
-            "estimate_calls": dict.fromkeys(keys, 1000),
-            "estimate_tokens": dict.fromkeys(keys, 1_000_000),
             "failures": dict.fromkeys(
                 ("extraction_calls", "resolution_calls", "questions_in_error", "judge_calls"), 0
             )
             | {"tool_errors": 3},
-            "run": {"test_model": 1, "judge_is_agent": 0},
         },
     )
     counts = {"chunks": 150, "entities": 160, "statements": 330, "relationships": 1500}
