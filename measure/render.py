@@ -52,7 +52,7 @@ def machine_text(found: Result) -> str:
         f"{machine.memory_gib} GiB" if machine.memory_gib else None,
         f"load {machine.load_1m}" if machine.load_1m is not None else None,
     ]
-    return ", ".join(p for p in parts if p) or "not recorded"
+    return ", ".join(p for p in parts if p) or "machine not recorded"
 
 
 def source(name: str) -> str:
@@ -127,6 +127,28 @@ def all_results() -> list[str]:
     return sorted(p.stem for p in RESULTS.glob("*.json"))
 
 
+def tier_rows() -> list[tuple[str, dict[str, Any], str]]:
+    """Each tier's figures and the result they come from: `tiers`, then a tier it lacks from a
+    migrated `tiers_<tier>` result."""
+    rows = [(tier, found, "tiers") for tier, found in value("tiers", "tiers").items()]
+    for path in sorted((ROOT / "measurements").glob("tiers_*.json")):
+        for tier, found in value(path.stem, "tiers").items():
+            if tier not in {r[0] for r in rows}:
+                rows.append((tier, found, path.stem))
+    return rows
+
+
+def millions(found: dict[str, Any], key: str) -> str:
+    """Tokens in millions: from the count, or as published (`<key>_millions`)."""
+    if key in found:
+        return f"{found[key] / 1e6:.1f}M"
+    return f"{found[key + '_millions']:.1f}M"
+
+
+def sources(names: Sequence[str]) -> str:
+    return "; ".join(source(n) for n in dict.fromkeys(names))
+
+
 def tiers_table() -> str:
     """Each tier's size and every system's dry-run estimate of a whole run (`tiers`)."""
     rows = [
@@ -137,16 +159,17 @@ def tiers_table() -> str:
             t["messages"],
             t["tokens"],
             t["chunks"],
-            f"{t['graphrag.calls']:,} / {t['graphrag.tokens'] / 1e6:.1f}M",
+            f"{t['graphrag.calls']:,} / {millions(t, 'graphrag.tokens')}",
             t["rag.calls"],
-            f"{t['full_context.tokens'] / 1e6:.1f}M",
+            millions(t, "full_context.tokens"),
         ]
-        for tier, t in value("tiers", "tiers").items()
+        for tier, t, _ in tier_rows()
     ]
     header = ["tier", "conversations", "questions", "messages", "tokens", "chunks"]
     header += ["graphrag calls / tokens", "rag, full_context, no_memory calls"]
     header += ["full_context tokens"]
-    return table(header, rows) + f"\n\n({source('tiers')}.)"
+    names = [name for _, _, name in tier_rows()]
+    return table(header, rows) + f"\n\n({sources(names)}.)"
 
 
 def graph_sizes() -> str:
@@ -154,10 +177,11 @@ def graph_sizes() -> str:
     lines = [
         f"- {tier}: at most {t['graph.largest_nodes']:,} expected nodes per conversation, "
         f"{t['graph.nodes']:,} in all ({t['graph.chunk_text_mb']} MB of chunk text); a whole run "
-        f"{t['graphrag.calls']:,} calls and {t['graphrag.tokens'] / 1e6:.1f}M tokens"
-        for tier, t in value("tiers", "tiers").items()
+        f"{t['graphrag.calls']:,} calls and {millions(t, 'graphrag.tokens')} tokens"
+        for tier, t, _ in tier_rows()
     ]
-    return "\n".join(lines) + f"\n\n({source('tiers')}.)"
+    names = [name for _, _, name in tier_rows()]
+    return "\n".join(lines) + f"\n\n({sources(names)}.)"
 
 
 def repair_deltas(label: str) -> dict[str, int]:
