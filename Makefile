@@ -8,13 +8,13 @@ NEO4J_STAMP := $(NEO4J_LIB)/.pom.sha256
 MODE ?= lite
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup venv neo4j browser local-model local-embedder run demo compare test check lint types estimate measure bench-scale clean
+.PHONY: setup venv neo4j browser local-model local-embedder run demo compare test check lint types estimate measure docs bench-scale clean
 
 setup: venv neo4j
 
 # Bytecode compiled at install: every stage and test process imports litellm, dvc and the peers'
 # packages, and where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) nothing else
-# writes it (`import litellm` about 9 s without, 4 s with: scripts/measure_ci.py; the compile
+# writes it (`import litellm` about 9 s without, 4 s with: measurements/ci.json; the compile
 # takes about 18 s, once).
 venv:
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet 'uv>=0.5'
@@ -110,32 +110,31 @@ else
 	$(PY) python scripts/estimate_tier.py --tier $(TIER) --mode $(MODE)
 endif
 
-# The numbers the issues ask for, measured on this machine (see each script's docstring).
+# One named measurement, its figures written with the commit, machine and date to
+# measurements/<name>.json (committed; README.md and docs/ render them: docs/measurements.md):
+# make measure NAME=graph [ARGS='--queries 50']. Without NAME, the ones that run in minutes on an
+# idle machine (repairs and tiers took over 7 minutes each on the shared, loaded 2 cores).
+# `python -m measure --list` lists them all.
+MEASUREMENTS ?= judge judge_check graph llm viewer cypher_layers repairs tiers
 measure: setup
-	$(PY) python scripts/measure_data.py
-	$(PY) python scripts/measure_data_check.py
-	$(PY) python scripts/measure_repairs.py
-	$(PY) python scripts/measure_tiers.py
-	$(PY) python scripts/measure_token_conventions.py
-	$(PY) python scripts/measure_graph.py
-	$(PY) python scripts/measure_llm.py
-	$(PY) python scripts/measure_judge.py
-	$(PY) python scripts/measure_ingest.py
-	$(PY) python scripts/measure_answer_judge.py
-	$(PY) python scripts/measure_pipeline.py
-	$(PY) python scripts/measure_viewer.py
-	$(PY) python scripts/measure_judge_check.py
-	$(PY) python scripts/measure_cypher_layers.py
-	$(PY) python scripts/measure_ci.py
+ifeq ($(NAME),)
+	@for name in $(MEASUREMENTS); do $(PY) python -m measure $$name || exit 1; done
+else
+	$(PY) python -m measure $(NAME) $(ARGS)
+endif
+
+# README.md and docs/*.md again from measurements/ (their cog blocks; tests/test_cog.py checks them).
+docs: venv
+	$(PY) cog -r README.md docs/*.md
 
 # Wall time against a served test model of fixed latency, at several concurrencies, beside the ideal
-# L × calls / c and the run at L = 0 (scripts/bench_scale.py; 100K full: the floor, c = 8 and 32
+# L × calls / c and the run at L = 0 (measure/scale.py; 100K full: the floor, c = 8 and 32
 # took 20 minutes here, c = 2 adds about 15). Quick: make bench-scale BENCH_MODE=lite BENCH_C=2,8
 BENCH_MODE ?= full
 BENCH_LATENCY ?= 0.5
 BENCH_C ?= 2,8,32
 bench-scale: setup
-	$(PY) python scripts/bench_scale.py --mode $(BENCH_MODE) --latency $(BENCH_LATENCY) \
+	$(PY) python -m measure scale --mode $(BENCH_MODE) --latency $(BENCH_LATENCY) \
 	  --concurrency $(BENCH_C) $(if $(BENCH_OUT),--out $(BENCH_OUT))
 
 clean:

@@ -13,7 +13,7 @@ What counts as a finding:
   REPEATED_LINE_MIN times, makes up REPEATED_LINE_SHARE of it. On the 100K and 500K chats of
   `../shared/beam` the messages found hold 0.95 or more of filler characters or 0.72 or more of one
   line; no other message of 4,000 characters or more passes 0.51 or 0.11 (measured before the
-  thresholds were set between them; `scripts/measure_data_check.py` prints both).
+  thresholds were set between them; measurements/data_check.json).
 - `turn_without_reply`: a user message followed by another user message, or last in the chat
   (whole conversations only: lite keeps just the messages its questions cite).
 - `session_date_out_of_order`: a session dated before the one it follows.

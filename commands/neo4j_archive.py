@@ -3,7 +3,7 @@ after the jars; not a DVC stage: nothing a run records depends on it).
 
 One local server is started and stopped with `-XX:ArchiveClassesAtExit`; every later start of a
 local server reads the archive (`-XX:SharedArchiveFile`), which took its start from 5.2 s to 3.4 s
-on the 2-core machine (scripts/measure_neo4j_archive.py). Runs nothing when the archive of these
+on the 2-core machine (measurements/neo4j_archive.json). Runs nothing when the archive of these
 jars and this java exists.
 
     python -m commands.neo4j_archive

@@ -10,7 +10,7 @@ line each. For a question the chunks are ranked by `rag.retriever`:
   Callan 2019). Messages rather than whole chunks because small embedders read a few hundred word
   pieces (all-MiniLM-L6-v2: 256) and a chunk is ~1,000 tokens: a chunk's vector would be its
   opening's (measured with all-MiniLM-L6-v2 on 100K's 355 questions that cite messages,
-  scripts/measure_retrieval.py: recall@10 0.256 with chunk vectors, 0.591 with message vectors,
+  measurements/retrieval.json: recall@10 0.256 with chunk vectors, 0.591 with message vectors,
   BM25 0.430);
 - hybrid: both rankings fused by reciprocal rank (systems/retrieval.py; BM25's ranking holds only
   the chunks that share a word with the question).

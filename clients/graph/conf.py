@@ -158,7 +158,7 @@ def docker_conf_env(settings: Mapping[str, str]) -> dict[str, str]:
 def class_archive_flags(archive: Path | None, *, write: bool = False) -> list[str]:
     """The JVM's class-data-sharing archive of the server's classes (`clients/graph/server.py`,
     `class_archive`): read at start when it exists (a start took 3.4 s instead of 5.2 s on the
-    2-core machine: scripts/measure_neo4j_archive.py), or written at exit by the one launch that
+    2-core machine: measurements/neo4j_archive.json), or written at exit by the one launch that
     makes it."""
     if archive is None:
         return []

@@ -7,7 +7,7 @@ Backends (params `graph.backend`)
   override: env BEAM_NEO4J_LIB; java: env BEAM_JAVA, else JAVA_HOME, else
   PATH; it must be 17 or 21). The JVM reads the class-data-sharing archive of those jars and that
   java when `make neo4j` has written it (`class_archive`, `write_class_archive`): a start took
-  3.4 s instead of 5.2 s on the 2-core machine (scripts/measure_neo4j_archive.py); without it
+  3.4 s instead of 5.2 s on the 2-core machine (measurements/neo4j_archive.json); without it
   the server starts as before.
 - `docker`: the image `graph.docker_image` (`neo4j:5.26-community`), Bolt published on
   127.0.0.1 only; needs a Docker engine. Not exercised by the tests of this repository (no engine

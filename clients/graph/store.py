@@ -64,7 +64,7 @@ from schemas.params import GraphParams
 # over range(1, 10^12) ignores it).
 READ_GRACE_SECONDS = 5.0
 # After a cut read's transaction is terminated, how long the store waits for the server to drop it
-# before it restarts the server. Measured on 5.26.30 (scripts/measure_cypher_layers.py): a `reduce`
+# before it restarts the server. Measured on 5.26.30 (measure/cypher_layers.py): a `reduce`
 # over a huge range and 200 nested COLLECT subqueries run on after TERMINATE.
 FREE_WAIT_SECONDS = 5.0
 FREE_POLL_SECONDS = 0.25

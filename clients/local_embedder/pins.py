@@ -25,7 +25,7 @@ class LocalEmbedder:
     threads: int = 1
     """onnxruntime's intra-op threads when the caller names none. 1: on the shared 2-core
     machine a second thread bought nothing (BEAM messages: 3,222 word pieces/s on 1 thread,
-    2,905 on 2; scripts/measure_local_embedder.py), and in a run the embedder shares the cores
+    2,905 on 2; measurements/local_embedder.json), and in a run the embedder shares the cores
     with llama-server's 2 threads."""
     batch_size: int = 32
     """Inputs per forward pass at most (a request's inputs are sorted by length and cut into

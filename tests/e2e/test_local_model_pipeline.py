@@ -28,7 +28,7 @@ agent path this test is for is not exercised. The 1.5B's calls run (one or two p
 Measured with this test's settings on the 2-core machine (2026-12-05, two runs one after the
 other): the 1.5B 397 s for both (ingest 57 s, answer 80 s, judge 15 s, judge check 23 s each), the
 0.5B 391 s for both; the 1.5B's download is 1,117 MB instead of 491 MB (11-28 s here).
-Numbers: scripts/measure_local_models.py.
+Numbers: measure/local_models.py.
 
 Settings of the copies, each with its reason:
 - every role: the model, context_tokens 8192 (its pinned limit; the roles of one stage share one
@@ -43,7 +43,7 @@ Settings of the copies, each with its reason:
 - agent max_tokens 256 and answer.max_steps 3: a tool turn, maybe a second, and the answer;
   answer.prefetch 0: the agent starts from the question alone, so each question's tool call is
   the model's own (with search results in its first turn it may answer without one; that is
-  measured by scripts/measure_local_models.py --prefetch, not asserted).
+  measured by measure/local_models.py --prefetch, not asserted).
 - judge max_tokens 256 and the same repeat penalty: a verdict with its reason; without the
   penalty the 0.5B repeated its reason's sentences until max_tokens on 2 of the 8 judge requests
   (a cut reply is no verdict), with it every reply ended within 26-48 tokens.

@@ -23,7 +23,7 @@ for retries and the repair turn), what it got (`ok` or the fault) and when it ca
 answered (epoch seconds), in memory and, in the server process, in a JSONL file that outlives it.
 `latency` (`--latency`) holds each chat reply that long before it goes out, with no bound on how
 many wait at once (a thread per connection): a model of fixed speed and unlimited parallelism,
-for wall-time benchmarks (scripts/bench_scale.py). A test starts it with `ServerProcess` (its own
+for wall-time benchmarks (measure/scale.py). A test starts it with `ServerProcess` (its own
 process, so it can die and come back); `python -m tests.support.scripted_server` prints
 `port=<n>` and takes commands on stdin (one JSON line each: `{"faults": [plan, ...]}`), until
 stdin closes.

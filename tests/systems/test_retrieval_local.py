@@ -1,7 +1,8 @@
 """rag's retrievers with the real embedder the harness serves itself (`local/all-minilm-l6-v2`
 through the model door and litellm): a question that shares no word with the message that answers
 it is missed by BM25 and found by dense and hybrid retrieval. It checks the plumbing with real
-vectors; it measures no memory quality (scripts/measure_retrieval.py does, on 400 questions)."""
+vectors; it measures no memory quality (measured once on 400 questions:
+measurements/retrieval.json)."""
 
 from __future__ import annotations
 

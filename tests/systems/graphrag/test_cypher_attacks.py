@@ -402,7 +402,7 @@ def nested_collects(depth: int) -> str:
     return query
 
 
-# Queries the server's timeout does not stop (measured on 5.26.30; scripts/measure_cypher_layers.py
+# Queries the server's timeout does not stop (measured on 5.26.30; measure/cypher_layers.py
 # prints the numbers): Neo4j checks its timeout between rows, not inside one expression, its
 # parser or its planner. Each stays under the guard's MAX_QUERY_CHARS.
 RUNAWAY_BOMBS = {
