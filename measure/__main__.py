@@ -20,6 +20,7 @@ from schemas.errors import BeamError
 
 MEASUREMENTS = {
     "answer_judge": "the answer and judge stages on the full questions, test model",
+    "ci": "CI as a fresh machine runs it: a clean clone, an empty HOME, .ci/run",
     "cypher_layers": "each defence of the agent's Cypher read path alone; runaway queries",
     "data": "the data stages (fetch from cache, verify-hash, repair, slice) in full mode",
     "graph": "the local Neo4j service: starts, memory, import, full-text lookups",
