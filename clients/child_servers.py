@@ -16,11 +16,11 @@ thread exits" mean "the process is gone", whichever thread asked for the server.
 Chosen over a watchdog wrapper process because it adds no process, no pipe to leak into other
 children, and keeps the server's pid the one the stop path signals.
 
-The launchers (clients/graph/server.py for Neo4j, clients/local_model/server.py for llama-server,
-clients/local_embedder/server.py for the embedding server) also share the wait for readiness
-(`wait_ready`: poll with a deadline, stop at once when the process is gone; `http_probe` for a
-server with a health URL) and the stop (`stop_process`: SIGTERM, SIGKILL after a grace period);
-each keeps its own timeouts and messages.
+The launchers (clients/graph/server.py for Neo4j, clients/local_servers/local_model/server.py for
+llama-server, clients/local_servers/local_embedder/server.py for the embedding server) also share
+the wait for readiness (`wait_ready`: poll with a deadline, stop at once when the process is gone;
+`http_probe` for a server with a health URL) and the stop (`stop_process`: SIGTERM, SIGKILL after a
+grace period); each keeps its own timeouts and messages.
 """
 
 from __future__ import annotations

@@ -30,12 +30,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clients.local_embedder import (  # noqa: E402
+from clients.local_servers.local_embedder import (  # noqa: E402
     live_servers,
     local_embedder,
     local_embedder_server,
 )
-from clients.local_model import LocalEndpoint, post_json  # noqa: E402
+from clients.local_servers.local_model import LocalEndpoint, post_json  # noqa: E402
 
 BEAM_PARQUET = (
     ROOT.parent

@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clients.local_model import (  # noqa: E402
+from clients.local_servers.local_model import (  # noqa: E402
     live_servers,
     local_model,
     local_model_server,
@@ -71,7 +71,10 @@ def measure_fetch(model: str) -> dict[str, Any]:
     """Download and assemble into an empty cache; time, gguf size, peak cache size."""
     with tempfile.TemporaryDirectory(prefix="beam-measure-cache-") as cache:
         env = {**os.environ, "BEAM_LOCAL_CACHE": cache}
-        code = f"from clients.local_model import ensure_weights; ensure_weights({model!r})"
+        code = (
+            "from clients.local_servers.local_model import ensure_weights; "
+            f"ensure_weights({model!r})"
+        )
         peak = [0]
         done = threading.Event()
 

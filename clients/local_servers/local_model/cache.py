@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from clients.local_model.pins import RUNTIME, RuntimePin, WeightsPin, local_model
+from clients.local_servers.local_model.pins import RUNTIME, RuntimePin, WeightsPin, local_model
 from schemas.errors import ServiceError
 
 BUILD_RECORD = "BUILD.json"

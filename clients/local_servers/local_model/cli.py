@@ -1,4 +1,5 @@
-"""`python -m clients.local_model build | serve`: fetch and build once, or run a server by hand."""
+"""`python -m clients.local_servers.local_model build | serve`: fetch and build once, or run a
+server by hand."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from clients.local_model.build import ensure_runtime
-from clients.local_model.cache import build_record, runtime_dir, template_path
-from clients.local_model.download import ensure_weights
-from clients.local_model.pins import LOCAL_MODELS, RUNTIME, local_model
-from clients.local_model.server import live_servers, local_model_server, smoke_test
+from clients.local_servers.local_model.build import ensure_runtime
+from clients.local_servers.local_model.cache import build_record, runtime_dir, template_path
+from clients.local_servers.local_model.download import ensure_weights
+from clients.local_servers.local_model.pins import LOCAL_MODELS, RUNTIME, local_model
+from clients.local_servers.local_model.server import live_servers, local_model_server, smoke_test
 from schemas.errors import FetchError, IntegrityError, ServiceError
 
 
@@ -89,8 +90,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m clients.local_model",
-        description="Build, fetch and run the local model server (see clients/local_model/).",
+        prog="python -m clients.local_servers.local_model",
+        description="Build, fetch and run the local model server "
+        "(see clients/local_servers/local_model/).",
     )
     parser.add_argument(
         "--model",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from clients.child_servers import spawn_child, tail
 from clients.download import sha256_of
-from clients.local_model.cache import (
+from clients.local_servers.local_model.cache import (
     BUILD_RECORD,
     cache_lock,
     cache_root,
@@ -26,8 +26,8 @@ from clients.local_model.cache import (
     installed_runtime,
     runtime_dir,
 )
-from clients.local_model.download import fetch_pinned
-from clients.local_model.pins import RUNTIME, RuntimePin
+from clients.local_servers.local_model.download import fetch_pinned
+from clients.local_servers.local_model.pins import RUNTIME, RuntimePin
 from schemas.errors import IntegrityError, ServiceError
 
 # CMake cache entries of the build (checked against the 0.3.36 sdist's CMakeLists: options the
@@ -139,7 +139,7 @@ def _build_tools() -> tuple[str, str | None, str]:
         raise ServiceError(
             f"building llama-server needs {' and '.join(missing)}: install them "
             "(Debian: `apt-get install cmake g++ ninja-build`) and run "
-            "`python -m clients.local_model build` again"
+            "`python -m clients.local_servers.local_model build` again"
         )
     assert cmake is not None and cxx is not None
     return cmake, shutil.which("ninja"), cxx

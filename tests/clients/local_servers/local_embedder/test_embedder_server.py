@@ -1,8 +1,8 @@
-"""The local embedding server (clients/local_embedder/) as a client sees it: the real model in
-its own process, over HTTP and through litellm, and the process gone afterwards.
+"""The local embedding server (clients/local_servers/local_embedder/) as a client sees it: the real
+model in its own process, over HTTP and through litellm, and the process gone afterwards.
 
-Needs the embedder's files in the cache (`python -m clients.local_embedder build`, in `make
-local-model`; a session selecting these tests fetches them in the background, seconds).
+Needs the embedder's files in the cache (`python -m clients.local_servers.local_embedder build`, in
+`make local-model`; a session selecting these tests fetches them in the background, seconds).
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ from clients.llm.local_servers import (
     running_local_embedders,
     stop_local_servers,
 )
-from clients.local_embedder import installed_embedder, live_servers, local_embedder_server
-from clients.local_model import LocalEndpoint
+from clients.local_servers.local_embedder import (
+    installed_embedder,
+    live_servers,
+    local_embedder_server,
+)
+from clients.local_servers.local_model import LocalEndpoint
 from tests.conftest import skip_or_fail
 
 pytestmark = [pytest.mark.local_model, pytest.mark.process]
