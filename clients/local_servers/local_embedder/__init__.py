@@ -12,7 +12,7 @@ or `clients.llm.local_servers.local_embedder_endpoint(model)`: one server per pr
 on first use and stopped at exit.
 
 One module per job: `pins` (the pinned files and the table LOCAL_EMBEDDERS; no I/O), `weights`
-(their place in the local models' cache, fetched by clients/local_servers/local_model/download.py),
+(their place in the local models' cache, fetched by clients/local_servers/download.py),
 `model` (tokenizer, ONNX graph, pooling; only the server process loads it), `protocol` (OpenAI's
 request and answer, pure), `app` (the HTTP server), `server` (its process, from the starter's
 side) and `cli` (`python -m clients.local_servers.local_embedder build | serve`). Importing the

@@ -10,20 +10,20 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from clients.child_servers import (
-    HttpServerProcess,
-    LiveServers,
-)
+from clients.child_servers import LiveServers
+from clients.local_servers.cache import cache_root
 from clients.local_servers.local_embedder.pins import local_embedder
 from clients.local_servers.local_embedder.weights import ensure_embedder
-from clients.local_servers.local_model.build import server_environment
-from clients.local_servers.local_model.cache import cache_root
-from clients.local_servers.local_model.server import LocalEndpoint
+from clients.local_servers.process import (
+    HttpServerProcess,
+    LocalEndpoint,
+    server_environment,
+    serving,
+)
 from clients.workdir import make_workdir
 from schemas.errors import ServiceError
 
 START_TIMEOUT_SECONDS = 60.0
-PORT_ATTEMPTS = 3
 HOME_PREFIX = "beam-embedder-server-"
 API_KEY_ENV = "BEAM_EMBEDDER_API_KEY"
 """The variable the server process reads its key from (set in the environment built for it)."""
@@ -63,10 +63,9 @@ def server_command(
 
 
 def embedder_environment(home: Path, environ: Mapping[str, str], api_key: str) -> dict[str, str]:
-    """The server's whole environment, built as llama-server's is
-    (clients/local_servers/local_model/build.py server_environment: PATH, locale, HOME and TMPDIR in
-    its folder), plus its key, the cache it reads the files from and the source it runs; nothing
-    else of this process's."""
+    """The server's whole environment, built as llama-server's is (clients/local_servers/
+    process.py server_environment: PATH, locale, HOME and TMPDIR in its folder), plus its key,
+    the cache it reads the files from and the source it runs; nothing else of this process's."""
     env = server_environment(home, environ)
     env[API_KEY_ENV] = api_key
     env["BEAM_LOCAL_CACHE"] = str(cache_root())
@@ -78,6 +77,7 @@ class EmbedderServer(HttpServerProcess):
     """One embedding server process on a loopback port, with its log in a temporary folder."""
 
     kind = "the embedding server"
+    live = _LIVE
 
     def __init__(
         self,
@@ -100,10 +100,6 @@ class EmbedderServer(HttpServerProcess):
                 f"({self.batch_tokens}) must be >= 1"
             )
         super().__init__(start_timeout)
-
-    @property
-    def live(self) -> LiveServers[EmbedderServer]:
-        return _LIVE
 
     @property
     def description(self) -> str:
@@ -148,8 +144,5 @@ def local_embedder_server(
         batch_tokens=batch_tokens,
         start_timeout=start_timeout,
     )
-    try:
-        server.start()
-        yield server.endpoint
-    finally:
-        server.stop()
+    with serving(server) as endpoint:
+        yield endpoint

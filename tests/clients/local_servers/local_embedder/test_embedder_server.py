@@ -177,12 +177,12 @@ def test_one_server_per_process_for_the_door() -> None:
 def test_a_taken_port_is_retried_on_another(monkeypatch: pytest.MonkeyPatch) -> None:
     if installed_embedder(MODEL) is None:
         skip_or_fail(f"the files of {MODEL} are not in the cache: run `make local-model`")
-    from clients import child_servers
+    from clients.local_servers import process
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        ports = [taken.getsockname()[1], child_servers.find_free_port()]
-        monkeypatch.setattr(child_servers, "find_free_port", lambda: ports.pop(0))
+        ports = [taken.getsockname()[1], process.find_free_port()]
+        monkeypatch.setattr(process, "find_free_port", lambda: ports.pop(0))
         with local_embedder_server(MODEL) as end:
             assert not ports and embed(end, [CAT]).shape == (1, 384)
