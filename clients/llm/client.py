@@ -35,7 +35,7 @@ Using it from a stage
   llama-server on a free loopback port (one per process, shared by the roles that name it, its
   context the largest they ask for), served as `openai/<name>` with `response_format:
   json_schema` (a grammar keeps even a tiny model inside the schema); it stops when the process
-  ends (clients/llm/local_servers.py). The preflight checks that its runtime and weights are
+  ends (clients/local_servers/running.py). The preflight checks that its runtime and weights are
   built (`make local-model`), and the port stays out of the cache key.
 - Requests (`ChatRequest`): messages, optional tools (`tool_from_model(PydanticModel)` makes the
   OpenAI tool JSON from a typed definition), optional `schema` (a pydantic model), a `task` tag

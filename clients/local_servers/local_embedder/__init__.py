@@ -8,7 +8,7 @@ Everything else reaches it through litellm like any other endpoint::
                           api_key=end.api_key, input=["...", "..."])
     # leaving the block stops the server (also on exceptions, Ctrl-C and SIGTERM)
 
-or `clients.llm.local_servers.local_embedder_endpoint(model)`: one server per process, started
+or `clients.local_servers.running.local_embedder_endpoint(model)`: one server per process, started
 on first use and stopped at exit.
 
 One module per job: `pins` (the pinned files and the table LOCAL_EMBEDDERS; no I/O), `weights`

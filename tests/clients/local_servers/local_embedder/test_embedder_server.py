@@ -20,17 +20,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clients.llm.local_servers import (
-    local_embedder_endpoint,
-    running_local_embedders,
-    stop_local_servers,
-)
 from clients.local_servers.local_embedder import (
     installed_embedder,
     live_servers,
     local_embedder_server,
 )
 from clients.local_servers.local_model import LocalEndpoint
+from clients.local_servers.running import (
+    local_embedder_endpoint,
+    running_local_embedders,
+    stop_local_servers,
+)
 from tests.conftest import skip_or_fail
 
 pytestmark = [pytest.mark.local_model, pytest.mark.process]
