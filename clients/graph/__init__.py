@@ -1,6 +1,7 @@
 """The graph door: a Neo4j server the harness starts itself, and the store the memory system uses.
 
-The only package that imports `neo4j`; every Cypher string lives in clients/cypher.py.
+The only package that imports `neo4j`; the store's Cypher lives in clients/cypher.py, GraphRAG's
+agent queries in systems/graphrag/cypher.py.
 
 - `port.py`: the GraphStore port and its records (imports no neo4j: systems code against it);
 - `guard.py`: the read-only guard of the agent's free query and the check of Neo4j's plan;
