@@ -34,16 +34,10 @@ SOURCE_ROOT = Path(__file__).resolve().parents[3]
 (a DVC experiment's copy, not the checkout the environment was installed from)."""
 
 _LIVE: LiveServers[EmbedderServer] = LiveServers()
-
-
-def live_servers() -> list[EmbedderServer]:
-    """Embedding servers started by this process and not yet stopped."""
-    return _LIVE.list()
-
-
-def stop_all() -> None:
-    """Stop every embedding server this process started (atexit does too; so can a test)."""
-    _LIVE.stop_all()
+live_servers = _LIVE.list
+"""Embedding servers started by this process and not yet stopped."""
+stop_all = _LIVE.stop_all
+"""Stop every embedding server this process started (atexit does too; so can a test)."""
 
 
 def server_command(

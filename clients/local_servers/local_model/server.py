@@ -30,16 +30,10 @@ HOME_PREFIX = "beam-llama-server-"
 # --- process safety: every server we start is stopped ----------------------------------------
 
 _LIVE: LiveServers[LlamaServer] = LiveServers()
-
-
-def live_servers() -> list[LlamaServer]:
-    """Servers started by this process and not yet stopped."""
-    return _LIVE.list()
-
-
-def stop_all() -> None:
-    """Stop every server this process started (atexit does too; so can a test)."""
-    _LIVE.stop_all()
+live_servers = _LIVE.list
+"""Servers started by this process and not yet stopped."""
+stop_all = _LIVE.stop_all
+"""Stop every server this process started (atexit does too; so can a test)."""
 
 
 def server_command(
