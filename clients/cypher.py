@@ -195,38 +195,6 @@ EXPORT_PAGE_LAST_ID = (
 )
 """The last node id of an export page of relationships (null: no node after `after`)."""
 
-# Resolution candidates for the ingest: full-text hits (the text is escaped by the caller's
-# `escape_fulltext`) and exact normalized-name matches, restricted to the given labels.
-ENTITY_CANDIDATES_FULLTEXT = (
-    f"CALL db.index.fulltext.queryNodes('{ENTITY_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score WHERE any(l IN labels(node) WHERE l IN $labels) "
-    "RETURN node.id AS id, [l IN labels(node) WHERE l <> 'Memory'][0] AS label, "
-    "node.name AS name, node.normalized_name AS normalized_name, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
-ENTITY_BY_NORMALIZED_NAME = (
-    f"MATCH (n:{MEMORY_LABEL}) WHERE n.normalized_name = $normalized_name "
-    "AND any(l IN labels(n) WHERE l IN $labels) "
-    "RETURN n.id AS id, [l IN labels(n) WHERE l <> 'Memory'][0] AS label, "
-    "n.name AS name, n.normalized_name AS normalized_name ORDER BY id"
-)
-STATEMENTS_SHARING_ENTITY = (
-    f"MATCH (s:{MEMORY_LABEL} {{id: $statement_id}})-[:ABOUT]->(e)<-[:ABOUT]-(o) "
-    "WHERE o.id <> s.id AND any(l IN labels(o) WHERE l IN $labels) "
-    "RETURN DISTINCT o.id AS id, [l IN labels(o) WHERE l <> 'Memory'][0] AS label, o.text AS text, "
-    "o.session_number AS session_number, o.message_ids AS message_ids "
-    "ORDER BY session_number, id LIMIT $limit"
-)
-STATEMENT_FULLTEXT = (
-    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score RETURN node.id AS id, node.text AS text, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
-CHUNK_FULLTEXT = (
-    f"CALL db.index.fulltext.queryNodes('{CHUNK_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score RETURN node.id AS id, node.position AS position, node.text AS text, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
 PING = "RETURN 1 AS ok"
 # The project's own (admin) connection frees the server from an agent read that outlived its
 # deadline: each agent read carries its tag in the transaction's metadata.

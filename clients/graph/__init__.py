@@ -19,9 +19,6 @@ ingest (one server per conversation)::
         store.create_schema()                          # constraints + full-text indexes
         batch, report = validate_batch(raw_nodes, raw_rels, existing=store.labels_of(ids))
         store.write(batch)                             # idempotent UNWIND + MERGE on stable ids
-        store.entity_candidates("Dr. Zola")            # resolution: full-text over names
-        store.entities_by_normalized_name("zola")      #             exact normalized name
-        store.statements_sharing_entity("conv4:fact:7")
         store.export_jsonl(out / "graph.jsonl")        # deterministic: the DVC out
     # leaving the block stops the server (also on exceptions and Ctrl-C)
 

@@ -1,5 +1,6 @@
-"""GraphRAG's own Cypher: the agent's tools (systems/graphrag/agent.py), parameterized reads only,
-run through `store.read` and its guard, and their vector twins, run by `store.nearest`.
+"""GraphRAG's own Cypher: its lookups (systems/graphrag/lookups.py), and the agent's tools
+(systems/graphrag/agent.py), parameterized reads only, run through `store.read` and its guard,
+and their vector twins, run by `store.nearest`.
 
 The schema they read (labels, indexes) and the store's generic statements (writes, export,
 counts) are clients/cypher.py's; labels cannot be query parameters, so they come from the
@@ -17,6 +18,39 @@ from clients.cypher import (
 )
 from schemas.memory import ENTITY_LABELS, MEMORY_LABEL, STATEMENT_LABELS
 
+# Lookups outside the agent (systems/graphrag/lookups.py): resolution candidates, full-text hits
+# (the text escaped by `escape_fulltext`) and exact normalized-name matches restricted to the given
+# labels, the statements that share an entity, and full-text searches of statements and chunks.
+ENTITY_CANDIDATES_FULLTEXT = (
+    f"CALL db.index.fulltext.queryNodes('{ENTITY_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score WHERE any(l IN labels(node) WHERE l IN $labels) "
+    "RETURN node.id AS id, [l IN labels(node) WHERE l <> 'Memory'][0] AS label, "
+    "node.name AS name, node.normalized_name AS normalized_name, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
+ENTITY_BY_NORMALIZED_NAME = (
+    f"MATCH (n:{MEMORY_LABEL}) WHERE n.normalized_name = $normalized_name "
+    "AND any(l IN labels(n) WHERE l IN $labels) "
+    "RETURN n.id AS id, [l IN labels(n) WHERE l <> 'Memory'][0] AS label, "
+    "n.name AS name, n.normalized_name AS normalized_name ORDER BY id"
+)
+STATEMENTS_SHARING_ENTITY = (
+    f"MATCH (s:{MEMORY_LABEL} {{id: $statement_id}})-[:ABOUT]->(e)<-[:ABOUT]-(o) "
+    "WHERE o.id <> s.id AND any(l IN labels(o) WHERE l IN $labels) "
+    "RETURN DISTINCT o.id AS id, [l IN labels(o) WHERE l <> 'Memory'][0] AS label, o.text AS text, "
+    "o.session_number AS session_number, o.message_ids AS message_ids "
+    "ORDER BY session_number, id LIMIT $limit"
+)
+STATEMENT_FULLTEXT = (
+    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score RETURN node.id AS id, node.text AS text, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
+CHUNK_FULLTEXT = (
+    f"CALL db.index.fulltext.queryNodes('{CHUNK_INDEX}', $text, {{limit: $limit}}) "
+    "YIELD node, score RETURN node.id AS id, node.position AS position, node.text AS text, score "
+    "ORDER BY score DESC, id LIMIT $limit"
+)
 _LABEL_OF = "[l IN labels({0}) WHERE l <> 'Memory'][0]"
 AGENT_SEARCH_STATEMENTS = (
     f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
