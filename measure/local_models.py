@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clients.local_model import (
+from clients.local_servers.local_model import (
     live_servers,
     local_model,
     local_model_server,
@@ -70,7 +70,10 @@ def measure_fetch(model: str) -> dict[str, Any]:
     """Download and assemble into an empty cache; time, gguf size, peak cache size."""
     with tempfile.TemporaryDirectory(prefix="beam-measure-cache-") as cache:
         env = {**os.environ, "BEAM_LOCAL_CACHE": cache}
-        code = f"from clients.local_model import ensure_weights; ensure_weights({model!r})"
+        code = (
+            "from clients.local_servers.local_model import ensure_weights; "
+            f"ensure_weights({model!r})"
+        )
         peak = [0]
         done = threading.Event()
 

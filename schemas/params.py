@@ -178,7 +178,8 @@ of pair decisions, an agent's turn and a judge's verdict, and a bound on a model
 class ModelRef(Record):
     model: str | None
     """A litellm model name (`ollama_chat/gemma4:31b`, `openai/gpt-4o-mini`), a model the harness
-    serves itself (`local/smollm2-135m-instruct`: clients/local_model/) or `scripted/rules`."""
+    serves itself (`local/smollm2-135m-instruct`: clients/local_servers/local_model/) or
+    `scripted/rules`."""
     api_base: str | None = None
     """The endpoint; one on loopback without a key gets a dummy key (a local server needs none)."""
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("commands", "stages", "bench", "systems", "clients", "schemas")
 DATA_PREFIXES = ("data/", "fixtures", "metrics/", "settings.yaml", "pins.yaml")
 """Deps that are no code (data, fixtures, metrics, the run settings, the pins): kept as they are."""
-NOT_DEPS = ("clients/scripted", "clients/local_model")
+NOT_DEPS = ("clients/scripted", "clients/local_servers/local_model")
 """Modules (and packages) that are no code dep of any stage, nor followed: see the docstring."""
 
 

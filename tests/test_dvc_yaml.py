@@ -161,7 +161,9 @@ def test_code_deps_follow_packages_and_stop_at_the_models_started_by_name() -> N
     # run them, but it does a package whose __init__ holds code
     files = code_files("answer")
     assert "clients/llm/client.py" in files
-    assert not [f for f in files if f.startswith(("clients/scripted", "clients/local_model"))]
+    assert not [
+        f for f in files if f.startswith(("clients/scripted", "clients/local_servers/local_model"))
+    ]
     assert "clients/__init__.py" not in files  # empty: no dep
     # listed by package folder
     assert code_deps("answer") == ["bench", "clients", "schemas", "stages", "systems"]
@@ -194,7 +196,7 @@ def test_folder_deps_leave_out_bytecode_and_the_models_started_by_name() -> None
     ignore = _dvcignore()
     hidden = [
         *(REPO_ROOT / "clients" / "scripted").rglob("*.py"),
-        *(REPO_ROOT / "clients" / "local_model").rglob("*.py"),
+        *(REPO_ROOT / "clients" / "local_servers" / "local_model").rglob("*.py"),
         *(REPO_ROOT / f"{m.replace('.', '/')}.py" for m in RULE_MODULES),
         REPO_ROOT / "clients" / "__pycache__" / "files.cpython-311.pyc",
     ]

@@ -1,6 +1,7 @@
 """The graph door: a Neo4j server the harness starts itself, and the store the memory system uses.
 
-The only package that imports `neo4j`; every Cypher string lives in clients/cypher.py.
+The only package that imports `neo4j`; the store's Cypher lives in clients/cypher.py, GraphRAG's
+agent queries in systems/graphrag/cypher.py.
 
 - `port.py`: the GraphStore port and its records (imports no neo4j: systems code against it);
 - `guard.py`: the read-only guard of the agent's free query and the check of Neo4j's plan;
@@ -18,9 +19,6 @@ ingest (one server per conversation)::
         store.create_schema()                          # constraints + full-text indexes
         batch, report = validate_batch(raw_nodes, raw_rels, existing=store.labels_of(ids))
         store.write(batch)                             # idempotent UNWIND + MERGE on stable ids
-        store.entity_candidates("Dr. Zola")            # resolution: full-text over names
-        store.entities_by_normalized_name("zola")      #             exact normalized name
-        store.statements_sharing_entity("conv4:fact:7")
         store.export_jsonl(out / "graph.jsonl")        # deterministic: the DVC out
     # leaving the block stops the server (also on exceptions and Ctrl-C)
 

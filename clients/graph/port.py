@@ -53,5 +53,6 @@ class GraphStore(Protocol):
     def read(self, query: str, params: Mapping[str, object] | None = None) -> Rows: ...
 
     def nearest(self, query: str, vector: Sequence[float], limit: int) -> Rows:
-        """The project's own vector search (one of `clients.cypher.NEAREST_QUERIES`)."""
+        """The project's own vector search (one of `clients.cypher.NEAREST_QUERIES`, the queries
+        project code trusted)."""
         ...

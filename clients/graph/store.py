@@ -39,19 +39,16 @@ from neo4j import Query
 from neo4j import exceptions as neo4j_errors
 
 from clients import cypher
-from clients.cypher import escape_fulltext
 from clients.files import write_atomic
 from clients.graph.guard import check_plan, check_read_only
 from clients.graph.port import GraphCounts, QueryFailed, Rows, WriteReceipt
 from clients.graph.server import DATABASE, Server, make_server, open_driver
 from schemas.errors import DataError, IntegrityError, ServiceError
 from schemas.memory import (
-    ENTITY_LABELS,
     MEMORY_LABEL,
     NODE_ADAPTER,
     NODE_LABELS,
     REL_TYPES,
-    STATEMENT_LABELS,
     GraphBatch,
     GraphNode,
     Relationship,
@@ -347,46 +344,10 @@ class Neo4jGraphStore:
                 found[row["id"]] = labels[0]
         return found
 
-    def entity_candidates(
-        self, text: str, labels: Sequence[str] = ENTITY_LABELS, limit: int = 10
-    ) -> list[dict[str, Any]]:
-        """Entities whose name matches `text` in the full-text index, best first."""
-        query = escape_fulltext(text)
-        if not query:
-            return []
-        return self._run(
-            cypher.ENTITY_CANDIDATES_FULLTEXT,
-            {"text": query, "labels": list(labels), "limit": limit},
-        )
-
-    def entities_by_normalized_name(
-        self, normalized_name: str, labels: Sequence[str] = ENTITY_LABELS
-    ) -> list[dict[str, Any]]:
-        return self._run(
-            cypher.ENTITY_BY_NORMALIZED_NAME,
-            {"normalized_name": normalized_name, "labels": list(labels)},
-        )
-
-    def statements_sharing_entity(
-        self, statement_id: str, labels: Sequence[str] = STATEMENT_LABELS, limit: int = 50
-    ) -> list[dict[str, Any]]:
-        """Other statements ABOUT an entity this statement is ABOUT (for update/contradiction)."""
-        return self._run(
-            cypher.STATEMENTS_SHARING_ENTITY,
-            {"statement_id": statement_id, "labels": list(labels), "limit": limit},
-        )
-
-    def search_statements(self, text: str, limit: int = 10) -> list[dict[str, Any]]:
-        query = escape_fulltext(text)
-        if not query:
-            return []
-        return self._run(cypher.STATEMENT_FULLTEXT, {"text": query, "limit": limit})
-
-    def search_chunks(self, text: str, limit: int = 10) -> list[dict[str, Any]]:
-        query = escape_fulltext(text)
-        if not query:
-            return []
-        return self._run(cypher.CHUNK_FULLTEXT, {"text": query, "limit": limit})
+    def lookup(self, query: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The project's own read Cypher (a constant of its code, never a model's) in a managed
+        read transaction with retries, outside the agent's guard."""
+        return self._run(query, params)
 
     # the agent's read path ------------------------------------------------------------------------
 

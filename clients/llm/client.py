@@ -31,11 +31,11 @@ Using it from a stage
   a `local/` model gets the random key its own server checks; any other endpoint whose key
   variable is not set stops with a ServiceError naming it, in the preflight and before the
   first call.
-- `local/<name>` models (clients/local_model/): the first request starts the model's
+- `local/<name>` models (clients/local_servers/local_model/): the first request starts the model's
   llama-server on a free loopback port (one per process, shared by the roles that name it, its
   context the largest they ask for), served as `openai/<name>` with `response_format:
   json_schema` (a grammar keeps even a tiny model inside the schema); it stops when the process
-  ends (clients/llm/local_servers.py). The preflight checks that its runtime and weights are
+  ends (clients/local_servers/running.py). The preflight checks that its runtime and weights are
   built (`make local-model`), and the port stays out of the cache key.
 - Requests (`ChatRequest`): messages, optional tools (`tool_from_model(PydanticModel)` makes the
   OpenAI tool JSON from a typed definition), optional `schema` (a pydantic model), a `task` tag
@@ -119,7 +119,7 @@ from clients.llm.port import (
     request_settings,
 )
 from clients.llm.replies import cut_at_max_tokens, interpret_reply, schema_instruction, schema_json
-from clients.local_model import LOCAL_MODELS, RUNTIME, is_local_model
+from clients.local_servers.local_model import LOCAL_MODELS, RUNTIME, is_local_model
 from clients.redis_server import shared_redis_url
 from clients.shared_root import shared_path
 from clients.tokens import count_tokens

@@ -18,7 +18,6 @@ import urllib.request
 from types import ModuleType
 from typing import Any
 
-from clients.llm.local_servers import local_embedder_endpoint, local_endpoint
 from clients.llm.port import (
     OLLAMA_DEFAULT_BASE,
     PREFLIGHT_TIMEOUT_SECONDS,
@@ -32,19 +31,20 @@ from clients.llm.port import (
     request_settings,
 )
 from clients.llm.replies import schema_json
-from clients.local_embedder import (
+from clients.local_servers.local_embedder import (
     LOCAL_EMBEDDERS,
     installed_embedder,
     is_local_embedder,
     local_embedder,
 )
-from clients.local_model import (
+from clients.local_servers.local_model import (
     LOCAL_PREFIX,
     installed_runtime,
     installed_weights,
     is_local_model,
     local_model,
 )
+from clients.local_servers.running import local_embedder_endpoint, local_endpoint
 from schemas.errors import ParamsError, ServiceError
 from schemas.params import LlmParams, ModelRef
 
@@ -115,7 +115,7 @@ OLLAMA_PROVIDERS = ("ollama", "ollama_chat")
 LOCAL_KEY = "sk-local"
 """The key sent to an endpoint on loopback that has none: such a server checks no key, but the
 OpenAI client refuses to send a request without one ("Missing credentials"). A `local/` model's
-own server checks its random key instead (clients/llm/local_servers.py)."""
+own server checks its random key instead (clients/local_servers/running.py)."""
 
 
 def is_loopback(api_base: str | None) -> bool:

@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from clients import cypher
 from clients.cypher import escape_fulltext
 from clients.graph.port import GraphStore, QueryFailed
 from clients.llm.port import ChatModel, EmbeddingModel, Tool, ToolCall, tool_from_model
@@ -27,7 +26,7 @@ from schemas.errors import BeamError, ServiceError
 from schemas.records import Question
 from schemas.traces import Trace
 from systems.agent_loop import AgentSpec, ToolOutcome, run_agent, short
-from systems.graphrag import prompts
+from systems.graphrag import cypher, prompts
 from systems.port import timing_search
 from systems.retrieval import reciprocal_rank_fusion
 

@@ -75,7 +75,12 @@ from schemas.roles import Role
 from schemas.traces import Trace
 from systems.chunking import chunk_conversation
 from systems.one_shot import OneShotRates, answer_found, answer_request
-from systems.peers.common import ModelCallFailed, query_embedding_estimate
+from systems.peers.common import (
+    ModelCallFailed,
+    answer_estimate,
+    build_estimate,
+    query_embedding_estimate,
+)
 from systems.peers.prompts import GRAPHITI_ANSWER, GRAPHITI_CONTEXT
 from systems.port import (
     BuiltMemory,
@@ -611,10 +616,9 @@ class GraphitiSystem(OneShotRates):
                 embed_tokens += size
             calls += round(self.calls_per_episode * len(episodes))
             embed_calls += 4 * len(episodes)
-        return {
-            "extraction": RoleEstimate(calls, prompt, round(calls * 150)),
-            "embedding": RoleEstimate(embed_calls, embed_tokens, 0),
-        }
+        return build_estimate(
+            RoleEstimate(calls, prompt, round(calls * 150)), embed_calls, embed_tokens
+        )
 
     def estimate_query_embedding(self, questions: Sequence[Question]) -> RoleEstimate:
         return query_embedding_estimate(questions)
@@ -633,14 +637,11 @@ class GraphitiSystem(OneShotRates):
             for cid in {q.conversation_id for q in questions}
         }
         frame = GRAPHITI_CONTEXT.text.format(facts="", entities="")
-        prompt = 0
-        for question in questions:
-            request = graphiti_request(question, frame)
-            prompt += count_tokens("\n".join(m.content or "" for m in request.messages))
-            prompt += round(shown[question.conversation_id])
-        calls = len(questions)
-        return RoleEstimate(
-            calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
+        return answer_estimate(
+            questions,
+            lambda question: graphiti_request(question, frame),
+            shown,
+            self.agent_rates.completion_tokens_per_call,
         )
 
     def shown_tokens(self, conversation_id: str, memory_dir: Path | None) -> float:

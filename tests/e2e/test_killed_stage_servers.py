@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.local_model import installed_runtime, installed_weights
+from clients.local_servers.local_model import installed_runtime, installed_weights
 from tests.conftest import skip_or_fail
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401

@@ -17,7 +17,7 @@ did not, and which it does is the model's, not the harness's. What it did is pri
 
 It runs once. It ran twice until 2026-12-06 to show byte-identical outs, which took 200 s of a
 CI run that had passed 45 minutes; that a real model's reply repeats byte for byte, in a fresh
-server process too, is tests/clients/local_model/test_local_model.py's
+server process too, is tests/clients/local_servers/local_model/test_local_model.py's
 (test_identical_replies_across_server_processes), and that the same replies make the same outs
 is the cached-repro tests' (tests/e2e/test_pipeline.py, test_model_faults.py).
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from clients.local_model.cache import cache_root as local_cache_root
+from clients.local_servers.local_model.cache import cache_root as local_cache_root
 from stages.common import PINS_FILE, SETTINGS_FILE, params_mapping
 from tests.conftest import REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import HubMirror

@@ -3,13 +3,13 @@ tests run last, and their build overlaps the rest of the session.
 
 `local_model` tests need llama-server built and the weights of TEST_LOCAL_MODELS fetched (about
 4 minutes on 2 cores for the build, seconds to a minute for the weights, once per machine:
-clients/local_model/), and the files of TEST_LOCAL_EMBEDDERS (seconds: clients/local_embedder/).
-When a session selects such tests and the cache lacks any of them, `python -m
-clients.local_model build` and `python -m clients.local_embedder build`, whichever is needed,
-start in the background as the session's tests begin (each in its own process group, output in a
-log file); the local_model tests, moved to the end of the session, wait for them before their
-timeout starts, and fail with the log's tail if one failed. A build still running when the
-session ends is stopped.
+clients/local_servers/local_model/), and the files of TEST_LOCAL_EMBEDDERS (seconds:
+clients/local_servers/local_embedder/). When a session selects such tests and the cache lacks any of
+them, `python -m clients.local_servers.local_model build` and `python -m
+clients.local_servers.local_embedder build`, whichever is needed, start in the background as the
+session's tests begin (each in its own process group, output in a log file); the local_model tests,
+moved to the end of the session, wait for them before their timeout starts, and fail with the log's
+tail if one failed. A build still running when the session ends is stopped.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ class _Build:
     """One background build of the session."""
 
     package: str
-    """clients.local_model or clients.local_embedder: `python -m <package> build`."""
+    """clients.local_servers.local_model or clients.local_servers.local_embedder: `python -m
+    <package> build`."""
     proc: subprocess.Popen[bytes]
     log: Path
     outcome: str | None = None
@@ -67,17 +68,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the local models' builds in the background when a selected test needs them."""
-    from clients.local_embedder import installed_embedder
-    from clients.local_model import installed_runtime, installed_weights
+    from clients.local_servers.local_embedder import installed_embedder
+    from clients.local_servers.local_model import installed_runtime, installed_weights
 
     if not any(_is_local_model_test(i) for i in session.items) or _STARTED["checked"]:
         return
     _STARTED["checked"] = True
     if installed_runtime() is None or not all(installed_weights(m) for m in TEST_LOCAL_MODELS):
-        _start_build("clients.local_model", [*(f"--model={m}" for m in TEST_LOCAL_MODELS), "build"])
+        _start_build(
+            "clients.local_servers.local_model",
+            [*(f"--model={m}" for m in TEST_LOCAL_MODELS), "build"],
+        )
     if not all(installed_embedder(m) for m in TEST_LOCAL_EMBEDDERS):
         _start_build(
-            "clients.local_embedder", ["build", *(f"--model={m}" for m in TEST_LOCAL_EMBEDDERS)]
+            "clients.local_servers.local_embedder",
+            ["build", *(f"--model={m}" for m in TEST_LOCAL_EMBEDDERS)],
         )
 
 
@@ -100,11 +105,12 @@ def _start_build(package: str, args: list[str]) -> None:
 
 
 def _build_child_setup() -> None:  # runs in the child between fork and exec
-    """The build stops on SIGINT (a KeyboardInterrupt in clients/local_model/build.py kills cmake's
-    own process group, ninja and compilers included): SIGINT is made to work even where a shell
-    started pytest with it ignored, and the kernel sends it when pytest dies (PR_SET_PDEATHSIG),
-    so a killed session leaves no build behind either. It runs niced, so that the tests beside it,
-    whose timeouts are counted, keep the cores first and the build takes what they leave."""
+    """The build stops on SIGINT (a KeyboardInterrupt in clients/local_servers/local_model/build.py
+    kills cmake's own process group, ninja and compilers included): SIGINT is made to work even
+    where a shell started pytest with it ignored, and the kernel sends it when pytest dies
+    (PR_SET_PDEATHSIG), so a killed session leaves no build behind either. It runs niced, so that
+    the tests beside it, whose timeouts are counted, keep the cores first and the build takes what
+    they leave."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.nice(10)  # cmake, ninja and the compilers inherit it
     with contextlib.suppress(Exception):

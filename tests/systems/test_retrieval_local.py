@@ -14,7 +14,7 @@ from bench.usage import CountedEmbedder
 from clients.llm.accounting import Accounting
 from clients.llm.cache import LlmCache
 from clients.llm.embeddings import EmbeddingClient
-from clients.llm.local_servers import running_local_embedders, stop_local_servers
+from clients.local_servers.running import running_local_embedders, stop_local_servers
 from schemas.params import AgentRates, LlmParams, ModelRef
 from schemas.records import ChatMessage, ChatSlice, Session
 from systems.port import memory_file

@@ -15,6 +15,7 @@ from clients.graph.store import Neo4jGraphStore, start_graph
 from schemas.errors import IntegrityError
 from schemas.memory import GraphBatch, Relationship, validate_batch
 from schemas.params import GraphParams
+from systems.graphrag import lookups
 from tests.support.neo4j_fixtures import (
     graph_params,
     neo4j_available,
@@ -181,17 +182,17 @@ def test_relationship_to_a_missing_node_is_counted_not_written(store: Neo4jGraph
 
 
 def test_resolution_queries_of_the_ingest(store: Neo4jGraphStore) -> None:
-    hits = store.entity_candidates("elm street bakery")
+    hits = lookups.entity_candidates(store, "elm street bakery")
     assert hits and hits[0]["id"] == "c9:o:bakery" and hits[0]["label"] == "Organization"
-    assert store.entity_candidates("elm", labels=["Person"]) == []
-    assert store.entity_candidates('bakery" OR name:*') != []  # Lucene syntax is escaped
-    exact = store.entities_by_normalized_name("elm street bakery")
+    assert lookups.entity_candidates(store, "elm", labels=["Person"]) == []
+    assert lookups.entity_candidates(store, 'bakery" OR name:*') != []  # Lucene syntax is escaped
+    exact = lookups.entities_by_normalized_name(store, "elm street bakery")
     assert [row["id"] for row in exact] == ["c9:o:bakery"]
-    sharing = store.statements_sharing_entity("c9:f:1")
+    sharing = lookups.statements_sharing_entity(store, "c9:f:1")
     assert [row["id"] for row in sharing] == ["c9:f:2"]
     assert store.labels_of(["c9:f:1", "c9:k0", "nope"]) == {"c9:f:1": "Fact", "c9:k0": "Chunk"}
-    assert store.search_chunks("bakery", limit=2)[0]["id"].startswith("c9:k")
-    assert store.search_statements("budget")[0]["id"] == "c9:m:1"
+    assert lookups.search_chunks(store, "bakery", limit=2)[0]["id"].startswith("c9:k")
+    assert lookups.search_statements(store, "budget")[0]["id"] == "c9:m:1"
 
 
 def test_export_import_export_is_byte_identical_on_a_fresh_server(

@@ -21,9 +21,9 @@ from pydantic import BaseModel
 
 from clients.llm import client as llm_module
 from clients.llm.client import build_model
-from clients.llm.local_servers import running_local_models, stop_local_servers
 from clients.llm.port import ChatRequest, Message
-from clients.local_model import installed_runtime, installed_weights, live_servers
+from clients.local_servers.local_model import installed_runtime, installed_weights, live_servers
+from clients.local_servers.running import running_local_models, stop_local_servers
 from schemas.params import LlmParams, ModelRef, ModelsParams
 from tests.conftest import REPO_ROOT, skip_or_fail
 
@@ -111,7 +111,7 @@ def test_a_stage_that_fails_leaves_no_server_behind(tmp_path: Path) -> None:
         f"""
         from clients.llm.client import LlmClient
         from clients.llm.port import ChatRequest, Message
-        from clients.local_model import live_servers
+        from clients.local_servers.local_model import live_servers
         from schemas.params import LlmParams, ModelRef
 
         params = LlmParams(timeout_seconds=300, max_attempts=1, concurrency=1, seed=0,

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from clients import cypher
 from clients.graph.guard import check_read_only
 from clients.graph.port import QueryFailed, Rows, WriteReceipt
 from clients.llm.port import ChatRequest, Completion, ToolCall
@@ -24,7 +23,7 @@ from schemas.memory import GraphBatch
 from schemas.records import Question
 from schemas.traces import RESULT_CHARS, Trace
 from systems.agent_loop import FINAL_NUDGE, PREFETCH_CALL_ID, TEXT_CHARS
-from systems.graphrag import prompts
+from systems.graphrag import cypher, prompts
 from systems.graphrag.agent import (
     TOOLS,
     GraphTools,

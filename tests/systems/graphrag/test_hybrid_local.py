@@ -19,8 +19,8 @@ import pytest
 from clients.llm.accounting import Accounting
 from clients.llm.cache import LlmCache
 from clients.llm.embeddings import EmbeddingClient
-from clients.llm.local_servers import stop_local_servers
 from clients.llm.port import ChatRequest
+from clients.local_servers.running import stop_local_servers
 from clients.scripted.backend import ScriptedBackend
 from clients.scripted.rules import ScriptedReply, register_rule
 from schemas.params import GraphParams, LlmParams, ModelRef, Params

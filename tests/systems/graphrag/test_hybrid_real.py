@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from bench.usage import CountedEmbedder
-from clients import cypher
 from clients.graph.guard import QueryRejected
 from clients.llm.accounting import Accounting
 from clients.llm.cache import LlmCache
 from clients.llm.embeddings import EmbeddingClient
 from clients.llm.port import EmbeddingModel, ToolCall
 from schemas.params import AgentRates, GraphParams, LlmParams, ModelRef
+from systems.graphrag import cypher
 from systems.graphrag.agent import GraphTools, SearchMemory
 from systems.graphrag.system import GraphRag
 from systems.registry import load_system

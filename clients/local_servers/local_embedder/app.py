@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from clients.local_embedder.protocol import (
+from clients.local_servers.local_embedder.protocol import (
     MAX_BODY_BYTES,
     MAX_INPUTS,
     BadRequest,
@@ -26,7 +26,8 @@ EMBEDDINGS_PATHS = ("/v1/embeddings", "/embeddings")
 
 
 class EmbedsTexts(Protocol):
-    """What the server needs of a model (clients/local_embedder/model.py's Embedder)."""
+    """What the server needs of a model (clients/local_servers/local_embedder/model.py's
+    Embedder)."""
 
     def embed(self, texts: Sequence[str]) -> Embeddings: ...
 

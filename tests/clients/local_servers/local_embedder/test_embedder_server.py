@@ -1,8 +1,8 @@
-"""The local embedding server (clients/local_embedder/) as a client sees it: the real model in
-its own process, over HTTP and through litellm, and the process gone afterwards.
+"""The local embedding server (clients/local_servers/local_embedder/) as a client sees it: the real
+model in its own process, over HTTP and through litellm, and the process gone afterwards.
 
-Needs the embedder's files in the cache (`python -m clients.local_embedder build`, in `make
-local-model`; a session selecting these tests fetches them in the background, seconds).
+Needs the embedder's files in the cache (`python -m clients.local_servers.local_embedder build`, in
+`make local-model`; a session selecting these tests fetches them in the background, seconds).
 """
 
 from __future__ import annotations
@@ -20,13 +20,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clients.llm.local_servers import (
+from clients.local_servers.local_embedder import (
+    installed_embedder,
+    live_servers,
+    local_embedder_server,
+)
+from clients.local_servers.local_model import LocalEndpoint
+from clients.local_servers.running import (
     local_embedder_endpoint,
     running_local_embedders,
     stop_local_servers,
 )
-from clients.local_embedder import installed_embedder, live_servers, local_embedder_server
-from clients.local_model import LocalEndpoint
 from tests.conftest import skip_or_fail
 
 pytestmark = [pytest.mark.local_model, pytest.mark.process]
@@ -173,12 +177,12 @@ def test_one_server_per_process_for_the_door() -> None:
 def test_a_taken_port_is_retried_on_another(monkeypatch: pytest.MonkeyPatch) -> None:
     if installed_embedder(MODEL) is None:
         skip_or_fail(f"the files of {MODEL} are not in the cache: run `make local-model`")
-    from clients import child_servers
+    from clients.local_servers import process
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        ports = [taken.getsockname()[1], child_servers.find_free_port()]
-        monkeypatch.setattr(child_servers, "find_free_port", lambda: ports.pop(0))
+        ports = [taken.getsockname()[1], process.find_free_port()]
+        monkeypatch.setattr(process, "find_free_port", lambda: ports.pop(0))
         with local_embedder_server(MODEL) as end:
             assert not ports and embed(end, [CAT]).shape == (1, 384)

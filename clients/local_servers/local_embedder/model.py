@@ -9,9 +9,9 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from clients.local_embedder.pins import LocalEmbedder
-from clients.local_embedder.protocol import Embeddings
-from clients.local_embedder.weights import EmbedderFiles
+from clients.local_servers.local_embedder.pins import LocalEmbedder
+from clients.local_servers.local_embedder.protocol import Embeddings
+from clients.local_servers.local_embedder.weights import EmbedderFiles
 
 NORM_EPSILON = 1e-12
 """The smallest norm divided by (torch's F.normalize default, which sentence-transformers uses)."""

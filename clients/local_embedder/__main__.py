@@ -1,7 +1,0 @@
-"""`python -m clients.local_embedder build | serve` (see clients/local_embedder/cli.py)."""
-
-import sys
-
-from clients.local_embedder.cli import main
-
-sys.exit(main())

@@ -1,7 +1,0 @@
-"""`python -m clients.local_model build | serve` (see clients/local_model/cli.py)."""
-
-import sys
-
-from clients.local_model.cli import main
-
-sys.exit(main())
