@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.event_order import EVENT_ORDERING  # noqa: E402
-from bench.judge import judge_question, summarize  # noqa: E402
+from bench.judge import judge_question, judged_question, summarize  # noqa: E402
 from bench.scorer_prompts import Message, extract_judge_prompts  # noqa: E402
 from schemas.records import Question, Rubric  # noqa: E402
 from tests.support import scorer_standin as standin  # noqa: E402
@@ -120,12 +120,17 @@ def main() -> None:
             )
             judgements.append(judge_question(question, rubric, answer, prompts, scripted))
         seconds = time.perf_counter() - started
-        metrics = summarize(judgements, [r for _, r in pairs])
+        # this script prints no protocol score: the rows carry ours in its place
+        rows = [
+            judged_question(j, [], [], answer_failed=False, score_beam_code=j.score)
+            for j in judgements
+        ]
+        metrics = summarize(judgements, [r for _, r in pairs], rows)
         event_calls = [j.calls for j in judgements if j.ability == EVENT_ORDERING]
         print(
-            f"{shape:9s} calls/question {metrics['overall']['judge_calls_per_question']:.2f} "
+            f"{shape:9s} calls/question {metrics.overall.judge_calls_per_question or 0:.2f} "
             f"(event_ordering mean {statistics.mean(event_calls):.1f}, max {max(event_calls)}); "
-            f"event score {metrics[EVENT_ORDERING]['score']:.3f}; "
+            f"event score {metrics.abilities[EVENT_ORDERING].score or 0:.3f}; "
             f"scoring time {seconds * 1000:.0f} ms for {len(pairs)} questions"
         )
 

@@ -15,7 +15,6 @@ from bench.judge import (
     JudgeCalls,
     judge_question,
     judge_questions,
-    judge_summary,
     judged_question,
     summarize,
 )
@@ -47,7 +46,7 @@ def judged_answer(trace: Trace) -> str:
 
 
 def main() -> None:
-    from bench.beam_code import beam_code_score, beam_code_summary
+    from bench.beam_code import beam_code_score
 
     run = read_params()
     mode, params = run.mode, run.judge
@@ -131,14 +130,8 @@ def main() -> None:
     record = StageRun(mode=mode, models=[judge.metadata()], test_model=judge.test_model)
     write_json(files.run, record.to_json())
     write_json(files.usage, {"judge": counted.usage()})
-    answers = {q.id: judged_answer(traces[q.id]) for q in questions}
-    summary = judge_summary(
-        summarize(judgements, list(rubrics.values())),
-        rows,
-        len(failures),
-        beam_code_summary(judgements, answers),
-    )
-    write_json(files.summary, summary)
+    summary = summarize(judgements, list(rubrics.values()), rows, failed_calls=len(failures))
+    write_json(files.summary, summary.model_dump(mode="json"))
     # The model layer's wait on the judge's calls (none for cache hits): wall time only.
     write_json(
         files.wall_time,
