@@ -300,8 +300,9 @@ def build_metrics(
     Every other key is written in every mode. Wall time is not here: each stage's wall-time file
     holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
     cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
-    event F1 and tau, flags) is in the record, the run record and data/judge/summary.json. `gold` holds
-    `reads: 1` for a run whose system reads gold evidence (an upper bound), nothing otherwise."""
+    event F1 and tau, flags) is in the record, the run record and data/judge/summary.json.
+    `gold` holds `reads: 1` for a run whose system reads gold evidence (an upper bound), nothing
+    otherwise."""
     asked = [g for g in (*ABILITIES, OVERALL) if scores[g].n]
     overall = scores[OVERALL]
     return Headline(
