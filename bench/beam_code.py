@@ -33,14 +33,13 @@ What beam_code cannot reproduce, because it reuses verdicts instead of asking ag
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from scipy.stats import kendalltau
 
 from bench.event_order import EVENT_ORDERING, order_scores, split_answer_lines, warnings_ignored
 from schemas.errors import DataError
 from schemas.judging import EventAlignment, Judgement
-from schemas.records import ABILITIES
 
 DIFFERENCES: tuple[str, ...] = (
     "Item scores: ours keeps a rubric item judged 0.5 as 0.5; beam_code truncates each verdict "
@@ -162,40 +161,3 @@ def beam_code_score(judgement: Judgement, answer: str) -> float:
             raise DataError(f"{judgement.question_id}: event_ordering judgement without alignment")
         return beam_code_event(answer, judgement.event, len(judgement.items))[4]
     return sum(beam_code_item(i.score) for i in judgement.items) / len(judgement.items)
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
-
-
-def beam_code_summary(
-    judgements: Sequence[Judgement], answers: Mapping[str, str]
-) -> dict[str, dict[str, float | int | None]]:
-    """The groups of `bench.judge.summarize` with beam_code's means: each of the ten abilities
-    (null score where it has no question) and `overall` (mean over all questions, and
-    `macro_score_beam_code`, the mean of the ability means). Every question counts, known-bad
-    rubrics included. `answers` maps question id to the judged answer; only event_ordering
-    questions need one."""
-    scores: dict[str, list[float]] = {ability: [] for ability in ABILITIES}
-    seen: set[str] = set()
-    for j in judgements:
-        if j.question_id in seen:
-            raise DataError(f"{j.question_id} was judged twice")
-        seen.add(j.question_id)
-        answer = answers.get(j.question_id)
-        if answer is None and j.ability == EVENT_ORDERING:
-            raise DataError(f"no answer for {j.question_id}: beam_code re-splits it")
-        scores[j.ability].append(beam_code_score(j, answer or ""))
-
-    groups: dict[str, dict[str, float | int | None]] = {
-        ability: {"questions": len(values), "score_beam_code": _mean(values)}
-        for ability, values in scores.items()
-    }
-    every = [s for values in scores.values() for s in values]
-    groups["overall"] = {
-        "questions": len(every),
-        "score_beam_code": _mean(every),
-        "macro_score_beam_code": _mean([groups[a]["score_beam_code"] for a in ABILITIES]),
-    }
-    return groups

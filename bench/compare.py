@@ -13,7 +13,9 @@ stays in the table, since the ceiling beside the systems is what a researcher ru
 it is an upper bound, not a memory system, so bench/paired.py leaves it out of the paired "which
 system is better" differences (a note says so: the gap to it is read from the table).
 
-Rows, from metrics/report.json (bench/report.py writes it; its layout is in the README):
+Rows, from each run's headline (schemas/headline.py: its run record's, metrics/run_record.json,
+where the run's commit has one, else DVC's copy of metrics/report.json; bench/report.py writes
+both):
 - the runs' settings: system, mode, the agent's and the judge's model, and every other param
   whose value differs between the columns;
 - score: overall and each ability any column asked, as `score [ci_low, ci_high]` with its
@@ -23,8 +25,7 @@ Rows, from metrics/report.json (bench/report.py writes it; its layout is in the 
 - wall time, from each run's own files (metrics/wall_time/, read by commands/compare.py): the
   questions' answer and retrieval seconds (median, p95) and each conversation's build (median,
   max), as the machine that ran it timed them (not comparable across machines);
-- calls and tokens per phase, then failures, then any group this module does not know (so a
-  metric a system adds still shows).
+- calls and tokens per phase, then failures.
 A column without a value shows `–`.
 
 Outputs (written by commands/compare.py): a Markdown table, a long-format CSV (one row per column
@@ -45,8 +46,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from schemas.base import Record
 from schemas.errors import DataError
+from schemas.headline import Headline
 from schemas.layout import LAYOUT
 from schemas.roles import COST_KEYS
 from schemas.wall_time import Spread
@@ -58,20 +62,6 @@ SCORE_GROUPS = ("score_beam_code", "score_excluding_known_bad", "evidence_recall
 COST_GROUPS = ("cost_calls", "cost_tokens")
 SHARE_GROUPS = ("score", *SCORE_GROUPS)
 """Groups whose values are scores or shares (0..1)."""
-KNOWN_GROUPS = frozenset(
-    {
-        "score",
-        "score_ci_low",
-        "score_ci_high",
-        "questions",
-        *SCORE_GROUPS,
-        "judge_check",
-        "agent",
-        *COST_GROUPS,
-        "failures",
-        "gold",
-    }
-)
 SETTING_PARAMS = ("system", "tier", "mode", "models.agent.model", "models.judge.model")
 """Params shown at the top of every table; other params only where the columns differ."""
 UNCOMPARED_PARAMS = ("models.", "release.", "fetch.", "judge.", "estimate.")
@@ -98,8 +88,10 @@ class Run(Record):
     """DVC's state of an experiment (Success, Failed, Queued, Running); None for commits."""
     params: dict[str, Any]
     """params.yaml, flattened to dotted keys."""
-    report: dict[str, dict[str, float]] | None
-    """The run's headline metrics; None when the run has none (not run, failed, still queued)."""
+    report: Headline | None
+    """The run's headline: its run record's (commands/compare.py reads it from the run's commit),
+    else DVC's copy of metrics/report.json; None when the run has none (not run, failed, still
+    queued)."""
     regime: str | None = None
     """The answer regime it answered in (params `answer.regime` with native resolved to the
     system's own: `one_shot` or `agent`; commands/compare.py), `(own)` marked; None: unknown."""
@@ -108,7 +100,7 @@ class Run(Record):
     def reads_gold(self) -> bool:
         """Its system read gold evidence by design (`gold.reads` in its headline): an upper
         bound, not a memory system's score."""
-        return bool((self.report or {}).get("gold", {}).get("reads"))
+        return self.report is not None and bool(self.report.gold.get("reads"))
 
 
 class RunWallTime(Record):
@@ -195,20 +187,29 @@ def _run(entry: Mapping[str, Any], kind: Kind, state: str | None, name: str | No
     data = entry.get("data") or {}
     rev = str(entry.get("rev") or data.get("rev") or "")
     report = _file_data(data.get("metrics"), REPORT_METRICS)
-    if report is not None and not (
-        isinstance(report, Mapping) and all(isinstance(v, Mapping) for v in report.values())
-    ):
-        raise DataError(
-            f"{REPORT_METRICS} of {name or rev} is not the report's layout (groups of numbers)"
-        )
+    label = name or entry.get("name") or rev[:7] or "?"
     return Run(
-        name=name or entry.get("name") or rev[:7] or "?",
+        name=label,
         rev=rev,
         kind=kind,
         state=state,
         params=flatten(_file_data(data.get("params"), PARAMS_FILE) or {}),
-        report=None if report is None else {g: dict(v) for g, v in report.items()},
+        report=None if report is None else read_headline(report, label),
     )
+
+
+def read_headline(report: Any, run: str) -> Headline:
+    """A run's metrics/report.json as DVC shows it, typed; a DataError naming the run where it is
+    not this version's headline (a run made before a group was renamed or dropped)."""
+    try:
+        return Headline.model_validate(report)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise DataError(
+            f"{REPORT_METRICS} of {run} is not this version's headline ({where}: {first['msg']}): "
+            "re-run its report (`dvc exp apply` it, then `dvc repro report`), or leave it out"
+        ) from exc
 
 
 def read_exp_show(document: Any) -> list[Run]:
@@ -255,7 +256,7 @@ def select_runs(runs: Sequence[Run], names: Sequence[str] = ()) -> tuple[list[Ru
             )
         return chosen, []
     experiments = [r for r in runs if r.kind == "experiment"]
-    pool = experiments if any(r.report for r in experiments) else list(runs)
+    pool = experiments if any(r.report is not None for r in experiments) else list(runs)
     chosen = _unique([r for r in pool if r.report is not None])
     left_out = [f"{r.name} ({_why(r)})" for r in experiments if r.report is None]
     if not chosen:
@@ -323,7 +324,7 @@ def column_labels(runs: Sequence[Run]) -> list[str]:
 
 
 def _value(run: Run, group: str, key: str) -> float | None:
-    value = (run.report or {}).get(group, {}).get(key)
+    value = run.report.group(group).get(key) if run.report is not None else None
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -338,7 +339,7 @@ def _row(section: str, group: str, key: str, label: str, runs: Sequence[Run]) ->
 
 
 def _keys(runs: Sequence[Run], group: str, first: Sequence[str] = ()) -> list[str]:
-    present = {k for r in runs for k in (r.report or {}).get(group, {})}
+    present = {k for r in runs if r.report is not None for k in r.report.group(group)}
     rest = sorted(present - {*first, "total"})
     return [k for k in first if k in present] + rest + (["total"] if "total" in present else [])
 
@@ -484,9 +485,6 @@ def build_comparison(
         for k in _keys(runs, "questions")
         if k in ("overall", "known_bad_rubric")
     ]
-    others = sorted({g for r in runs for g in (r.report or {})} - KNOWN_GROUPS)
-    for group in others:
-        rows += [_row("other", group, k, f"{group}.{k}", runs) for k in _keys(runs, group)]
     columns = tuple(column_labels(runs))
     return Comparison(
         columns=columns,

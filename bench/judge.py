@@ -28,13 +28,18 @@ from clients.llm.port import ChatRequest, Completion
 from clients.llm.port import Message as LlmMessage
 from schemas.errors import DataError
 from schemas.judging import (
+    BEAM_CODE,
     FLAGS,
     EventAlignment,
+    EventScores,
     Flag,
     ItemScore,
     JudgedQuestion,
+    JudgeGroup,
     Judgement,
+    JudgeOverall,
     JudgePrompts,
+    JudgeSummary,
     QuestionFlag,
 )
 from schemas.records import ABILITIES, Question, Rubric
@@ -345,52 +350,33 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def _group(js: Sequence[Judgement]) -> dict[str, float | int | None]:
-    group: dict[str, float | int | None] = {
+PROTOCOL_SCORES: dict[str, Callable[[JudgedQuestion], float]] = {
+    BEAM_CODE: lambda row: row.score_beam_code,
+}
+"""Each other scoring protocol's score of a question row, by the protocol's name."""
+
+
+def _group(js: Sequence[Judgement], rows: Sequence[JudgedQuestion]) -> dict[str, object]:
+    """The fields of a `JudgeGroup` over these judgements and their question rows."""
+    recalls = [r.evidence_recall for r in rows]
+    return {
         "questions": len(js),
         "score": _mean([j.score for j in js]),
         "score_excluding_known_bad": _mean([j.score_excluding_known_bad for j in js]),
+        "protocol_scores": {
+            name: _mean([score(r) for r in rows]) for name, score in PROTOCOL_SCORES.items()
+        },
         "judge_calls": sum(j.calls for j in js),
         "judge_calls_per_question": _mean([float(j.calls) for j in js]),
+        "flagged": {flag: sum(flag in r.flags for r in rows) for flag in (*FLAGS, "error")},
+        "evidence_recall": _mean(recalls),
     }
-    for flag in FLAGS:
-        group[f"{flag}_questions"] = sum(flag in j.flags for j in js)
-    return group
 
 
-JudgeSummary = dict[str, dict[str, float | int | None]]
-"""The judge's summary (`LAYOUT.judge.summary`): per group (each ability, `overall`) its numbers."""
-
-
-def judge_summary(
-    scores: JudgeSummary,
-    rows: Sequence[JudgedQuestion],
-    failed_calls: int,
-    beam_code: JudgeSummary,
-) -> JudgeSummary:
-    """The judge's summary: `scores` (`summarize`) with, per group, the mean evidence recall and
-    the questions in error from the question rows, the failed judge calls (overall) and the
-    benchmark code's scores (`bench.beam_code.beam_code_summary`)."""
-    summary = {group: dict(values) for group, values in scores.items()}
-    for group, members in [
-        ("overall", rows),
-        *[(a, [r for r in rows if r.ability == a]) for a in ABILITIES],
-    ]:
-        recalls = [r.evidence_recall for r in members if r.evidence_recall is not None]
-        summary[group]["evidence_recall"] = sum(recalls) / len(recalls) if recalls else None
-        summary[group]["error_questions"] = sum("error" in r.flags for r in members)
-    summary["overall"]["failed_calls"] = failed_calls
-    for group, values in beam_code.items():
-        summary[group].update(values)
-    return summary
-
-
-def summarize(judgements: Sequence[Judgement], rubrics: Sequence[Rubric]) -> JudgeSummary:
-    """The judge's summary (`LAYOUT.judge.summary`): one group per ability (all ten always present,
-    null scores where an ability has no question) and `overall`. Ability score = mean over its
-    questions; overall score = mean over all questions, `macro_score` = mean of the ability
-    scores. event_ordering also carries the means of event_f1 and event_tau_norm. Every rubric
-    must have exactly one judgement."""
+def check_judged(
+    judgements: Sequence[Judgement], rubrics: Sequence[Rubric], rows: Sequence[JudgedQuestion]
+) -> None:
+    """DataError unless every rubric has exactly one judgement of its ability and one row."""
     by_id = {r.question_id: r for r in rubrics}
     seen: set[str] = set()
     for j in judgements:
@@ -411,17 +397,57 @@ def summarize(judgements: Sequence[Judgement], rubrics: Sequence[Rubric]) -> Jud
         raise DataError(
             f"{len(missing)} question(s) have no judgement, e.g. {', '.join(missing[:5])}"
         )
+    row_ids = [r.question_id for r in rows]
+    if sorted(row_ids) != sorted(seen):
+        raise DataError(
+            "the question rows and the judgements name different questions (or one twice); "
+            "the judge's outputs are out of step: run `dvc repro judge`"
+        )
 
-    metrics: dict[str, dict[str, float | int | None]] = {}
-    for ability in ABILITIES:
-        metrics[ability] = _group([j for j in judgements if j.ability == ability])
+
+def summarize(
+    judgements: Sequence[Judgement],
+    rubrics: Sequence[Rubric],
+    rows: Sequence[JudgedQuestion],
+    *,
+    failed_calls: int = 0,
+) -> JudgeSummary:
+    """The judge's summary (`LAYOUT.judge.summary`): one group per ability (all ten always
+    present, null scores where an ability has no question) and `overall`. Ability score = mean
+    over its questions; overall score = mean over all questions, `macro_score` = mean of the
+    ability scores; the same for each protocol's score (`PROTOCOL_SCORES`, from the rows). Flags,
+    evidence recall and the questions in error come from the question rows; `failed_calls` is
+    the judge calls with no usable reply (no row holds them). Every rubric must have exactly one
+    judgement and one row."""
+    check_judged(judgements, rubrics, rows)
+    groups = {
+        ability: JudgeGroup.model_validate(
+            _group(
+                [j for j in judgements if j.ability == ability],
+                [r for r in rows if r.ability == ability],
+            )
+        )
+        for ability in ABILITIES
+    }
     events = [j.event for j in judgements if j.event is not None]
-    metrics[EVENT_ORDERING]["event_f1"] = _mean([e.f1 for e in events])
-    metrics[EVENT_ORDERING]["event_tau_norm"] = _mean([e.tau_norm for e in events])
-    overall = _group(judgements)
-    overall["macro_score"] = _mean([metrics[a]["score"] for a in ABILITIES])
-    overall["macro_score_excluding_known_bad"] = _mean(
-        [metrics[a]["score_excluding_known_bad"] for a in ABILITIES]
+    return JudgeSummary(
+        abilities=groups,
+        overall=JudgeOverall.model_validate(
+            {
+                **_group(judgements, rows),
+                "macro_score": _mean([g.score for g in groups.values()]),
+                "macro_score_excluding_known_bad": _mean(
+                    [g.score_excluding_known_bad for g in groups.values()]
+                ),
+                "macro_protocol_scores": {
+                    name: _mean([g.protocol_scores[name] for g in groups.values()])
+                    for name in PROTOCOL_SCORES
+                },
+                "failed_calls": failed_calls,
+            }
+        ),
+        events=EventScores(
+            event_f1=_mean([e.f1 for e in events]),
+            event_tau_norm=_mean([e.tau_norm for e in events]),
+        ),
     )
-    metrics["overall"] = overall
-    return metrics

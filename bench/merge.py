@@ -17,12 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from bench.answers import summarize_answers
-from bench.beam_code import beam_code_summary
 from bench.data_check import Finding
-from bench.judge import JudgeSummary, judge_summary, summarize
+from bench.judge import summarize
 from bench.report import sum_usage
 from schemas.errors import DataError
-from schemas.judging import JudgedQuestion, Judgement
+from schemas.judging import JudgedQuestion, Judgement, JudgeSummary
 from schemas.leak_check import LeakCheck
 from schemas.records import Question, Rubric, SliceSource
 from schemas.runs import MemorySizes
@@ -160,16 +159,12 @@ def merge_judge_summary(
     judgements: Sequence[Judgement],
     rows: Sequence[JudgedQuestion],
     rubrics: Sequence[Rubric],
-    traces: Sequence[Trace],
     parts: Sequence[JudgeSummary],
 ) -> JudgeSummary:
     """The judge summary (`LAYOUT.judge.summary`) as stages/judge.py builds it, from the merged
     records; the failed judge calls (no record per question holds them) summed over the parts."""
-    failed = sum(int(p["overall"].get("failed_calls") or 0) for p in parts)
-    answers = {t.question_id: "" if t.error is not None else t.answer for t in traces}
-    return judge_summary(
-        summarize(judgements, rubrics), rows, failed, beam_code_summary(judgements, answers)
-    )
+    failed = sum(p.overall.failed_calls for p in parts)
+    return summarize(judgements, rubrics, rows, failed_calls=failed)
 
 
 def merge_usage(parts: Sequence[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:

@@ -7,8 +7,10 @@ tokens each phase took (metrics/usage/<stage>.json) and the pins in pins.yaml, n
 wall-time files (metrics/wall_time/), which would make the report stale after a re-run that
 changed no result. Computes seeded bootstrap confidence intervals
 (resampling questions) per ability and overall, and the dry-run estimate per phase beside the
-actual figures. Writes `metrics/report.json` (the headline), `metrics/plots/abilities.csv`,
-`metrics/plots/cost.csv` and `reports/memory.md`.
+actual figures, into one typed `RunRecord` (schemas/run_record.py). Writes it once
+(`metrics/run_record.json`, what the run's page and `make compare` read), and from the same
+values, as outputs only (nothing reads them back): `metrics/report.json` (the headline),
+`metrics/plots/abilities.csv`, `metrics/plots/cost.csv`, `reports/memory.md` and the page.
 `python -m stages.report --print` prints the record in the terminal.
 
 A run whose system reads gold evidence (systems/port.py `reads_gold`: the oracle) is an upper
@@ -28,16 +30,25 @@ from typing import TYPE_CHECKING, Any
 from bench.leak_check import leak_verdict
 from clients.local_servers.local_model.pins import LOCAL_MODELS
 from schemas.headline import Headline
-from schemas.judging import JudgedQuestion
+from schemas.judge_check import KINDS, JudgeCheckSummary
+from schemas.judging import JudgedQuestion, JudgeSummary
 from schemas.layout import LAYOUT
 from schemas.leak_check import LeakCheck
 from schemas.params import (
     Release,
     ReportParams,
 )
-from schemas.protocols import ProtocolsSummary
 from schemas.records import ABILITIES, Question, SliceSource
-from schemas.roles import ROLES, cost_key
+from schemas.roles import COST_KEYS, ROLES, cost_key
+from schemas.run_record import (
+    OVERALL,
+    TOTAL,
+    CostRow,
+    Failures,
+    FlagCounts,
+    RunRecord,
+    ScoreRow,
+)
 from schemas.runs import MemorySizes, RunSummary, StageRun, summarize_runs
 from schemas.traces import AnswerSummary
 
@@ -48,6 +59,7 @@ if TYPE_CHECKING:
 # inside the functions that use them, so `python -m stages.report --print` starts at once.
 
 RECORD = LAYOUT.report.record
+RUN_RECORD = LAYOUT.report.run_record
 VIEWER = LAYOUT.report.page
 WALL_TIME_STAGES = ("ingest", "answer", "judge", "judge_check")
 """Stages whose wall-time file (`LAYOUT.<stage>.wall_time`) holds `seconds.stage_<stage>`, the wall
@@ -111,9 +123,9 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def score_table(rows: Sequence[JudgedQuestion], params: ReportParams) -> dict[str, dict[str, Any]]:
+def score_table(rows: Sequence[JudgedQuestion], params: ReportParams) -> dict[str, ScoreRow]:
     """Per ability (all ten) and overall: n, score, CI, score excluding known-bad, recall."""
-    table: dict[str, dict[str, Any]] = {}
+    table: dict[str, ScoreRow] = {}
     for index, group in enumerate([*ABILITIES, "overall"]):
         members = [r for r in rows if group == "overall" or r.ability == group]
         scores = [r.score for r in members]
@@ -128,15 +140,15 @@ def score_table(rows: Sequence[JudgedQuestion], params: ReportParams) -> dict[st
             seed=(params.seed, index),
         )
         beam = [r.score_beam_code for r in members]
-        table[group] = {
-            "n": len(members),
-            "score": _mean(scores),
-            "score_beam_code": _mean(beam),
-            "ci_low": low,
-            "ci_high": high,
-            "score_excluding_known_bad": _mean(kept),
-            "evidence_recall": _mean(recalls),
-        }
+        table[group] = ScoreRow(
+            n=len(members),
+            score=_mean(scores),
+            score_beam_code=_mean(beam),
+            ci_low=low,
+            ci_high=high,
+            score_excluding_known_bad=_mean(kept),
+            evidence_recall=_mean(recalls),
+        )
     return table
 
 
@@ -157,24 +169,27 @@ def sum_usage(
 
 def cost_table(
     usage: Mapping[str, Mapping[str, int]], estimate: Mapping[str, RoleEstimate]
-) -> dict[str, dict[str, int]]:
+) -> dict[str, CostRow]:
     """Calls and tokens per role (under its `cost_key`) and their total that the results took,
     from metrics/usage/ (the same whether made in this run or served from the call cache), the
     estimate beside them."""
-    table: dict[str, dict[str, int]] = {}
+    table: dict[str, CostRow] = {}
     for role in ROLES:
         used = usage.get(role) or {}
         planned = estimate[role]
-        table[cost_key(role)] = {
-            "calls": int(used.get("calls", 0)),
-            "tokens": int(used.get("prompt_tokens", 0) + used.get("completion_tokens", 0)),
-            "estimate_calls": planned.calls,
-            "estimate_tokens": planned.tokens,
-        }
-    table["total"] = {
-        key: sum(row[key] for row in table.values())
-        for key in ("calls", "tokens", "estimate_calls", "estimate_tokens")
-    }
+        table[cost_key(role)] = CostRow(
+            calls=int(used.get("calls", 0)),
+            tokens=int(used.get("prompt_tokens", 0) + used.get("completion_tokens", 0)),
+            estimate_calls=planned.calls,
+            estimate_tokens=planned.tokens,
+        )
+    rows = list(table.values())
+    table[TOTAL] = CostRow(
+        calls=sum(r.calls for r in rows),
+        tokens=sum(r.tokens for r in rows),
+        estimate_calls=sum(r.estimate_calls for r in rows),
+        estimate_tokens=sum(r.estimate_tokens for r in rows),
+    )
     return table
 
 
@@ -187,28 +202,33 @@ FAILURE_LABELS = {
 }
 
 
-def failure_counts(
-    ingest: MemorySizes, answer: AnswerSummary, judge: Mapping[str, Any]
-) -> dict[str, int]:
+def failure_counts(ingest: MemorySizes, answer: AnswerSummary, judge: JudgeSummary) -> Failures:
     """What failed in the run, stage by stage: model calls that failed after their retries (a
     run has them only where `max_failed_share` tolerated them) and tool errors the agent saw.
     From data/ingest/graphs.json, data/answer/summary.json and data/judge/summary.json."""
     total = ingest.total
-    return {
-        "extraction_calls": int(total.get("failed_extractions", 0)),
-        "resolution_calls": int(
+    return Failures(
+        extraction_calls=int(total.get("failed_extractions", 0)),
+        resolution_calls=int(
             total.get("failed_resolution_calls", 0) + total.get("failed_link_calls", 0)
         ),
-        "questions_in_error": answer.errors or 0,
-        "judge_calls": int(judge["overall"].get("failed_calls", 0)),
-        "tool_errors": answer.tool_errors or 0,
-    }
+        questions_in_error=answer.errors or 0,
+        judge_calls=judge.overall.failed_calls,
+        tool_errors=answer.tool_errors or 0,
+    )
 
 
-def failure_line(failures: Mapping[str, int]) -> str:
+def count_flags(rows: Sequence[JudgedQuestion]) -> FlagCounts:
+    """How many questions carry each flag."""
+    return FlagCounts.model_validate(
+        {flag: sum(flag in r.flags for r in rows) for flag in FlagCounts.model_fields}
+    )
+
+
+def failure_line(failures: Failures) -> str:
     """One line for the headline: every count, failed model calls first."""
-    failed = sum(v for k, v in failures.items() if k != "tool_errors")
-    parts = ", ".join(f"{failures[k]:,} {label}" for k, label in FAILURE_LABELS.items())
+    failed = failures.model_calls
+    parts = ", ".join(f"{getattr(failures, k):,} {label}" for k, label in FAILURE_LABELS.items())
     verdict = (
         f"**{failed:,} model calls failed after retries; their items scored 0**"
         if failed
@@ -248,29 +268,29 @@ def source_pins(source: SliceSource) -> dict[str, str]:
     }
 
 
-def headline_failures(failures: Mapping[str, int]) -> dict[str, int]:
+def headline_failures(failures: Failures) -> dict[str, int]:
     """The headline's three counts: `model_calls` that failed after their retries (every stage's,
     the number the record's failure line leads with), of them the `questions_in_error` (the
     agent's), and the `tool_errors` the agent saw. Per stage: the record's failure line."""
     return {
-        "model_calls": sum(v for k, v in failures.items() if k != "tool_errors"),
-        "questions_in_error": failures["questions_in_error"],
-        "tool_errors": failures["tool_errors"],
+        "model_calls": failures.model_calls,
+        "questions_in_error": failures.questions_in_error,
+        "tool_errors": failures.tool_errors,
     }
 
 
-def _numbers(values: Mapping[str, Any]) -> dict[str, Any]:
+def _numbers(values: Mapping[str, float | int | None]) -> dict[str, float | int]:
     """The entries that hold a number (DVC drops nulls from its tables, so none is written)."""
     return {k: v for k, v in values.items() if v is not None}
 
 
 def build_metrics(
-    scores: Mapping[str, Mapping[str, Any]],
+    scores: Mapping[str, ScoreRow],
     answer: AnswerSummary,
-    cost: Mapping[str, Mapping[str, int]],
-    flags: Mapping[str, int],
-    failures: Mapping[str, int],
-    judge_check: Mapping[str, Any],
+    cost: Mapping[str, CostRow],
+    flags: FlagCounts,
+    failures: Failures,
+    judge_check: JudgeCheckSummary,
     reads_gold: bool = False,
     protocol_score: Mapping[str, float] | None = None,
 ) -> Headline:
@@ -282,29 +302,30 @@ def build_metrics(
     Every other key is written in every mode. Wall time is not here: each stage's wall-time file
     holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
     cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
-    event F1 and tau, flags) is in the record and data/judge/summary.json. `gold` holds
-    `reads: 1` for a run whose system reads gold evidence (an upper bound), nothing otherwise."""
-    asked = [g for g in (*ABILITIES, "overall") if scores[g]["n"]]
-    overall = scores["overall"]
+    event F1 and tau, flags) is in the record, the run record and data/judge/summary.json.
+    `gold` holds `reads: 1` for a run whose system reads gold evidence (an upper bound), nothing
+    otherwise."""
+    asked = [g for g in (*ABILITIES, OVERALL) if scores[g].n]
+    overall = scores[OVERALL]
     return Headline(
-        score={g: scores[g]["score"] for g in asked},
+        score=_numbers({g: scores[g].score for g in asked}),
         # an interval needs two questions to resample (with one it would be the score twice)
-        score_ci_low={g: scores[g]["ci_low"] for g in asked if scores[g]["n"] >= 2},
-        score_ci_high={g: scores[g]["ci_high"] for g in asked if scores[g]["n"] >= 2},
-        score_excluding_known_bad=_numbers({"overall": overall["score_excluding_known_bad"]}),
-        score_beam_code=_numbers({"overall": overall.get("score_beam_code")}),
-        evidence_recall=_numbers({"overall": overall["evidence_recall"]}),
+        score_ci_low=_numbers({g: scores[g].ci_low for g in asked if scores[g].n >= 2}),
+        score_ci_high=_numbers({g: scores[g].ci_high for g in asked if scores[g].n >= 2}),
+        score_excluding_known_bad=_numbers({OVERALL: overall.score_excluding_known_bad}),
+        score_beam_code=_numbers({OVERALL: overall.score_beam_code}),
+        evidence_recall=_numbers({OVERALL: overall.evidence_recall}),
         questions={
-            **{g: scores[g]["n"] for g in asked},
-            "known_bad_rubric": flags.get("known_bad_rubric", 0),
+            **{g: scores[g].n for g in asked},
+            "known_bad_rubric": flags.known_bad_rubric,
         },
         agent=_numbers({"context_tokens_p95": answer.context_tokens_p95}),
         failures=headline_failures(failures),
-        judge_check={"agreement": judge_check["agreement"]["overall"]},
+        judge_check={"agreement": judge_check.agreement.overall},
         # calls per phase are in the record, the plots and the run's page: here only their total
         # (each key is a column of `dvc exp show`, which must stay within 80)
-        cost_calls={"total": cost["total"]["calls"]},
-        cost_tokens={p: row["tokens"] for p, row in cost.items()},
+        cost_calls={TOTAL: cost[TOTAL].calls},
+        cost_tokens={p: cost[p].tokens for p in (*COST_KEYS, TOTAL)},
         gold={"reads": 1} if reads_gold else {},
         protocol_score=dict(protocol_score or {}),
     )
@@ -332,16 +353,14 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def judge_check_line(summary: Mapping[str, Any], warning: str | None) -> str:
-    """The judge check beside the headline: agreement on the known cases, per kind, and the
-    warning when it is below judge_check.min_agreement."""
-    kinds = ", ".join(
-        f"{kind} {share:.0%}" for kind, share in summary["agreement"].items() if kind != "overall"
-    )
+def judge_check_line(summary: JudgeCheckSummary, warning: str | None) -> str:
+    """The judge check beside the headline: agreement on the known cases, per kind (by name),
+    and the warning when it is below judge_check.min_agreement."""
+    kinds = ", ".join(f"{kind} {summary.agreement.of(kind):.0%}" for kind in sorted(KINDS))
     line = (
-        f"Judge agreement {summary['agreement']['overall']:.0%} on "
-        f"{summary['cases']['overall']} known cases ({kinds}; parse failures "
-        f"{summary['parse_failure_rate']:.0%})."
+        f"Judge agreement {summary.agreement.overall:.0%} on "
+        f"{summary.cases.overall} known cases ({kinds}; parse failures "
+        f"{summary.parse_failure_rate:.0%})."
     )
     return line if warning is None else f"{line} **Warning: {warning}.**"
 
@@ -351,13 +370,13 @@ def _conversation_number(name: str) -> int:
     return int(digits) if digits.isdigit() else -1
 
 
-def _interval(row: Mapping[str, Any]) -> str:
+def _interval(row: ScoreRow) -> str:
     """`low–high`; with one question there is nothing to resample: `n = 1`."""
-    if row["n"] == 0:
+    if row.n == 0:
         return "–"
-    if row["n"] == 1:
+    if row.n == 1:
         return "n = 1"
-    return f"{fmt(row['ci_low'])}–{fmt(row['ci_high'])}"
+    return f"{fmt(row.ci_low)}–{fmt(row.ci_high)}"
 
 
 def stage_time(stage: str, metrics: Mapping[str, Any]) -> float | None:
@@ -388,44 +407,31 @@ def render_times(times: Mapping[str, float]) -> str:
 
 @dataclass(frozen=True)
 class RecordInputs:
-    """What the record (`LAYOUT.report.record`) is made from: the report stage reads the run's
-    files into it; `render_record` reads nothing else."""
+    """What the record (`LAYOUT.report.record`) is made from: the run's record and what it shows
+    that the run record does not keep; `render_record` reads nothing else."""
 
-    run: RunSummary
-    pins: Mapping[str, str]
-    """What the run was made on (dataset, its sha256, the scorer, the code commit)."""
+    record: RunRecord
     settings: Mapping[str, Any]
     """The system's settings as it shows them (`MemorySystem.record_settings`)."""
-    scores: Mapping[str, Mapping[str, Any]]
-    """`score_table`: per ability and overall."""
     rows: Sequence[JudgedQuestion]
-    judge: Mapping[str, Any]
-    """The judge's summary (`bench.judge.JudgeSummary`)."""
     memories: Mapping[str, Mapping[str, int | float]]
     """Each conversation's memory size (`MemorySizes.conversations`)."""
-    cost: Mapping[str, Mapping[str, int]]
-    """`cost_table`: per role and total, with the estimate."""
-    flags: Mapping[str, int]
-    failures: Mapping[str, int]
-    """`failure_counts`."""
-    judge_check: Mapping[str, Any]
-    """The judge check's summary as its file holds it."""
-    judge_warning: str | None
-    confidence: float
-    leak_check: LeakCheck | None = None
-    protocols: ProtocolsSummary | None = None
-    """The scoring protocols' scores (data/judge/protocols.json; None: a run from before)."""
-    """What the answer stage's scan of the prompts found (None: a run from before it)."""
 
 
 def render_record(inputs: RecordInputs) -> str:
     """The Markdown record a reader needs to trust (or distrust) a run."""
     from bench.beam_code import DIFFERENCES, OUR_CHOICES
 
-    run, pins, settings, scores = inputs.run, inputs.pins, inputs.settings, inputs.scores
-    rows, judge, ingest, cost = inputs.rows, inputs.judge, inputs.memories, inputs.cost
-    flags, failures, judge_check = inputs.flags, inputs.failures, inputs.judge_check
-    judge_warning, confidence = inputs.judge_warning, inputs.confidence
+    record, settings, rows, ingest = inputs.record, inputs.settings, inputs.rows, inputs.memories
+    run, pins, scores, judge, cost = (
+        record.run,
+        record.pins,
+        record.scores,
+        record.judge,
+        record.cost,
+    )
+    flags, failures, judge_check = record.flags, record.failures, record.judge_check
+    judge_warning, confidence = record.judge_warning, record.confidence
 
     system = run.system
     bound = " (reads gold evidence: an upper bound)" if run.reads_gold else ""
@@ -436,20 +442,20 @@ def render_record(inputs: RecordInputs) -> str:
         out += [TEST_MODEL_WARNING, ""]
     for name in run.small_models:
         out += [small_model_warning(name), ""]
-    overall = scores["overall"]
+    overall = scores[OVERALL]
     out += [
-        f"Overall score **{fmt(overall['score'])}** "
+        f"Overall score **{fmt(overall.score)}** "
         f"({confidence:.0%} CI {_interval(overall)}) over "
-        f"{overall['n']} questions; excluding known-bad rubrics "
-        f"{fmt(overall['score_excluding_known_bad'])}.",
+        f"{overall.n} questions; excluding known-bad rubrics "
+        f"{fmt(overall.score_excluding_known_bad)}.",
         "",
         f"Benchmark-code score (`beam_code`, what BEAM's published code computes from the same "
-        f"verdicts; line it up with published tables): **{fmt(overall.get('score_beam_code'))}**"
+        f"verdicts; line it up with published tables): **{fmt(overall.score_beam_code)}**"
         ' (see "Ours and the benchmark\'s code" below).',
         "",
         failure_line(failures),
         "",
-        leak_line(inputs.leak_check, run.reads_gold),
+        leak_line(record.leak_check, run.reads_gold),
         "",
         judge_check_line(judge_check, judge_warning),
         "",
@@ -479,25 +485,24 @@ def render_record(inputs: RecordInputs) -> str:
         "evidence recall |",
         "|---|---:|---:|---|---:|---:|---:|",
     ]
-    for group in [*ABILITIES, "overall"]:
+    for group in [*ABILITIES, OVERALL]:
         row = scores[group]
         interval = _interval(row)
         out.append(
-            f"| {group} | {row['n']} | {fmt(row['score'])} | {interval} | "
-            f"{fmt(row.get('score_beam_code'))} | "
-            f"{fmt(row['score_excluding_known_bad'])} | {fmt(row['evidence_recall'])} |"
+            f"| {group} | {row.n} | {fmt(row.score)} | {interval} | "
+            f"{fmt(row.score_beam_code)} | "
+            f"{fmt(row.score_excluding_known_bad)} | {fmt(row.evidence_recall)} |"
         )
-    events = judge["event_ordering"]
-    if inputs.protocols is not None:
+    if inputs.record.protocols is not None:
         from bench.protocols.table import protocol_table
 
-        out += ["", *protocol_table(inputs.protocols)]
+        out += ["", *protocol_table(inputs.record.protocols)]
     out += [
         "",
-        f"Event ordering: event_f1 {fmt(events.get('event_f1'))}, "
-        f"event_tau_norm {fmt(events.get('event_tau_norm'))} (score = F1 × tau_norm).",
+        f"Event ordering: event_f1 {fmt(judge.events.event_f1)}, "
+        f"event_tau_norm {fmt(judge.events.event_tau_norm)} (score = F1 × tau_norm).",
         "",
-        "Flagged questions: " + ", ".join(f"{k} {v}" for k, v in flags.items()) + ".",
+        "Flagged questions: " + ", ".join(f"{k} {v}" for k, v in flags) + ".",
         "",
         "## Questions",
         "",
@@ -518,9 +523,9 @@ def render_record(inputs: RecordInputs) -> str:
         "| phase | calls | tokens | estimated calls | estimated tokens |",
         "|---|---:|---:|---:|---:|",
         *[
-            f"| {phase} | {fmt(int(r['calls']))} | {fmt(int(r['tokens']))} | "
-            f"{fmt(int(r['estimate_calls']))} | {fmt(int(r['estimate_tokens']))} |"
-            for phase, r in cost.items()
+            f"| {phase} | {fmt(r.calls)} | {fmt(r.tokens)} | "
+            f"{fmt(r.estimate_calls)} | {fmt(r.estimate_tokens)} |"
+            for phase, r in ((p, cost[p]) for p in (*COST_KEYS, TOTAL))
         ],
         "",
         "Calls and tokens are what these results took, whether made in this run or served from "
@@ -602,15 +607,13 @@ def memory_table(system: str, ingest: Mapping[str, Mapping[str, Any]]) -> list[s
     ]
 
 
-def ability_plot(scores: Mapping[str, Mapping[str, Any]]) -> str:
+def ability_plot(scores: Mapping[str, ScoreRow]) -> str:
     """The data of the score plot (CSV): score per ability asked, with its interval and n."""
     lines = ["ability,score,ci_low,ci_high,n"]
     for ability in ABILITIES:
         row = scores[ability]
-        if row["n"]:
-            lines.append(
-                f"{ability},{row['score']:.6f},{row['ci_low']:.6f},{row['ci_high']:.6f},{row['n']}"
-            )
+        if row.n:
+            lines.append(f"{ability},{row.score:.6f},{row.ci_low:.6f},{row.ci_high:.6f},{row.n}")
     return "\n".join(lines) + "\n"
 
 
@@ -626,17 +629,11 @@ def question_scores(rows: Sequence[JudgedQuestion], questions: Sequence[Question
     return "\n".join(lines) + "\n"
 
 
-def read_cost_plot(text: str) -> dict[str, dict[str, int]]:
-    """The calls and tokens per phase of `cost_plot`'s CSV (the page reads the run's cost from
-    it, so the report's page and `python -m commands.viewer`'s are the same bytes)."""
-    rows = [line.split(",") for line in text.splitlines()[1:] if line]
-    return {phase: {"calls": int(calls), "tokens": int(tokens)} for phase, calls, tokens in rows}
-
-
-def cost_plot(cost: Mapping[str, Mapping[str, int]]) -> str:
-    """The data of the two cost plots (CSV): calls and tokens per phase."""
+def cost_plot(cost: Mapping[str, CostRow]) -> str:
+    """The data of the two cost plots (CSV): calls and tokens per phase, an output only (the page
+    reads the run's cost from the run record)."""
     lines = ["phase,calls,tokens"]
-    lines += [f"{p},{int(r['calls'])},{int(r['tokens'])}" for p, r in cost.items() if p != "total"]
+    lines += [f"{p},{cost[p].calls},{cost[p].tokens}" for p in COST_KEYS]
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,8 @@ paired differences, also printed), `reports/compare.csv` (long format),
 per ability and overall with its paired bootstrap interval) and `reports/compare.svg` (score per
 ability with its interval, score against tokens per question, tokens per phase): one column per
 system/model. Each run's per-question scores, build calls and wall time are read from its own
-commit (`git show <rev>:metrics/questions.csv`, `metrics/usage/ingest.json`,
+commit (`git show <rev>:metrics/run_record.json`, the report's typed record, whose headline the
+table reads; `metrics/questions.csv`, `metrics/usage/ingest.json`,
 `metrics/wall_time/answer.json` and `ingest.json`; the workspace's from its files). The cores
 are bench/compare.py, whose docstring lists the rows, and bench/paired.py. Not a DVC stage: its
 inputs are the experiments themselves.
@@ -49,6 +50,7 @@ from bench.paired import (
 from clients.files import read_json, write_atomic
 from schemas.errors import DataError, ParamsError, ServiceError
 from schemas.layout import LAYOUT
+from schemas.run_record import RunRecord
 from schemas.wall_time import AnswerWallTime, IngestWallTime
 from stages.common import read_params, run_stage
 from systems.regimes import effective_regime
@@ -130,6 +132,26 @@ def run_file(run: Run, path: Path) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def with_run_record(run: Run) -> Run:
+    """The run with its run record's headline (`LAYOUT.report.run_record` at its commit, read
+    typed). A run whose commit has none (made before the report wrote one, or a saved `dvc exp
+    show --json` from elsewhere) keeps DVC's copy of its headline: the same numbers, so the
+    fallback costs nothing. A record of another version is a DataError that says to re-run."""
+    text = run_file(run, LAYOUT.report.run_record) if run.report is not None else None
+    if text is None:
+        return run
+    try:
+        record = RunRecord.model_validate_json(text)
+    except ValidationError as exc:
+        raise DataError(
+            f"{LAYOUT.report.run_record} of {run.name} is not a run record of this version "
+            f"({exc.error_count()} error(s), first at "
+            f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}): re-run its report "
+            "(`dvc exp apply` it, then `dvc repro report`), or leave it out"
+        ) from exc
+    return run.model_copy(update={"report": record.headline})
+
+
 def question_scores_of(run: Run) -> dict[str, QuestionScore] | None:
     text = run_file(run, LAYOUT.report.questions)
     source = f"{LAYOUT.report.questions} of {run.name}"
@@ -207,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
 
     document = read_json(args.from_json) if args.from_json else exp_show(args.rev, args.all_commits)
     runs, left_out = select_runs(read_exp_show(document), args.names)
+    runs = [with_run_record(run) for run in runs]
     runs = [run.model_copy(update={"regime": regime_of(run)}) for run in runs]
     scores = [question_scores_of(run) for run in runs]
     build_calls = [build_calls_of(run, s) for run, s in zip(runs, scores, strict=True)]

@@ -55,7 +55,7 @@ from clients.files import (
     write_jsonl,
 )
 from schemas.errors import DataError
-from schemas.judging import JudgedQuestion, Judgement
+from schemas.judging import JudgedQuestion, Judgement, JudgeSummary
 from schemas.layout import DATA, LAYOUT, METRICS, USAGE, usage_file
 from schemas.leak_check import LeakCheck
 from schemas.records import Question, Rubric, SliceSource
@@ -239,8 +239,9 @@ def write_merged(parts: Sequence[Path], out: Path) -> list[str]:
     copy_rest(parts, j.folder, {"judgements.jsonl", "questions.jsonl", "summary.json"}, out)
     write_jsonl(out / j.judgements, judgements)
     write_jsonl(out / j.questions, rows)
-    summaries = [read_json(p / j.summary) for p in parts]
-    write_json(out / j.summary, merge_judge_summary(judgements, rows, rubrics, traces, summaries))
+    summaries = [read_record(p / j.summary, JudgeSummary) for p in parts]
+    merged = merge_judge_summary(judgements, rows, rubrics, summaries)
+    write_json(out / j.summary, merged.model_dump(mode="json"))
 
     copy_rest(parts[:1], LAYOUT.judge_check.folder, set(), out)
     copy_rest(parts[:1], LAYOUT.fetch.scorer, set(), out)

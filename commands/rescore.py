@@ -19,8 +19,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.beam_code import beam_code_score
 from bench.event_order import EVENT_ORDERING
-from bench.judge import Ask, JudgeCalls, judge_question, judge_questions, summarize
+from bench.judge import (
+    Ask,
+    JudgeCalls,
+    judge_question,
+    judge_questions,
+    judged_question,
+    summarize,
+)
 from bench.rescore import (
     TEST_MODEL_WARNING,
     judge_agreement,
@@ -143,7 +151,19 @@ def main() -> None:
 
     theirs = {qid: verdicts[i] for qid, i in verdict_index.items()}
     agreement = judge_agreement(judgements, theirs)
-    summary = summarize(judgements, [rubrics[q.id] for q in matched])
+    rows = [  # no retrieval to reach: evidence recall is not measured here
+        judged_question(
+            j,
+            [],
+            [],
+            answer_failed=False,
+            score_beam_code=beam_code_score(j, answer_of[j.question_id]),
+        )
+        for j in judgements
+    ]
+    summary = summarize(
+        judgements, [rubrics[q.id] for q in matched], rows, failed_calls=len(failures)
+    )
     their_scores = [theirs[j.question_id].score for j in judgements if j.question_id in theirs]
     usage = counted.usage()
     model = judge.metadata().model or f"{run.models.agent.model} (models.judge unset: the agent's)"
@@ -163,9 +183,12 @@ def main() -> None:
         prompt_tokens=usage["prompt_tokens"],
         completion_tokens=usage["completion_tokens"],
         matching=matching,
-        score=summary["overall"]["score"],
+        score=summary.overall.score,
         their_score=sum(their_scores) / len(their_scores) if their_scores else None,
-        by_ability={a: summary[a] for a in ABILITIES},
+        by_ability={
+            a: {"questions": summary.abilities[a].questions, "score": summary.abilities[a].score}
+            for a in ABILITIES
+        },
         agreement=agreement,
     )
     write_jsonl(out / "judgements.jsonl", judgements)

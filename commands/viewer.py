@@ -11,22 +11,39 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.report import read_cost_plot
+from pydantic import ValidationError
+
 from bench.viewer.data import PageInputs
 from bench.viewer.page import render_run_page
 from clients.files import read_chats, read_json, read_record, read_records, write_atomic
 from schemas.errors import DataError
-from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT
 from schemas.leak_check import LeakCheck
 from schemas.params import Params
-from schemas.protocols import ProtocolsSummary
 from schemas.records import Question, Rubric
+from schemas.run_record import RunRecord
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import Trace
 from stages.common import read_params, run_stage
+
+
+def read_run_record() -> RunRecord:
+    """The report's record of the run (`LAYOUT.report.run_record`)."""
+    path = LAYOUT.report.run_record
+    if not path.is_file():
+        raise DataError(
+            f"no run record in {path}: run the report (`dvc repro report`) first; a run made "
+            "before the report wrote one needs the report re-run"
+        )
+    try:
+        return RunRecord.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise DataError(
+            f"{path} is not a run record of this version ({exc.error_count()} error(s), first: "
+            f"{exc.errors()[0]['loc']}): re-run the report (`dvc repro report`)"
+        ) from exc
 
 
 def read_page_inputs(params: Params) -> PageInputs:
@@ -36,6 +53,7 @@ def read_page_inputs(params: Params) -> PageInputs:
         raise DataError(f"no graph counts in {graphs}: run `dvc repro ingest` first")
     check = LAYOUT.judge_check.summary
     leaks = LAYOUT.answer.leak_check
+    record = read_run_record()
     return PageInputs(
         questions=read_records(LAYOUT.slice.questions, Question),
         rubrics=read_records(LAYOUT.slice.rubrics, Rubric),
@@ -43,23 +61,16 @@ def read_page_inputs(params: Params) -> PageInputs:
         traces=read_records(LAYOUT.answer.traces, Trace),
         judgements=read_records(LAYOUT.judge.judgements, Judgement),
         rows=read_records(LAYOUT.judge.questions, JudgedQuestion),
-        report=Headline.model_validate(read_json(LAYOUT.report.metrics)),
-        judge_summary=read_json(LAYOUT.judge.summary),
+        record=record,
         graphs=MemorySizes.from_json(read_json(graphs)),
         runs=[
             read_record(files.run, StageRun)
             for files in (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)
         ],
-        confidence=params.report.confidence,
         judge_check=read_record(check, JudgeCheckSummary) if check.is_file() else None,
         min_agreement=params.judge_check.min_agreement,
-        cost=read_cost_plot(LAYOUT.report.cost_plot.read_text(encoding="utf-8"))
-        if LAYOUT.report.cost_plot.is_file()
-        else {},
         leak_check=read_record(leaks, LeakCheck) if leaks.is_file() else None,
-        protocols=read_record(LAYOUT.judge.protocols, ProtocolsSummary)
-        if LAYOUT.judge.protocols.is_file()
-        else None,
+        protocols=record.protocols,  # as the report's page has them (rounded)
     )
 
 

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.event_order import EVENT_ORDERING
-from bench.judge import judge_question, summarize
+from bench.judge import judge_question, judged_question, summarize
 from bench.scorer_prompts import Message, extract_judge_prompts
-from schemas.records import Question, Rubric
+from schemas.records import Ability, Question, Rubric
 from tests.support import scorer_standin as standin
 
 ROOT = Path(__file__).resolve().parent.parent
 
+EVENT: Ability = "event_ordering"
 BEAM = ROOT.parent / "shared" / "beam" / "100K"
 
 
@@ -130,19 +131,24 @@ def measure(argv: list[str]) -> dict[str, Any]:
             )
             judgements.append(judge_question(question, rubric, answer, prompts, scripted))
         seconds = time.perf_counter() - started
-        metrics = summarize(judgements, [r for _, r in pairs])
+        # this script prints no protocol score: the rows carry ours in its place
+        rows = [
+            judged_question(j, [], [], answer_failed=False, score_beam_code=j.score)
+            for j in judgements
+        ]
+        metrics = summarize(judgements, [r for _, r in pairs], rows)
         event_calls = [j.calls for j in judgements if j.ability == EVENT_ORDERING]
         figures["shapes"][shape] = {
-            "judge_calls_per_question": metrics["overall"]["judge_calls_per_question"],
+            "judge_calls_per_question": metrics.overall.judge_calls_per_question,
             "event_calls_mean": round(statistics.mean(event_calls), 1),
             "event_calls_max": max(event_calls),
-            "event_score": metrics[EVENT_ORDERING]["score"],
+            "event_score": metrics.abilities[EVENT].score,
             "scoring_ms": round(seconds * 1000),
         }
         print(
-            f"{shape:9s} calls/question {metrics['overall']['judge_calls_per_question']:.2f} "
+            f"{shape:9s} calls/question {metrics.overall.judge_calls_per_question or 0:.2f} "
             f"(event_ordering mean {statistics.mean(event_calls):.1f}, max {max(event_calls)}); "
-            f"event score {metrics[EVENT_ORDERING]['score']:.3f}; "
+            f"event score {metrics.abilities['event_ordering'].score or 0:.3f}; "
             f"scoring time {seconds * 1000:.0f} ms for {len(pairs)} questions"
         )
     return figures

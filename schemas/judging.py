@@ -121,3 +121,54 @@ class JudgedQuestion(Record):
     judge_calls: int
     score_beam_code: float
     """What the benchmark's published code computes from the same verdicts."""
+
+
+BEAM_CODE = "beam_code"
+"""The protocol of the benchmark's published code (bench/beam_code.py), scored from the same
+verdicts as ours: the one protocol every judge summary holds."""
+
+
+class JudgeGroup(Record):
+    """The judge's numbers for one group of questions (an ability, or all of them)."""
+
+    questions: int
+    score: float | None
+    """The mean question score (ours); None where the group has no question."""
+    score_excluding_known_bad: float | None
+    protocol_scores: dict[str, float | None] = Field(default_factory=dict)
+    """The mean score under each other scoring protocol, by the protocol's name (`beam_code`,
+    what the benchmark's published code computes): the axis a protocol adds itself to."""
+    judge_calls: int
+    judge_calls_per_question: float | None
+    flagged: dict[QuestionFlag, int]
+    """How many questions carry each flag (`error`: the answer failed, never judged)."""
+    evidence_recall: float | None
+    """The mean share of a question's source messages that its answer's context reached."""
+
+
+class JudgeOverall(JudgeGroup):
+    """Every question together, with the means over the abilities and what no question holds."""
+
+    macro_score: float | None
+    """The mean of the ability scores (abilities without a question left out)."""
+    macro_score_excluding_known_bad: float | None
+    macro_protocol_scores: dict[str, float | None] = Field(default_factory=dict)
+    failed_calls: int
+    """Judge calls that had no usable reply after their retries."""
+
+
+class EventScores(Record):
+    """event_ordering's parts, over its questions (None: none asked)."""
+
+    event_f1: float | None
+    event_tau_norm: float | None
+
+
+class JudgeSummary(Record):
+    """The judge stage's summary (`LAYOUT.judge.summary`): written once by the stage, read typed by
+    the report and the merge."""
+
+    abilities: dict[Ability, JudgeGroup]
+    """All ten, always (a group without a question has null scores)."""
+    overall: JudgeOverall
+    events: EventScores

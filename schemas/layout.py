@@ -204,6 +204,9 @@ class ReportFiles:
     abilities_plot: Path = METRICS / "plots" / "abilities.csv"
     cost_plot: Path = METRICS / "plots" / "cost.csv"
     metrics: Path = METRICS / "report.json"
+    run_record: Path = METRICS / "run_record.json"
+    """What the report computed (schemas/run_record.py), read by the page and `make compare`
+    (in git, so every experiment's commit carries its own)."""
     questions: Path = METRICS / "questions.csv"
     """Each question's score: what `make compare` pairs between runs (in git, so every
     experiment's commit carries its own)."""

@@ -16,7 +16,6 @@ from bench.judge import (
     JudgeCalls,
     judge_question,
     judge_questions,
-    judge_summary,
     judged_question,
     summarize,
 )
@@ -59,7 +58,7 @@ def judged_answer(trace: Trace) -> str:
 
 
 def main() -> None:
-    from bench.beam_code import beam_code_score, beam_code_summary
+    from bench.beam_code import beam_code_score
 
     run = read_params()
     params = run.judge
@@ -130,7 +129,6 @@ def main() -> None:
         f"mean score {sum(j.score for j in judgements) / max(len(judgements), 1):.3f}",
         file=sys.stderr,
     )
-    answers = {q.id: judged_answer(traces[q.id]) for q in questions}
     protocol_rows, protocols = score_protocols(
         run, questions, rubrics, traces, rows, ProtocolCalls(counted), judge.metadata()
     )
@@ -140,13 +138,8 @@ def main() -> None:
     write_json(files.protocols, protocols.model_dump(mode="json"))
     record = StageRun(mode=run.mode, models=[judge.metadata()], test_model=judge.test_model)
     stage.write_run(record, {"judge": counted.usage()})
-    summary = judge_summary(
-        summarize(judgements, list(rubrics.values())),
-        rows,
-        len(failures),
-        beam_code_summary(judgements, answers),
-    )
-    write_json(files.summary, summary)
+    summary = summarize(judgements, list(rubrics.values()), rows, failed_calls=len(failures))
+    write_json(files.summary, summary.model_dump(mode="json"))
     write_json(files.wall_time, {"seconds": stage.seconds({"judge": "judge"})})
 
 

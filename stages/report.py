@@ -16,6 +16,7 @@ from bench.report import (
     METRICS,
     QUESTION_SCORES,
     RECORD,
+    RUN_RECORD,
     VIEWER,
     WALL_TIME_STAGES,
     RecordInputs,
@@ -23,11 +24,11 @@ from bench.report import (
     build_metrics,
     cost_plot,
     cost_table,
+    count_flags,
     failure_counts,
     failure_line,
     fmt,
     question_scores,
-    read_cost_plot,
     release_pins,
     render_record,
     render_times,
@@ -44,20 +45,20 @@ from clients.files import (
     read_record,
     read_records,
     remove_outputs,
-    stable_json,
     write_atomic,
     write_json,
 )
 from clients.git import code_commit
+from schemas.encoding import rounded
 from schemas.errors import DataError
 from schemas.estimate import with_total
-from schemas.headline import Headline
 from schemas.judge_check import JudgeCheckSummary
-from schemas.judging import JudgedQuestion, Judgement
+from schemas.judging import JudgedQuestion, Judgement, JudgeSummary
 from schemas.layout import LAYOUT, USAGE, StageIO, wall_time_file
 from schemas.leak_check import LeakCheck
 from schemas.protocols import ProtocolsSummary
 from schemas.records import ChatSlice, Question, Rubric, SliceSource
+from schemas.run_record import OVERALL, RunRecord
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
 from stages.common import read_params, run_stage, scorer_prompts_if_fetched
@@ -78,6 +79,7 @@ STAGE_IO = StageIO(
         LAYOUT.report.abilities_plot,
         LAYOUT.report.cost_plot,
         LAYOUT.report.questions,
+        LAYOUT.report.run_record,
     ),
     metrics=(LAYOUT.report.metrics,),
 )
@@ -127,13 +129,13 @@ def make_report() -> None:
     release, judge_params = run_params.tier_release, run_params.judge
     ingest = MemorySizes.from_json(read_json(LAYOUT.ingest.graphs))
     answer = read_record(LAYOUT.answer.summary, AnswerSummary)
-    judge = read_json(LAYOUT.judge.summary)
+    judge = read_record(LAYOUT.judge.summary, JudgeSummary)
     rows = read_records(LAYOUT.judge.questions, JudgedQuestion)
     stages = (LAYOUT.ingest, LAYOUT.answer, LAYOUT.judge)
     runs = [read_record(files.run, StageRun) for files in stages]
     run = run_info(*runs)
     usage = sum_usage([read_json(files.usage) for files in stages])
-    remove_outputs(METRICS, RECORD, ABILITY_PLOT, COST_PLOT, QUESTION_SCORES, VIEWER)
+    remove_outputs(METRICS, RUN_RECORD, RECORD, ABILITY_PLOT, COST_PLOT, QUESTION_SCORES, VIEWER)
 
     chats: list[ChatSlice] = read_chats(LAYOUT.slice.chats)
     rubrics = read_records(LAYOUT.slice.rubrics, Rubric)
@@ -154,35 +156,16 @@ def make_report() -> None:
     )
     scores = score_table(rows, params)
     cost = cost_table(usage, estimate)
-    flags = {
-        flag: sum(flag in r.flags for r in rows)
-        for flag in ("parse_error", "known_bad_rubric", "error", "model_error", "call_cap_reached")
-    }
+    flags = count_flags(rows)
     failures = failure_counts(ingest, answer, judge)
     summary = read_record(LAYOUT.judge_check.summary, JudgeCheckSummary)
     min_agreement = run_params.judge_check.min_agreement
     warning = judge_warning(summary, min_agreement)
-    # as the file holds it, keys sorted: the record lists the kinds in that order
-    check = json.loads(stable_json(summary.model_dump(mode="json")))
     protocols = (
         read_record(LAYOUT.judge.protocols, ProtocolsSummary)
         if LAYOUT.judge.protocols.is_file()
         else None
     )
-    headline = build_metrics(
-        scores,
-        answer,
-        cost,
-        flags,
-        failures,
-        check,
-        run.reads_gold,
-        protocol_metrics(protocols),
-    )
-    write_json(METRICS, headline.model_dump(mode="json"))
-    write_atomic(ABILITY_PLOT, ability_plot(scores))
-    write_atomic(COST_PLOT, cost_plot(cost))
-    write_atomic(QUESTION_SCORES, question_scores(rows, questions))
     pins = {
         "tier": run_params.tier,
         **release_pins(release),
@@ -190,26 +173,41 @@ def make_report() -> None:
         "code commit": code_commit(),
         **source_pins(read_record(LAYOUT.slice.source, SliceSource)),
     }
-    knobs = {**system.record_settings(), "params of every stage": "`dvc.lock` of this commit"}
-    inputs = RecordInputs(
+    record = RunRecord(
         run=run,
-        pins=pins,
-        settings=knobs,
+        headline=build_metrics(
+            scores,
+            answer,
+            cost,
+            flags,
+            failures,
+            summary,
+            run.reads_gold,
+            protocol_metrics(protocols),
+        ),
         scores=scores,
-        rows=rows,
         judge=judge,
-        memories=ingest.conversations,
         cost=cost,
-        flags=flags,
         failures=failures,
-        judge_check=check,
-        judge_warning=warning,
+        flags=flags,
         confidence=params.confidence,
+        judge_check=summary,
+        judge_warning=warning,
         leak_check=read_record(LAYOUT.answer.leak_check, LeakCheck),
         protocols=protocols,
+        pins=pins,
     )
-    record = render_record(inputs)
-    write_atomic(RECORD, record)
+    # What the files hold (floats rounded): the page is made from it, as commands/viewer.py makes
+    # it from the file, so that both pages are the same bytes.
+    written = rounded(record)
+    write_json(METRICS, written.headline.model_dump(mode="json"))
+    write_json(RUN_RECORD, written.model_dump(mode="json"))
+    write_atomic(ABILITY_PLOT, ability_plot(scores))
+    write_atomic(COST_PLOT, cost_plot(cost))
+    write_atomic(QUESTION_SCORES, question_scores(rows, questions))
+    knobs = {**system.record_settings(), "params of every stage": "`dvc.lock` of this commit"}
+    inputs = RecordInputs(record=record, settings=knobs, rows=rows, memories=ingest.conversations)
+    write_atomic(RECORD, render_record(inputs))
     page = PageInputs(
         questions=questions,
         rubrics=rubrics,
@@ -217,21 +215,18 @@ def make_report() -> None:
         traces=read_records(LAYOUT.answer.traces, Trace),
         judgements=read_records(LAYOUT.judge.judgements, Judgement),
         rows=rows,
-        report=Headline.model_validate(read_json(METRICS)),  # as written: its floats rounded
-        judge_summary=judge,
         graphs=ingest,
         runs=runs,
-        confidence=params.confidence,
-        judge_check=summary,
+        record=written,
+        judge_check=written.judge_check,
         min_agreement=min_agreement,
-        cost=read_cost_plot(cost_plot(cost)),  # as commands/viewer.py reads it back
-        leak_check=inputs.leak_check,
-        protocols=protocols,
+        leak_check=written.leak_check,
+        protocols=written.protocols,
     )
     write_atomic(VIEWER, render_run_page(page))
-    overall = scores["overall"]
+    overall = scores[OVERALL]
     print(
-        f"report: overall score {fmt(overall['score'])} over {overall['n']} questions. "
+        f"report: overall score {fmt(overall.score)} over {overall.n} questions. "
         f"{failure_line(failures).replace('**', '')} {RECORD} written (`python -m "
         f"stages.report --print` shows it), and the run's page {VIEWER} (open it in a browser)",
         file=sys.stderr,

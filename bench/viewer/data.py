@@ -11,19 +11,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import Field
-
 from bench.judge_check.summary import judge_warning
 from bench.leak_check import leak_verdict
 from schemas.base import Record
 from schemas.errors import DataError
 from schemas.headline import Headline
 from schemas.judge_check import KINDS, JudgeCheckSummary
-from schemas.judging import FLAGS, JudgedQuestion, Judgement
+from schemas.judging import FLAGS, EventScores, JudgedQuestion, Judgement
 from schemas.leak_check import LeakCheck
 from schemas.protocols import ProtocolsSummary
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.roles import COST_KEYS
+from schemas.run_record import OVERALL, TOTAL, CostRow, RunRecord
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import RESULT_CHARS, ToolCallRecord, Trace
 
@@ -170,21 +169,13 @@ def _messages(
     return out
 
 
-def _headline(
-    report: Headline, events: Mapping[str, Any], table: Mapping[str, Mapping[str, int]]
-) -> dict[str, Any]:
-    """From the report's headline metrics, the calls and tokens per phase from the cost plot's
-    data (`table`; the headline has only the total of calls); a group they lack shows as absent
-    ("–"), never as a crash."""
+def _headline(report: Headline, events: EventScores, cost: Mapping[str, CostRow]) -> dict[str, Any]:
+    """From the run record: the headline's scores and failures (a group it lacks shows as absent,
+    "–", never as a crash), event ordering's parts and the calls and tokens per phase with the
+    estimate beside them."""
 
     def value(group: str, key: str) -> Any:
         return _num(report.group(group).get(key))
-
-    def spent(column: str, key: str) -> Any:
-        row = table.get(key)
-        if row is not None and column in row:
-            return _num(row[column])
-        return value(f"cost_{column}" if not column.startswith("estimate") else column, key)
 
     def scores(name: str) -> dict[str, Any]:
         return {
@@ -197,23 +188,20 @@ def _headline(
             "evidence_recall": value("evidence_recall", name),
         }
 
-    cost = [
-        {
-            "phase": key,
-            "calls": spent("calls", key),
-            "tokens": spent("tokens", key),
-            "estimate_calls": spent("estimate_calls", key),
-            "estimate_tokens": spent("estimate_tokens", key),
-        }
-        for key in (*COST_KEYS, "total")
-    ]
+    phases = [(key, cost.get(key)) for key in (*COST_KEYS, TOTAL)]
     return {
-        "overall": scores("overall"),
+        "overall": scores(OVERALL),
         "abilities": [scores(a) for a in ABILITIES],
-        "events": {k: _num(events.get(k)) for k in ("event_f1", "event_tau_norm")},
-        "cost": cost,
+        "events": {
+            "event_f1": _num(events.event_f1),
+            "event_tau_norm": _num(events.event_tau_norm),
+        },
+        "cost": [
+            {"phase": key, **(row.model_dump() if row else dict.fromkeys(CostRow.model_fields))}
+            for key, row in phases
+        ],
         "failures": report.failures or None,
-        "beam_code": value("score_beam_code", "overall"),
+        "beam_code": value("score_beam_code", OVERALL),
     }
 
 
@@ -249,23 +237,17 @@ class PageInputs(Record):
     judgements: list[Judgement]
     rows: list[JudgedQuestion]
     """The judge stage's row per question (its flags and evidence recall)."""
-    report: Headline
-    """The report's headline metrics (scores, intervals, cost, failures)."""
-    judge_summary: dict[str, Any]
-    """The judge stage's summary (event ordering's F1 and tau)."""
+    record: RunRecord
+    """What the report computed: the headline (scores, intervals, failures), the judge's summary
+    (event ordering's F1 and tau), the cost per phase and the intervals' confidence."""
     graphs: MemorySizes
     """The ingest stage's counts per conversation (`conv<id>`) and their total."""
     runs: list[StageRun]
     """The run records of the ingest, answer and judge stages (mode, system, models)."""
-    confidence: float | None
-    """The report's confidence level, for the interval's label."""
     judge_check: JudgeCheckSummary | None = None
     """None: the run has no judge check."""
     min_agreement: float | None = None
     """`judge_check.min_agreement`: below it the page shows the record's warning."""
-    cost: dict[str, dict[str, int]] = Field(default_factory=dict)
-    """Calls and tokens per phase (metrics/plots/cost.csv, which the report writes); empty: the
-    headline's."""
     leak_check: LeakCheck | None = None
     """The answer stage's scan of its prompts (None: a run from before it)."""
     protocols: ProtocolsSummary | None = None
@@ -313,9 +295,9 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         "reads_gold": reads_gold,
         "leak_check": leak_verdict(inputs.leak_check, reads_gold),
         "models": [{"role": m.role, "model": m.model} for m in models],
-        "confidence": inputs.confidence,
+        "confidence": inputs.record.confidence,
         "headline": _headline(
-            inputs.report, inputs.judge_summary.get("event_ordering", {}), inputs.cost
+            inputs.record.headline, inputs.record.judge.events, inputs.record.cost
         ),
         "judge_check": _judge_check(inputs.judge_check, inputs.min_agreement),
         "system": next((run.system for run in runs if run.system), "graphrag"),

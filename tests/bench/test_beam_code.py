@@ -20,17 +20,24 @@ from bench.beam_code import (
     beam_code_event,
     beam_code_item,
     beam_code_score,
-    beam_code_summary,
 )
 from bench.event_order import order_scores
-from bench.judge import Ask, judge_question, summarize
+from bench.judge import Ask, judge_question, judged_question, summarize
 from bench.scorer_prompts import Message, extract_judge_prompts
 from schemas.errors import DataError
-from schemas.judging import Judgement, JudgePrompts
+from schemas.judging import BEAM_CODE, JudgedQuestion, Judgement, JudgePrompts
 from schemas.records import ABILITIES, Ability, Question, Rubric
 from tests.support import scorer_standin as standin
 
 EVENTS = ["Signed the lease", "Painted the kitchen", "Moved in"]
+
+
+def _rows(judged: list[tuple[Judgement, str]]) -> list[JudgedQuestion]:
+    """Each judgement's question row, with the benchmark code's score of its answer."""
+    return [
+        judged_question(j, [], [], answer_failed=False, score_beam_code=beam_code_score(j, answer))
+        for j, answer in judged
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -166,12 +173,17 @@ def test_clean_lines_and_whole_verdicts_give_our_score(prompts: JudgePrompts) ->
     for judgement in (events, items):
         assert beam_code_score(judgement, answer) == pytest.approx(judgement.score)
         assert judgement.score == pytest.approx(2 / 3)
-    ours = summarize([events, items], [events_rubric, items_rubric])
-    beam = beam_code_summary([events, items], {events.question_id: answer})
-    for group in [*ABILITIES, "overall"]:
-        assert beam[group]["score_beam_code"] == pytest.approx(ours[group]["score"])
-        assert beam[group]["questions"] == ours[group]["questions"]
-    assert beam["overall"]["macro_score_beam_code"] == pytest.approx(ours["overall"]["macro_score"])
+    judged = [(events, answer), (items, "s")]
+    summary = summarize([events, items], [events_rubric, items_rubric], _rows(judged))
+    groups = [*summary.abilities.values(), summary.overall]
+    for group in groups:
+        if group.questions:
+            assert group.protocol_scores[BEAM_CODE] == pytest.approx(group.score)
+        else:
+            assert group.protocol_scores[BEAM_CODE] is None and group.score is None
+    assert summary.overall.macro_protocol_scores[BEAM_CODE] == pytest.approx(
+        summary.overall.macro_score
+    )
 
 
 def test_known_bad_rubric_stays_in_beam_code_means(prompts: JudgePrompts) -> None:
@@ -181,17 +193,15 @@ def test_known_bad_rubric_stays_in_beam_code_means(prompts: JudgePrompts) -> Non
     verdicts = {"b": 0.5, "c": 0.0}
     q1, r1 = _judge(prompts, "knowledge_update", ["b", "c"], "s", index=1, verdicts=verdicts)
     assert "known_bad_rubric" in q0.flags and q0.score_excluding_known_bad is None
-    beam = beam_code_summary([q0, q1], {})
-    assert beam["knowledge_update"] == {"questions": 2, "score_beam_code": 0.5}
-    assert beam["overall"] == {
-        "questions": 2,
-        "score_beam_code": 0.5,
-        "macro_score_beam_code": 0.5,
-    }
-    assert summarize([q0, q1], [r0, r1])["knowledge_update"]["score_excluding_known_bad"] == 0.25
+    summary = summarize([q0, q1], [r0, r1], _rows([(q0, "s"), (q1, "s")]))
+    updates = summary.abilities["knowledge_update"]
+    assert updates.questions == 2 and updates.protocol_scores == {BEAM_CODE: 0.5}
+    assert updates.score_excluding_known_bad == 0.25
+    assert summary.overall.protocol_scores == {BEAM_CODE: 0.5}
+    assert summary.overall.macro_protocol_scores == {BEAM_CODE: 0.5}
     # Every ability is present, null where it has no question.
-    assert set(beam) == {*ABILITIES, "overall"}
-    assert beam["abstention"] == {"questions": 0, "score_beam_code": None}
+    assert set(summary.abilities) == set(ABILITIES)
+    assert summary.abilities["abstention"].protocol_scores == {BEAM_CODE: None}
 
 
 def test_raw_line_cut_in_two_takes_its_first_match(prompts: JudgePrompts) -> None:
@@ -208,10 +218,6 @@ def test_refuses_an_answer_that_was_not_judged(prompts: JudgePrompts) -> None:
     assert judgement.event is not None
     with pytest.raises(DataError, match="answer that was judged"):
         beam_code_event("Signed the lease", judgement.event, 3)
-    with pytest.raises(DataError, match="no answer for"):
-        beam_code_summary([judgement], {})
-    with pytest.raises(DataError, match="judged twice"):
-        beam_code_summary([judgement, judgement], {judgement.question_id: "Moved in"})
 
 
 def test_difference_texts_are_one_line_each() -> None:

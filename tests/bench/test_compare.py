@@ -28,10 +28,11 @@ from bench.compare import (
     select_runs,
 )
 from bench.wall_time import answer_wall_time, ingest_wall_time
-from commands.compare import main, wall_time_of
+from commands.compare import main, wall_time_of, with_run_record
 from schemas.errors import DataError
 from schemas.roles import COST_KEYS
 from schemas.wall_time import QuestionTime, Spread
+from tests.support.run_record import empty_run_record
 
 SYSTEMS = ("graphrag", "rag", "full_context", "no_memory")
 
@@ -238,11 +239,11 @@ def test_without_experiments_the_commits_with_a_report_are_compared() -> None:
     assert [r.name for r in table.runs] == ["main"]  # the workspace repeats it: once
 
 
-def test_groups_this_module_does_not_know_still_show() -> None:
+def test_a_headline_of_another_version_is_an_error_that_says_to_rerun_its_report() -> None:
     extra = report(0.5, 100) | {"full_context": {"tokens_dropped": 12}}
     exps = [experiment("a", "1" * 40, params("full_context"), extra, None)]
-    rows = [r for r in table_of(document(exps)).rows if r.section == "other"]
-    assert [(r.label, r.cells[0].value) for r in rows] == [("full_context.tokens_dropped", 12.0)]
+    with pytest.raises(DataError, match=r"report.json of a is not this version's headline.*re-run"):
+        table_of(document(exps))
 
 
 def test_the_csv_is_long_format_one_row_per_column_and_metric() -> None:
@@ -475,3 +476,31 @@ def test_a_runs_wall_time_is_read_from_its_own_commit(tmp_path: Path, monkeypatc
     assert wall_time_of(run("f" * 40)) == RunWallTime()  # a commit git does not know
     with pytest.raises(DataError, match=r"metrics/wall_time/ingest\.json of workspace"):
         wall_time_of(run("workspace", "workspace").model_copy(update={"name": "workspace"}))
+
+
+def test_the_table_reads_the_run_record_of_the_runs_commit_else_dvcs_headline(
+    tmp_path: Path, monkeypatch
+) -> None:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "run_record.json").write_text(
+        empty_run_record(report(0.75, 100)).model_dump_json()
+    )
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "a run with its record")
+    recorded = _git(tmp_path, "rev-parse", "HEAD")
+    (tmp_path / "metrics" / "run_record.json").write_text('{"headline": {}}')  # another version
+    monkeypatch.chdir(tmp_path)
+    exps = [
+        experiment("new", recorded, params("rag"), report(0.5, 100), None),
+        experiment("old", "f" * 40, params("graphrag"), report(0.25, 100), None),
+    ]
+    new, old = (with_run_record(run) for run in select_runs(read_exp_show(document(exps)))[0])
+    assert new.report is not None and new.report.score["overall"] == 0.75  # the record's
+    assert old.report is not None and old.report.score["overall"] == 0.25  # no record: DVC's
+    workspace = read_exp_show(document([], baseline_metrics=report(0.5, 10)))[0]
+    assert workspace.kind == "workspace"
+    with pytest.raises(
+        DataError, match=r"run_record.json of workspace is not a run record.*re-run"
+    ):
+        with_run_record(workspace)

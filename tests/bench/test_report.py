@@ -12,6 +12,7 @@ from bench.report import (
     bootstrap_interval,
     build_metrics,
     cost_table,
+    count_flags,
     failure_counts,
     failure_line,
     render_record,
@@ -24,11 +25,13 @@ from bench.report import (
 )
 from clients.git import code_commit
 from schemas.estimate import RoleEstimate
-from schemas.judging import JudgedQuestion
+from schemas.judge_check import Confusion, JudgeCheckSummary
+from schemas.judging import EventScores, JudgedQuestion, JudgeGroup, JudgeOverall, JudgeSummary
 from schemas.leak_check import LeakCheck
 from schemas.params import ReportParams
 from schemas.records import ABILITIES, RepairedMessage, SliceSource
 from schemas.roles import CHAT_ROLES, ROLES
+from schemas.run_record import CostRow, Failures, RunRecord
 from schemas.runs import MemorySizes, ModelUse, RunSummary, StageRun
 from schemas.traces import AnswerSummary
 from stages.report import read_times
@@ -39,18 +42,29 @@ GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "report_record.md"
 PARAMS = ReportParams(bootstrap_samples=2000, seed=0, confidence=0.95)
 
 
-JUDGE_CHECK = {
-    "cases": {"overall": 10, "stated": 2, "other_fact": 2, "altered": 2, "empty": 2, "buried": 2},
-    "agreement": {
-        "overall": 0.6,
-        "stated": 1.0,
-        "other_fact": 1.0,
-        "altered": 0.0,
-        "empty": 1.0,
-        "buried": 0.0,
-    },
-    "parse_failure_rate": 0.1,
-}
+JUDGE_CHECK = JudgeCheckSummary.model_validate(
+    {
+        "cases": {
+            "overall": 10,
+            "stated": 2,
+            "other_fact": 2,
+            "altered": 2,
+            "empty": 2,
+            "buried": 2,
+        },
+        "agreement": {
+            "overall": 0.6,
+            "stated": 1.0,
+            "other_fact": 1.0,
+            "altered": 0.0,
+            "empty": 1.0,
+            "buried": 0.0,
+        },
+        "confusion": dict.fromkeys(Confusion.model_fields, 0),
+        "parse_failure_rate": 0.1,
+        "failed_calls": 0,
+    }
+)
 
 
 def _rows() -> list[JudgedQuestion]:
@@ -108,16 +122,46 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_mean() -> None:
 
 def test_score_table_has_every_ability_and_excludes_known_bad() -> None:
     table = score_table(_rows(), PARAMS)
-    assert set(table) == {*ABILITIES, "overall"}
-    assert table["summarization"]["score"] is None and table["summarization"]["n"] == 0
-    assert table["information_extraction"]["score"] == pytest.approx(0.75)
-    assert table["overall"]["score"] == pytest.approx(0.625)
-    assert table["overall"]["score_excluding_known_bad"] == pytest.approx(2.5 / 3)
-    assert table["overall"]["evidence_recall"] == pytest.approx(0.5)
+    assert list(table) == [*ABILITIES, "overall"]
+    assert table["summarization"].score is None and table["summarization"].n == 0
+    assert table["information_extraction"].score == pytest.approx(0.75)
+    assert table["overall"].score == pytest.approx(0.625)
+    assert table["overall"].score_excluding_known_bad == pytest.approx(2.5 / 3)
+    assert table["overall"].evidence_recall == pytest.approx(0.5)
 
 
-def _inputs() -> dict[str, object]:
-    scores = score_table(_rows(), PARAMS)
+def _judge_summary(failed_calls: int = 2) -> JudgeSummary:
+    """A judge summary with no question's numbers (the record reads only event ordering's)."""
+    empty = JudgeGroup(
+        questions=0,
+        score=None,
+        score_excluding_known_bad=None,
+        judge_calls=0,
+        judge_calls_per_question=None,
+        flagged={},
+        evidence_recall=None,
+    )
+    overall = JudgeOverall(
+        **empty.model_dump(),
+        macro_score=None,
+        macro_score_excluding_known_bad=None,
+        failed_calls=failed_calls,
+    )
+    return JudgeSummary(
+        abilities=dict.fromkeys(ABILITIES, empty),
+        overall=overall,
+        events=EventScores(event_f1=None, event_tau_norm=None),
+    )
+
+
+FAILURES = Failures(
+    extraction_calls=1, resolution_calls=0, questions_in_error=0, judge_calls=2, tool_errors=3
+)
+
+
+def _record(rows: list[JudgedQuestion], **changes: object) -> RunRecord:
+    """The run record of `rows`, as the report stage builds it, with `changes` made."""
+    scores = score_table(rows, PARAMS)
     usage = {role: {"calls": 3, "prompt_tokens": 100, "completion_tokens": 20} for role in ROLES}
     estimate = {role: RoleEstimate(4, 90, 10) for role in ROLES}
     cost = cost_table(usage, estimate)
@@ -132,55 +176,54 @@ def _inputs() -> dict[str, object]:
         small_models=[],
         judge_is_agent=True,
     )
-    ingest = {
-        "conv1": {
-            "chunks": 4,
-            "entities": 9,
-            "statements": 5,
-            "relationships": 40,
-            "supersedes": 1,
-            "contradicts": 0,
-            "empty_extractions": 0,
-            "failed_extractions": 1,
-        }
+    flags = count_flags(rows)
+    answer = AnswerSummary(
+        questions=2, context_tokens_median=900.0, context_tokens_p95=1400, steps_mean=1.5
+    )
+    record = RunRecord(
+        run=run,
+        headline=build_metrics(scores, answer, cost, flags, FAILURES, JUDGE_CHECK),
+        scores=scores,
+        judge=_judge_summary(),
+        cost=cost,
+        failures=FAILURES,
+        flags=flags,
+        confidence=0.95,
+        judge_check=JUDGE_CHECK,
+        judge_warning="the judge gave the known score on 60% of 10 calibration cases",
+        leak_check=LeakCheck(questions=4, prompts=6, gold_texts=9, findings=[]),
+        pins={"dataset": "Example/BEAM@abc", "code commit": "0123abc"},
+    )
+    return record.model_copy(update=changes)
+
+
+MEMORIES = {
+    "conv1": {
+        "chunks": 4,
+        "entities": 9,
+        "statements": 5,
+        "relationships": 40,
+        "supersedes": 1,
+        "contradicts": 0,
+        "empty_extractions": 0,
+        "failed_extractions": 1,
     }
-    judge = {"event_ordering": {"event_f1": None, "event_tau_norm": None}}
-    flags = {"parse_error": 1, "known_bad_rubric": 1, "error": 0}
-    failures = {
-        "extraction_calls": 1,
-        "resolution_calls": 0,
-        "questions_in_error": 0,
-        "judge_calls": 2,
-        "tool_errors": 3,
-    }
-    return {
-        "scores": scores,
-        "cost": cost,
-        "run": run,
-        "ingest": ingest,
-        "judge": judge,
-        "flags": flags,
-        "failures": failures,
-    }
+}
 
 
 def test_failures_are_counted_from_every_stage_and_lead_the_record() -> None:
     total = {"failed_extractions": 2, "failed_resolution_calls": 1, "failed_link_calls": 3}
     ingest = MemorySizes(total=total, conversations={"conv1": total})
     answer = AnswerSummary(questions=3, errors=1, tool_errors=4)
-    judge = {"overall": {"failed_calls": 5}}
-    failures = failure_counts(ingest, answer, judge)
-    assert failures == {
-        "extraction_calls": 2,
-        "resolution_calls": 4,
-        "questions_in_error": 1,
-        "judge_calls": 5,
-        "tool_errors": 4,
-    }
+    failures = failure_counts(ingest, answer, _judge_summary(failed_calls=5))
+    assert failures == Failures(
+        extraction_calls=2, resolution_calls=4, questions_in_error=1, judge_calls=5, tool_errors=4
+    )
+    assert failures.model_calls == 12
     line = failure_line(failures)
     assert line.startswith("**12 model calls failed after retries")
     assert "4 tool calls that returned an error" in line
-    clean = failure_line(dict.fromkeys(failures, 0))
+    clean = failure_line(Failures.model_validate(dict.fromkeys(Failures.model_fields, 0)))
     assert clean.startswith("No model call failed")
 
 
@@ -204,31 +247,15 @@ def test_the_record_pins_the_chat_cut_and_the_repaired_messages() -> None:
 
 
 def test_cost_table_sums_phases_and_keeps_the_estimate_beside_them() -> None:
-    cost = _inputs()["cost"]
-    assert cost["total"] == {  # type: ignore[index]
-        "calls": 15,
-        "tokens": 600,
-        "estimate_calls": 20,
-        "estimate_tokens": 500,
-    }
-    assert cost["judge"]["estimate_calls"] == 4  # type: ignore[index]
-    phases = {"ingest_extraction", "ingest_resolution", "embedding", "agent", "judge", "total"}
-    assert set(cost) == phases  # type: ignore[arg-type]
+    cost = _record(_rows()).cost
+    assert cost["total"] == CostRow(calls=15, tokens=600, estimate_calls=20, estimate_tokens=500)
+    assert cost["judge"].estimate_calls == 4
+    phases = ["ingest_extraction", "ingest_resolution", "embedding", "agent", "judge", "total"]
+    assert list(cost) == phases
 
 
 def _metrics(rows: list[JudgedQuestion]) -> dict[str, dict[str, float]]:
-    i = _inputs()
-    answer = AnswerSummary(
-        questions=2, context_tokens_median=900.0, context_tokens_p95=1400, steps_mean=1.5
-    )
-    return build_metrics(
-        score_table(rows, PARAMS),
-        answer,
-        i["cost"],  # type: ignore[arg-type]
-        {"known_bad_rubric": sum("known_bad_rubric" in r.flags for r in rows)},
-        i["failures"],  # type: ignore[arg-type]
-        JUDGE_CHECK,
-    ).model_dump()
+    return _record(rows).headline.model_dump()
 
 
 HEADLINE = {
@@ -291,23 +318,12 @@ def test_metrics_keys_do_not_depend_on_the_mode_beyond_the_abilities_asked() -> 
 
 
 def test_record_matches_the_golden_file() -> None:
-    i = _inputs()
     record = render_record(
         RecordInputs(
-            run=i["run"],
-            pins={"dataset": "Example/BEAM@abc", "code commit": "0123abc"},  # type: ignore[arg-type]
+            record=_record(_rows()),
             settings={"chunk size (tokens)": 1000},
-            scores=i["scores"],
-            rows=_rows(),  # type: ignore[arg-type]
-            judge=i["judge"],
-            memories=i["ingest"],
-            cost=i["cost"],
-            flags=i["flags"],
-            failures=i["failures"],
-            judge_check=JUDGE_CHECK,
-            judge_warning="the judge gave the known score on 60% of 10 calibration cases",
-            confidence=0.95,  # type: ignore[arg-type]
-            leak_check=LeakCheck(questions=4, prompts=6, gold_texts=9, findings=[]),
+            rows=_rows(),
+            memories=MEMORIES,
         )
     )
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -383,23 +399,13 @@ def test_the_code_commit_is_marked_dirty_when_tracked_code_changed(tmp_path: Pat
 
 
 def test_the_graph_table_lists_conversations_in_numeric_order() -> None:
-    i = _inputs()
-    counts = i["ingest"]["conv1"]  # type: ignore[index]
+    counts = MEMORIES["conv1"]
     record = render_record(
         RecordInputs(
-            run=i["run"],  # type: ignore[arg-type]
-            pins={"code commit": "0123abc"},
+            record=_record(_rows(), judge_warning=None, pins={"code commit": "0123abc"}),
             settings={},
-            scores=i["scores"],  # type: ignore[arg-type]
-            rows=_rows(),  # type: ignore[arg-type]
-            judge=i["judge"],  # type: ignore[arg-type]
+            rows=_rows(),
             memories={"conv13": counts, "conv4": counts, "conv17": counts, "conv1": counts},
-            cost=i["cost"],  # type: ignore[arg-type]
-            flags=i["flags"],  # type: ignore[arg-type]
-            failures=i["failures"],  # type: ignore[arg-type]
-            judge_check=JUDGE_CHECK,
-            judge_warning=None,
-            confidence=0.95,
         )
     )
     graph = record[record.index("## Graph") : record.index("## Cost")]

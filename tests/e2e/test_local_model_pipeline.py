@@ -76,6 +76,7 @@ from typing import Any
 import pytest
 import yaml
 
+from schemas.judging import JudgeSummary
 from tests.support.e2e_repo import RepoCopy, repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 from tests.support.params import repo_params
@@ -318,9 +319,9 @@ def assert_judge_outcomes_recorded(repo: RepoCopy, failed_answers: dict[str, str
             else:  # no usable reply: a failed call, one the door refused, one cut off
                 assert item["error"].strip() and item.get("reply") is None, item
                 failed_calls += 1
-    summary = repo.read_json("data/judge/summary.json")["overall"]
-    assert summary["failed_calls"] == failed_calls, summary
-    assert summary["error_questions"] == len(failed_answers), summary
+    summary = JudgeSummary.model_validate(repo.read_json("data/judge/summary.json")).overall
+    assert summary.failed_calls == failed_calls, summary
+    assert summary.flagged["error"] == len(failed_answers), summary
     verdicts = sum(i.get("error") is None for j in judged if not j.get("event") for i in j["items"])
     print(f"judge: {verdicts} verdicts, {failed_calls} failed calls, {summary}")
 

@@ -32,6 +32,7 @@ EQUAL = (
     "reports/memory.md",
     "reports/run.html",
     "metrics/report.json",
+    "metrics/run_record.json",
     "metrics/questions.csv",
     "metrics/plots/abilities.csv",
     "metrics/plots/cost.csv",

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from bench.judge import evidence_recall
-from schemas.judging import Judgement
+from schemas.judging import BEAM_CODE, Judgement, JudgeSummary
 from schemas.records import ABILITIES, Question, Rubric
 from schemas.traces import Trace
 from tests.support.models import scripted_models
@@ -236,28 +236,29 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
     assert rows["conv3:temporal_reasoning:0"]["flags"] == ["error"]  # the agent's failure
     assert sum(r["judge_calls"] for r in rows.values()) == sum(j.calls for j in judgements)
 
-    metrics = json.loads((out / "summary.json").read_text())
-    assert set(metrics) == {*ABILITIES, "overall"}
-    for ability in ABILITIES:
-        assert {"score", "questions", "evidence_recall", "error_questions"} <= set(metrics[ability])
-    assert metrics["preference_following"]["questions"] == 0
-    assert metrics["preference_following"]["score"] is None
-    overall = metrics["overall"]
+    metrics = JudgeSummary.model_validate_json((out / "summary.json").read_text())
+    assert list(metrics.abilities) == list(ABILITIES)
+    assert metrics.abilities["preference_following"].questions == 0
+    assert metrics.abilities["preference_following"].score is None
+    overall = metrics.overall
+    abstention = metrics.abilities["abstention"]
     scores = [r["score"] for r in rows.values()]
     kept = [r["score"] for r in rows.values() if r["score_excluding_known_bad"] is not None]
-    assert overall["score"] == pytest.approx(sum(scores) / 4)
-    assert overall["score_excluding_known_bad"] == pytest.approx(sum(kept) / 3)
-    assert overall["score_excluding_known_bad"] != pytest.approx(overall["score"])
-    assert metrics["abstention"]["score"] == 1.0
-    assert metrics["abstention"]["score_excluding_known_bad"] is None
-    assert overall["evidence_recall"] == pytest.approx((0.5 + 1.0 + 0.5) / 3)
-    assert metrics["abstention"]["evidence_recall"] is None
-    assert overall["error_questions"] == 1 and metrics["temporal_reasoning"]["error_questions"] == 1
-    assert overall["judge_calls"] == sum(j.calls for j in judgements)
+    assert overall.score == pytest.approx(sum(scores) / 4)
+    assert overall.score_excluding_known_bad == pytest.approx(sum(kept) / 3)
+    assert overall.score_excluding_known_bad != pytest.approx(overall.score)
+    assert abstention.score == 1.0
+    assert abstention.score_excluding_known_bad is None
+    assert overall.evidence_recall == pytest.approx((0.5 + 1.0 + 0.5) / 3)
+    assert abstention.evidence_recall is None
+    assert overall.flagged["error"] == 1 == metrics.abilities["temporal_reasoning"].flagged["error"]
+    assert overall.judge_calls == sum(j.calls for j in judgements)
+    beam_code = [r["score_beam_code"] for r in rows.values()]
+    assert overall.protocol_scores[BEAM_CODE] == pytest.approx(sum(beam_code) / 4)
     run = json.loads((out / "run.json").read_text())
     assert run["test_model"] is True and run["models"][0]["judge_is_agent"] is True
     usage = json.loads((workdir / "metrics" / "usage" / "judge.json").read_text())
-    assert usage["judge"]["calls"] == overall["judge_calls"]
+    assert usage["judge"]["calls"] == overall.judge_calls
     assert usage["judge"]["prompt_tokens"] > 0
     # the stage's wall-time file holds its seconds only
     timing = json.loads((workdir / "metrics" / "wall_time" / "judge.json").read_text())
@@ -475,7 +476,7 @@ def test_judge_stage_scores_every_protocol_of_the_params(tmp_path: Path) -> None
     by = {(r.protocol, r.question_id): r for r in rows}
     judged = json.loads((out / "summary.json").read_text())
     beam_code = summary.protocols[0]
-    assert beam_code.micro == pytest.approx(judged["overall"]["score_beam_code"])
+    assert beam_code.micro == pytest.approx(judged["overall"]["protocol_scores"]["beam_code"])
     # the failed answer scores 0 without a call under every protocol
     for p in protocols:
         failed = by[(p, "conv3:temporal_reasoning:0")]

@@ -17,14 +17,21 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.judge import summarize
+from bench.report import count_flags, score_table
 from bench.viewer.data import EVIDENCE_CHARS, REACHED_CHARS
 from bench.viewer.page import CSS, SCRIPT, embed_json, render_page
 from clients.files import write_json, write_jsonl
 from commands import viewer as viewer_command
 from schemas.errors import DataError
-from schemas.judging import EventAlignment, ItemScore, Judgement
+from schemas.headline import Headline
+from schemas.judge_check import JudgeCheckSummary
+from schemas.judging import EventAlignment, EventScores, ItemScore, JudgedQuestion, Judgement
+from schemas.params import ReportParams
 from schemas.records import ChatMessage, ChatSlice, Question, Rubric, Session
 from schemas.roles import COST_KEYS
+from schemas.run_record import CostRow, Failures, RunRecord
+from schemas.runs import ModelUse, RunSummary
 from schemas.traces import ToolCallRecord, Trace
 from stages.common import read_params
 from tests.conftest import REPO_ROOT
@@ -227,6 +234,39 @@ CHECK_SUMMARY = {
 }
 
 
+def run_record(headline: dict[str, Any]) -> RunRecord:
+    """The report's record of the two-question run, with this headline."""
+    rows = [JudgedQuestion.model_validate(r) for r in ROWS]
+    judge = summarize(JUDGEMENTS, RUBRICS, rows)
+    cost = {
+        key: CostRow(calls=7, tokens=1234, estimate_calls=8, estimate_tokens=1500)
+        for key in (*COST_KEYS, "total")
+    }
+    zero = Failures(
+        extraction_calls=0, resolution_calls=0, questions_in_error=0, judge_calls=0, tool_errors=0
+    )
+    model = ModelUse(role="agent", model="scripted/rules", test_model=True)
+    return RunRecord(
+        run=RunSummary(
+            mode="lite",
+            system="graphrag",
+            models=[model],
+            test_model=True,
+            small_models=[],
+            judge_is_agent=False,
+        ),
+        headline=Headline.model_validate(headline),
+        scores=score_table(rows, ReportParams(bootstrap_samples=200, seed=0, confidence=0.95)),
+        # the events as a run with other alignments would have them
+        judge=judge.model_copy(update={"events": EventScores(event_f1=0.5, event_tau_norm=0.5)}),
+        cost=cost,
+        failures=zero,
+        flags=count_flags(rows),
+        confidence=0.95,
+        judge_check=JudgeCheckSummary.model_validate(CHECK_SUMMARY),
+    )
+
+
 def lay_out_run(root: Path, *, failures: bool = True) -> None:
     """A two-question run in `root`, as the pipeline's stages leave it."""
     chats = root / "data" / "slice" / "chats"
@@ -237,11 +277,9 @@ def lay_out_run(root: Path, *, failures: bool = True) -> None:
     write_jsonl(root / "data/answer/traces.jsonl", TRACES)
     write_jsonl(root / "data/judge/judgements.jsonl", JUDGEMENTS)
     write_jsonl(root / "data/judge/questions.jsonl", ROWS)
-    write_json(root / "metrics/report.json", report(failures))
+    write_json(root / "metrics/run_record.json", run_record(report(failures)).model_dump())
     graph = {"chunks": 4, "entities": 11, "statements": 4, "relationships": 52}
     write_json(root / "data/ingest/graphs.json", {"total": graph, "conv3": graph})
-    events = {"event_ordering": {"event_f1": 0.5, "event_tau_norm": 0.5}}
-    write_json(root / "data/judge/summary.json", events)
     write_json(root / "data/judge_check/summary.json", CHECK_SUMMARY)
     for name in ("params.yaml", "settings.yaml", "pins.yaml"):
         (root / name).write_bytes((REPO_ROOT / name).read_bytes())
@@ -367,20 +405,34 @@ def test_graph_counts_come_from_the_ingest_stages_data_file(run_dir: Path) -> No
         write_viewer()
 
 
-def test_a_report_without_a_group_shows_it_as_absent(run_dir: Path) -> None:
+def test_a_headline_without_a_group_shows_it_as_absent_and_the_cost_is_the_records(
+    run_dir: Path,
+) -> None:
     metrics = report()
     del metrics["cost_tokens"], metrics["evidence_recall"]
-    write_json(run_dir / "metrics/report.json", metrics)
+    write_json(run_dir / "metrics/run_record.json", run_record(metrics).model_dump())
     headline = embedded(write_viewer().read_text(encoding="utf-8"))["headline"]
-    assert {c["tokens"] for c in headline["cost"]} == {None}
-    assert headline["cost"][-1]["calls"] == 7 and headline["overall"]["evidence_recall"] is None
+    assert headline["overall"]["evidence_recall"] is None
+    # calls, tokens and their estimate per phase come from the record's cost table
+    assert {c["tokens"] for c in headline["cost"]} == {1234}
+    assert headline["cost"][-1] == {
+        "phase": "total",
+        "calls": 7,
+        "tokens": 1234,
+        "estimate_calls": 8,
+        "estimate_tokens": 1500,
+    }
 
 
 def test_a_missing_file_or_trace_is_a_data_error_that_names_it(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (run_dir / "metrics/report.json").unlink()
-    with pytest.raises(DataError, match=r"metrics/report.json is missing.*dvc repro"):
+    record = run_dir / "metrics/run_record.json"
+    record.write_text('{"headline": {}}', encoding="utf-8")  # a file of another version
+    with pytest.raises(DataError, match=r"not a run record of this version.*dvc repro report"):
+        write_viewer()
+    record.unlink()
+    with pytest.raises(DataError, match=r"no run record in metrics/run_record.json.*dvc repro"):
         write_viewer()
     lay_out_run(run_dir / "other")
     monkeypatch.chdir(run_dir / "other")
@@ -400,7 +452,6 @@ def test_the_headline_has_the_benchmark_code_score_and_the_judge_check_with_its_
     run_dir: Path,
 ) -> None:
     params = yaml.safe_load((run_dir / "params.yaml").read_text(encoding="utf-8"))
-    params.setdefault("report", {})["confidence"] = 0.95
     params.setdefault("judge_check", {})["min_agreement"] = 0.8
     (run_dir / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     data = embedded(write_viewer().read_text(encoding="utf-8"))
