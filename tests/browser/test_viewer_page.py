@@ -50,7 +50,7 @@ def lite_run(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with HubMirror(MIRROR_ROOT) as hub, repo_copy(tmp_path_factory.mktemp("lite"), hub) as repo:
         repo.dvc("repro")
         written_by_report = (repo.path / "reports/run.html").read_bytes()
-        done = repo.stage("viewer")
+        done = repo.command("viewer")
         assert done.returncode == 0, done.stderr
         # the report stage and the viewer command build the page from the same run alike
         assert (repo.path / "reports/run.html").read_bytes() == written_by_report

@@ -303,8 +303,19 @@ class RepoCopy:
         self, name: str, timeout: float = COMMAND_TIMEOUT_SECONDS
     ) -> subprocess.CompletedProcess[str]:
         """`python -m stages.<name>` in the copy, as `dvc repro` would run it (not checked)."""
+        return self.module(f"stages.{name.replace('-', '_')}", timeout)
+
+    def command(
+        self, name: str, timeout: float = COMMAND_TIMEOUT_SECONDS
+    ) -> subprocess.CompletedProcess[str]:
+        """`python -m commands.<name>` in the copy (not checked)."""
+        return self.module(f"commands.{name}", timeout)
+
+    def module(
+        self, module: str, timeout: float = COMMAND_TIMEOUT_SECONDS
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", f"stages.{name.replace('-', '_')}"],
+            [sys.executable, "-m", module],
             cwd=self.path,
             env=self.env,
             capture_output=True,

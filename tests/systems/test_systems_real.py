@@ -67,7 +67,7 @@ def client(role: str, tmp_path: Path) -> LlmClient:
 def test_graphrag_behind_the_port_builds_its_graph_and_answers_on_a_real_neo4j(
     tmp_path: Path, graph_params: GraphParams
 ) -> None:
-    system = GraphRag(SETTINGS, graph_params, 4, 8, INGEST_RATES, RATES)
+    system = GraphRag(SETTINGS, graph_params, 4, 8, "fulltext", INGEST_RATES, RATES)
     chat = crafted_chat()
     out = memory_file(tmp_path / "ingest", "9")
     models = {role: client(role, tmp_path) for role in system.build_roles}
