@@ -35,6 +35,7 @@ from schemas.params import (
     Release,
     ReportParams,
 )
+from schemas.protocols import ProtocolsSummary
 from schemas.records import ABILITIES, Question, SliceSource
 from schemas.roles import ROLES, cost_key
 from schemas.runs import MemorySizes, RunSummary, StageRun, summarize_runs
@@ -270,6 +271,7 @@ def build_metrics(
     failures: Mapping[str, int],
     judge_check: Mapping[str, Any],
     reads_gold: bool = False,
+    protocol_score: Mapping[str, float] | None = None,
 ) -> Headline:
     """The headline (`LAYOUT.report.metrics`): numbers only, two levels, no null.
 
@@ -303,6 +305,7 @@ def build_metrics(
         cost_calls={"total": cost["total"]["calls"]},
         cost_tokens={p: row["tokens"] for p, row in cost.items()},
         gold={"reads": 1} if reads_gold else {},
+        protocol_score=dict(protocol_score or {}),
     )
 
 
@@ -409,6 +412,8 @@ class RecordInputs:
     judge_warning: str | None
     confidence: float
     leak_check: LeakCheck | None = None
+    protocols: ProtocolsSummary | None = None
+    """The scoring protocols' scores (data/judge/protocols.json; None: a run from before)."""
     """What the answer stage's scan of the prompts found (None: a run from before it)."""
 
 
@@ -482,6 +487,10 @@ def render_record(inputs: RecordInputs) -> str:
             f"{fmt(row['score_excluding_known_bad'])} | {fmt(row['evidence_recall'])} |"
         )
     events = judge["event_ordering"]
+    if inputs.protocols is not None:
+        from bench.protocols.table import protocol_table
+
+        out += ["", *protocol_table(inputs.protocols)]
     out += [
         "",
         f"Event ordering: event_f1 {fmt(events.get('event_f1'))}, "

@@ -72,3 +72,66 @@ def equivalence_rule(request: ChatRequest) -> ScriptedReply:
 register_rule("judge", judge_rule)
 register_rule("equivalence", equivalence_rule)
 register_rule("judge", faithful_judge_rule, model="scripted/faithful")
+
+
+# -- the scoring protocols' judge prompts (bench/protocols/): `## HEADING:` sections -------------
+
+_HEADING = re.compile(r"^#{1,6}\s*(.+?):?\s*$")
+
+
+def heading_sections(text: str) -> dict[str, str]:
+    """The text under each `## HEADING:` line, keyed by the lower-case heading (first wins)."""
+    sections: dict[str, str] = {}
+    heading: str | None = None
+    lines: list[str] = []
+    for line in [*text.splitlines(), "## end"]:
+        match = _HEADING.match(line)
+        if match:
+            if heading is not None:
+                sections.setdefault(heading, "\n".join(lines).strip())
+            heading, lines = match.group(1).lower(), []
+        else:
+            lines.append(line)
+    return sections
+
+
+def protocol_item_rule(request: ChatRequest) -> ScriptedReply:
+    """An OmniMemEval or ExaBase rubric-item verdict by content-word overlap, as `judge_rule`."""
+    sections = heading_sections(last_user_text(request))
+    rubric = find_section(sections, "rubric", "criterion") or ""
+    response = find_section(sections, "response", "answer") or ""
+    share = overlap(rubric, response)
+    score = 1.0 if share >= 0.6 else 0.5 if share >= 0.3 else 0.0
+    verdict = {"score": score, "reason": f"scripted protocol judge: {share:.0%} overlap"}
+    return with_schema(request, verdict, json.dumps(verdict))
+
+
+def protocol_order_rule(request: ChatRequest) -> ScriptedReply:
+    """OmniMemEval's event placement: each reference event at the first response line that holds
+    half its content words (1-based), else -1."""
+    sections = heading_sections(last_user_text(request))
+    reference = find_section(sections, "reference") or ""
+    response = find_section(sections, "response") or ""
+    events = [re.sub(r"^\s*\d+\.\s*", "", line) for line in reference.splitlines() if line.strip()]
+    lines = [line for line in response.splitlines() if line.strip()]
+    positions = [
+        next((k for k, line in enumerate(lines, start=1) if overlap(event, line) >= 0.5), -1)
+        for event in events
+    ]
+    placed = [{"event": e, "position": p} for e, p in zip(events, positions, strict=True)]
+    return ScriptedReply(text=json.dumps({"positions": placed}))
+
+
+def protocol_equivalence_rule(request: ChatRequest) -> ScriptedReply:
+    """ExaBase's equivalence: the last two `Label: value` lines of the prompt, YES by overlap."""
+    values = [v for v in labelled_sections(last_user_text(request)).values() if v]
+    first, second = (values[-2], values[-1]) if len(values) >= 2 else ("", "")
+    shorter, longer = sorted((first, second), key=lambda s: len(content_words(s)))
+    answer = "YES" if overlap(shorter, longer) >= 0.5 else "NO"
+    return with_schema(request, {"answer": answer}, json.dumps({"answer": answer}))
+
+
+register_rule("omnimemeval_judge", protocol_item_rule)
+register_rule("exabase_judge", protocol_item_rule)
+register_rule("omnimemeval_order", protocol_order_rule)
+register_rule("exabase_equivalence", protocol_equivalence_rule)

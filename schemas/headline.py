@@ -42,6 +42,10 @@ class Headline(Record):
     cost_calls: Counts = Field(default_factory=dict)
     """Per role's cost key and `total`."""
     cost_tokens: Counts = Field(default_factory=dict)
+    protocol_score: Numbers = Field(default_factory=dict, exclude_if=lambda scores: not scores)
+    """Per scoring protocol of params `judge.protocols` but beam_code (whose number is
+    `score_beam_code.overall`): its overall score under its own aggregate. Absent from the file
+    when the run scores beam_code alone."""
     gold: Counts = Field(default_factory=dict, exclude_if=lambda counts: not counts)
     """`reads: 1` where the system reads gold evidence by design (the oracle: an upper bound,
     never a memory system's score); otherwise empty and left out of the file, so a memory

@@ -42,6 +42,19 @@ class FetchFiles:
     scorer: Path = DATA / "scorer"
     """The benchmark's pinned scorer files, each at its repository path below this folder."""
 
+    protocols: Path = DATA / "protocols"
+    """The pinned files of the scoring protocols params `judge.protocols` lists, and
+    `sources.json` naming them (only the judge stage reads them)."""
+
+    @property
+    def protocol_sources(self) -> Path:
+        return self.protocols / "sources.json"
+
+    def protocol_file(self, protocol: str, path: str) -> Path:
+        """A scoring protocol's pinned file (pins.yaml `judge.protocol_sources`), at its
+        repository path below `<protocols>/<protocol>/`."""
+        return self.protocols / protocol / path
+
 
 @dataclass(frozen=True)
 class VerifyHashFiles:
@@ -157,6 +170,16 @@ class JudgeFiles(SystemStageFiles):
     def questions(self) -> Path:
         """One row per question: its scores and what they took."""
         return self.folder / "questions.jsonl"
+
+    @property
+    def protocol_questions(self) -> Path:
+        """One row per question and scoring protocol (params `judge.protocols`)."""
+        return self.folder / "protocol_questions.jsonl"
+
+    @property
+    def protocols(self) -> Path:
+        """Each scoring protocol's scores per ability and overall, with its label."""
+        return self.folder / "protocols.json"
 
 
 @dataclass(frozen=True)

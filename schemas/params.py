@@ -20,6 +20,7 @@ from pydantic import Field, field_validator, model_validator
 
 from schemas.base import Record
 from schemas.errors import ParamsError
+from schemas.protocols import PinnedSource, ProtocolName
 
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
 Mode = Literal["lite", "full", "all"]
@@ -310,6 +311,10 @@ class PinnedFile(Record):
     sha256: str = Sha256
 
 
+def _paper_protocol() -> list[ProtocolName]:
+    return ["beam_code"]
+
+
 class JudgeParams(Record):
     scorer_repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     """The benchmark's public GitHub repository (owner/name) whose scorer prompts are used."""
@@ -329,6 +334,26 @@ class JudgeParams(Record):
     """Share of the judge calls (rubric items, event equivalences) that may still fail after their
     retries before the stage stops (exit 3). 0: any failure stops it; above 0, failures are
     reported."""
+    protocols: list[ProtocolName] = Field(default_factory=_paper_protocol, min_length=1)
+    """The scoring protocols that score the same answers (bench/protocols/): beam_code, the
+    benchmark's own; omnimemeval and exabase, each with its judge prompt read at its pin."""
+    protocol_sources: dict[ProtocolName, PinnedSource] = Field(default_factory=dict)
+    """Per protocol that reads files of its own (pins.yaml): its repository, commit and files."""
+
+    @model_validator(mode="after")
+    def _protocols_are_pinned(self) -> JudgeParams:
+        """Each protocol once, and each that reads files of its own pinned in pins.yaml."""
+        if len(set(self.protocols)) != len(self.protocols):
+            raise ValueError(f"judge.protocols lists a protocol twice: {self.protocols}")
+        unpinned = [
+            p for p in self.protocols if p != "beam_code" and p not in self.protocol_sources
+        ]
+        if unpinned:
+            raise ValueError(
+                f"judge.protocols {unpinned} have no source pinned (pins.yaml "
+                f"`judge.protocol_sources.<protocol>`); pinned: {sorted(self.protocol_sources)}"
+            )
+        return self
 
 
 class PerMode(Record):

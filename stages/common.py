@@ -137,6 +137,21 @@ def load_scorer_prompts(params: JudgeParams, folder: Path = LAYOUT.fetch.scorer)
     return prompts_from_files(params, folder, [path.read_bytes() for path in paths])
 
 
+def read_protocol_source(params: JudgeParams, name: str) -> dict[str, bytes]:
+    """The bytes of a scoring protocol's pinned files, as the fetch stage put them
+    (`LAYOUT.fetch.protocol_file`); a DataError when one is missing."""
+    pin = params.protocol_sources.get(name)  # type: ignore[call-overload]
+    if pin is None:
+        raise DataError(f"protocol {name} has no source pinned (pins.yaml judge.protocol_sources)")
+    contents: dict[str, bytes] = {}
+    for path in pin.files:
+        file = LAYOUT.fetch.protocol_file(name, path)
+        if not file.is_file():
+            raise DataError(f"scoring protocol file {file} is missing: run `dvc repro fetch`")
+        contents[path] = file.read_bytes()
+    return contents
+
+
 def scorer_prompts_if_fetched(params: JudgeParams) -> JudgePrompts | None:
     """`load_scorer_prompts`, or None before the fetch stage has put the files in place (the
     estimate and the report then count the prompts without them)."""

@@ -13,13 +13,13 @@ from pathlib import Path
 from bench.fetch import FETCH_OUT, fetched_path, pinned_file
 from bench.scorer_prompts import scorer_file_path
 from clients import github
-from clients.files import remove_outputs, write_atomic
+from clients.files import remove_outputs, write_atomic, write_json
 from clients.hub import download_pinned, resolve_endpoint
 from schemas.layout import LAYOUT, StageIO
 from schemas.params import FetchParams, JudgeParams, Release
 from stages.common import read_params, run_stage
 
-STAGE_IO = StageIO(outs=(LAYOUT.fetch.dataset, LAYOUT.fetch.scorer))
+STAGE_IO = StageIO(outs=(LAYOUT.fetch.dataset, LAYOUT.fetch.scorer, LAYOUT.fetch.protocols))
 
 SCORER_CACHE = Path(".cache/scorer")
 
@@ -80,6 +80,37 @@ def fetch_scorer(
     return written
 
 
+def fetch_protocol_sources(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Path]:
+    """The pinned files (pins.yaml `judge.protocol_sources`) of each scoring protocol params
+    `judge.protocols` lists, from the cache or downloaded, at `LAYOUT.fetch.protocol_file`, and
+    `sources.json` naming them (written even when there are none, so the out always exists).
+    Only the listed ones: a run of beam_code alone needs no other repository."""
+    remove_outputs(LAYOUT.fetch.protocols)
+    written = []
+    listed = {
+        name: params.protocol_sources[name] for name in params.protocols if name != "beam_code"
+    }
+    for name, pin in listed.items():
+        for path, sha256 in pin.files.items():
+            cached = cache_dir / pin.commit / path
+            github.download_pinned(
+                base_url=params.base_url,
+                repo=pin.repo,
+                commit=pin.commit,
+                path=path,
+                sha256=sha256,
+                dest=cached,
+                timeout_seconds=params.timeout_seconds,
+                max_attempts=params.max_attempts,
+            )
+            target = LAYOUT.fetch.protocol_file(name, path)
+            copy_atomic(cached, target)
+            written.append(target)
+    sources = {name: pin.model_dump(mode="json") for name, pin in listed.items()}
+    write_json(LAYOUT.fetch.protocol_sources, sources)
+    return written
+
+
 def main() -> None:
     run = read_params()
     release, judge = run.tier_release, run.judge
@@ -93,6 +124,8 @@ def main() -> None:
         )
     for path in fetch_scorer(judge):
         print(f"fetch: scorer file {judge.scorer_repo}@{judge.scorer_commit} -> {path}")
+    for path in fetch_protocol_sources(judge):
+        print(f"fetch: scoring protocol file -> {path}")
 
 
 if __name__ == "__main__":

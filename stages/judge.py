@@ -7,6 +7,7 @@ the stage reads and writes, and how) and writes the outs.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 
 from bench.estimate import estimate_judge
 from bench.event_order import EVENT_ORDERING
@@ -19,6 +20,7 @@ from bench.judge import (
     judged_question,
     summarize,
 )
+from bench.protocols.calls import ProtocolCalls
 from bench.scorer_prompts import Message, item_messages
 from bench.usage import CountedModel
 from clients.files import read_jsonl, remove_outputs, write_json, write_jsonl
@@ -30,11 +32,22 @@ from schemas.judging import (
     Judgement,
 )
 from schemas.layout import LAYOUT, StageIO
+from schemas.params import Params
+from schemas.protocols import ProtocolQuestion, ProtocolsSummary
 from schemas.records import Question, Rubric
-from schemas.runs import StageRun
+from schemas.runs import ModelUse, StageRun
 from schemas.traces import Trace
-from stages.common import load_scorer_prompts, progress, read_params, run_stage, stage_seconds
+from stages.common import (
+    load_scorer_prompts,
+    progress,
+    read_params,
+    read_protocol_source,
+    run_stage,
+    stage_seconds,
+)
 
+# LAYOUT.fetch.protocols is read but no dep: its bytes follow from pins.yaml and params
+# judge.protocols, which the stage tracks, and are hash-checked on reading (dvc.yaml).
 STAGE_IO = StageIO(
     deps=(LAYOUT.fetch.scorer, LAYOUT.slice.folder, LAYOUT.answer.folder),
     outs=(LAYOUT.judge.folder, LAYOUT.judge.usage, LAYOUT.judge.wall_time),
@@ -126,12 +139,17 @@ def main() -> None:
         f"mean score {sum(j.score for j in judgements) / max(len(judgements), 1):.3f}",
         file=sys.stderr,
     )
+    answers = {q.id: judged_answer(traces[q.id]) for q in questions}
+    protocol_rows, protocols = score_protocols(
+        run, questions, rubrics, traces, rows, ProtocolCalls(counted), judge.metadata()
+    )
     write_jsonl(files.judgements, judgements)
     write_jsonl(files.questions, rows)
+    write_jsonl(files.protocol_questions, protocol_rows)
+    write_json(files.protocols, protocols.model_dump(mode="json"))
     record = StageRun(mode=mode, models=[judge.metadata()], test_model=judge.test_model)
     write_json(files.run, record.to_json())
     write_json(files.usage, {"judge": counted.usage()})
-    answers = {q.id: judged_answer(traces[q.id]) for q in questions}
     summary = judge_summary(
         summarize(judgements, list(rubrics.values())),
         rows,
@@ -149,6 +167,73 @@ def main() -> None:
             }
         },
     )
+
+
+def score_protocols(
+    run: Params,
+    questions: Sequence[Question],
+    rubrics: Mapping[str, Rubric],
+    traces: Mapping[str, Trace],
+    rows: Sequence[JudgedQuestion],
+    calls: ProtocolCalls,
+    judge: ModelUse,
+) -> tuple[list[ProtocolQuestion], ProtocolsSummary]:
+    """Every protocol of params `judge.protocols` over the same answers (bench/protocols/):
+    beam_code from the verdicts above, each other one with its own judge prompt, read from its
+    pinned files, through `calls` (the judge model)."""
+    from bench.protocols import (
+        beam_code_questions,
+        protocol_judge,
+        protocol_summary,
+        score_protocol,
+    )
+    from bench.protocols.label import incomplete_reason
+
+    params = run.judge
+    answers = {
+        q.id: None if traces[q.id].error is not None else traces[q.id].answer for q in questions
+    }
+    incomplete = incomplete_reason(run.mode, run.slice.conversations)
+    every: list[ProtocolQuestion] = []
+    summaries = []
+    for name in params.protocols:
+        if name == "beam_code":
+            scored = beam_code_questions(rows)
+            source = f"{params.scorer_repo}@{params.scorer_commit}"
+        else:
+            pin = params.protocol_sources[name]
+            scorer = protocol_judge(name, pin, read_protocol_source(params, name))
+            before = len(calls.failures)
+            scored = score_protocol(
+                scorer,
+                name,
+                questions,
+                rubrics,
+                answers,
+                calls.ask,
+                concurrency=run.llm.concurrency,
+            )
+            check_failed_share(
+                "judge",
+                f"{name} protocol's judge calls",
+                len(calls.failures) - before,
+                sum(r.calls for r in scored),
+                params.max_failed_share,
+                calls.failures[-1] if len(calls.failures) > before else None,
+            )
+            source = f"{pin.repo}@{pin.commit}"
+        every += scored
+        summaries.append(
+            protocol_summary(
+                name,
+                scored,
+                source=source,
+                judge_model=judge.model or "",
+                test_model=judge.test_model,
+                incomplete=incomplete,
+            )
+        )
+    return every, ProtocolsSummary(protocols=summaries)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ from schemas.judge_check import JudgeCheckSummary
 from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT, USAGE, StageIO, wall_time_file
 from schemas.leak_check import LeakCheck
+from schemas.protocols import ProtocolsSummary
 from schemas.records import ChatSlice, Question, Rubric, SliceSource
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import AnswerSummary, Trace
@@ -115,6 +116,7 @@ def read_times() -> dict[str, float]:
 def make_report() -> None:
     from bench.estimate import estimate_judge
     from bench.judge_check.summary import judge_warning
+    from bench.protocols.table import protocol_metrics
     from bench.viewer.data import PageInputs
     from bench.viewer.page import render_run_page
     from systems.port import estimate_system
@@ -162,7 +164,21 @@ def make_report() -> None:
     warning = judge_warning(summary, min_agreement)
     # as the file holds it, keys sorted: the record lists the kinds in that order
     check = json.loads(stable_json(summary.model_dump(mode="json")))
-    headline = build_metrics(scores, answer, cost, flags, failures, check, run.reads_gold)
+    protocols = (
+        read_record(LAYOUT.judge.protocols, ProtocolsSummary)
+        if LAYOUT.judge.protocols.is_file()
+        else None
+    )
+    headline = build_metrics(
+        scores,
+        answer,
+        cost,
+        flags,
+        failures,
+        check,
+        run.reads_gold,
+        protocol_metrics(protocols),
+    )
     write_json(METRICS, headline.model_dump(mode="json"))
     write_atomic(ABILITY_PLOT, ability_plot(scores))
     write_atomic(COST_PLOT, cost_plot(cost))
@@ -190,6 +206,7 @@ def make_report() -> None:
         judge_warning=warning,
         confidence=params.confidence,
         leak_check=read_record(LAYOUT.answer.leak_check, LeakCheck),
+        protocols=protocols,
     )
     record = render_record(inputs)
     write_atomic(RECORD, record)
@@ -209,6 +226,7 @@ def make_report() -> None:
         min_agreement=min_agreement,
         cost=read_cost_plot(cost_plot(cost)),  # as stages/viewer.py reads it back
         leak_check=inputs.leak_check,
+        protocols=protocols,
     )
     write_atomic(VIEWER, render_run_page(page))
     overall = scores["overall"]

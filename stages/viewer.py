@@ -22,6 +22,7 @@ from schemas.judging import JudgedQuestion, Judgement
 from schemas.layout import LAYOUT
 from schemas.leak_check import LeakCheck
 from schemas.params import Params
+from schemas.protocols import ProtocolsSummary
 from schemas.records import Question, Rubric
 from schemas.runs import MemorySizes, StageRun
 from schemas.traces import Trace
@@ -56,6 +57,9 @@ def read_page_inputs(params: Params) -> PageInputs:
         if LAYOUT.report.cost_plot.is_file()
         else {},
         leak_check=read_record(leaks, LeakCheck) if leaks.is_file() else None,
+        protocols=read_record(LAYOUT.judge.protocols, ProtocolsSummary)
+        if LAYOUT.judge.protocols.is_file()
+        else None,
     )
 
 

@@ -38,7 +38,7 @@ from tests.conftest import REPO_ROOT
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
     # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
-    "fetch": ["tier"],  # which tier's release
+    "fetch": ["tier", "judge.protocols"],  # which tier's release, which protocols' files
     "verify-hash": ["tier"],  # the size and sha256 it checks: the tier's, in pins.yaml
     # the tier's messages, their pinned hashes, where each cut goes: pins.yaml
     "repair": ["tier"],
@@ -76,6 +76,7 @@ EXPECTED_PARAMS = {
     "judge": [
         "mode",  # written in run.json
         "judge.max_equivalence_calls",  # past it, event lines count as unmatched
+        "judge.protocols",  # the scoring protocols that score the same answers
         "models.judge",
         "models.agent",  # the judge's model when models.judge.model is null
         "llm.seed",

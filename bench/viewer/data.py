@@ -21,6 +21,7 @@ from schemas.headline import Headline
 from schemas.judge_check import KINDS, JudgeCheckSummary
 from schemas.judging import FLAGS, JudgedQuestion, Judgement
 from schemas.leak_check import LeakCheck
+from schemas.protocols import ProtocolsSummary
 from schemas.records import ABILITIES, ChatSlice, Question, Rubric
 from schemas.roles import COST_KEYS
 from schemas.runs import MemorySizes, StageRun
@@ -267,10 +268,14 @@ class PageInputs(Record):
     headline's."""
     leak_check: LeakCheck | None = None
     """The answer stage's scan of its prompts (None: a run from before it)."""
+    protocols: ProtocolsSummary | None = None
+    """The scoring protocols' scores (None: a run from before them)."""
 
 
 def page_data(inputs: PageInputs) -> dict[str, Any]:
     """Everything the page shows, as plain JSON data (no wall-clock value: same run, same page)."""
+    from bench.protocols.table import protocol_page_data  # scipy: only where a page is made
+
     questions, runs, graphs = inputs.questions, inputs.runs, inputs.graphs
     rubrics, traces, judgements, rows = (
         inputs.rubrics,
@@ -322,4 +327,5 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         "questions": shown,
         "messages": _messages(inputs.chats, shown),
         "licence": LICENCE,
+        "protocols": protocol_page_data(inputs.protocols),
     }

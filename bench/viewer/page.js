@@ -118,6 +118,19 @@ function headline() {
       ...RUN.models.map((m) => [m.role, el("code", "", m.model)])], [false, false]));
   grid.append(abilities, cost);
   app.append(grid);
+  if (RUN.protocols && RUN.protocols.length) {
+    // the same answers under each scoring protocol: ability × protocol, each with its judge
+    const ps = RUN.protocols;
+    const card = el("div", "card protocols");
+    card.append(el("h3", "", "Scores per protocol"), table(
+      ["ability", ...ps.map((p) => p.protocol + " (judge " + p.judge_model + ")")],
+      [...ps[0].abilities.map((a, i) => [label(a.name), ...ps.map((p) => fmt(p.abilities[i].score))]),
+        ["overall (micro)", ...ps.map((p) => fmt(p.micro))],
+        ["overall (macro)", ...ps.map((p) => fmt(p.macro))]],
+      [false, ...ps.map(() => true)], "tight"));
+    for (const p of ps) card.append(el("p", "mute", p.protocol + ": " + p.label + "."));
+    app.append(card);
+  }
   const graphs = el("div", "card");
   const keys = RUN.graph_keys;
   const title = RUN.system === "graphrag" ? "Graph" : "Memory (" + RUN.system + ")";

@@ -280,7 +280,14 @@ def test_judge_stage_writes_judgements_rows_and_metrics(workdir: Path) -> None:
 def test_a_second_run_makes_no_model_call_and_identical_outputs(workdir: Path) -> None:
     assert run_judge(workdir).returncode == 0
     names = sorted(p.name for p in (workdir / "data" / "judge").iterdir())
-    assert names == ["judgements.jsonl", "questions.jsonl", "run.json", "summary.json"]
+    assert names == [
+        "judgements.jsonl",
+        "protocol_questions.jsonl",
+        "protocols.json",
+        "questions.jsonl",
+        "run.json",
+        "summary.json",
+    ]
     first = {n: (workdir / "data" / "judge" / n).read_bytes() for n in names}
     usage = (workdir / "metrics" / "usage" / "judge.json").read_bytes()
     assert run_judge(workdir).returncode == 0
@@ -434,3 +441,58 @@ def test_served_with_a_latency_the_equivalence_calls_overlap(tmp_path: Path) -> 
     for name in ("judgements.jsonl", "questions.jsonl", "summary.json"):
         want = (serial / "data" / "judge" / name).read_bytes()
         assert (work / "data" / "judge" / name).read_bytes() == want, name
+
+
+@pytest.mark.slow
+def test_judge_stage_scores_every_protocol_of_the_params(tmp_path: Path) -> None:
+    """beam_code from the stage's verdicts, omnimemeval and exabase each with its own prompts
+    (the stand-ins, read where the fetch stage puts them), through the same judge model."""
+    from schemas.layout import LAYOUT
+    from schemas.protocols import ProtocolQuestion, ProtocolsSummary
+    from tests.support.protocol_standin import standin_protocol_files, standin_protocol_pins
+
+    protocols = ["beam_code", "omnimemeval", "exabase"]
+    work = make_workdir(
+        tmp_path, judge={"protocols": protocols, "protocol_sources": standin_protocol_pins()}
+    )
+    for name, files in standin_protocol_files().items():
+        for path, data in files.items():
+            target = work / LAYOUT.fetch.protocol_file(name, path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    done = run_judge(work)
+    assert done.returncode == 0, done.stderr
+    out = work / "data" / "judge"
+    summary = ProtocolsSummary.model_validate_json((out / "protocols.json").read_text())
+    assert [p.protocol for p in summary.protocols] == protocols
+    rows = [
+        ProtocolQuestion.model_validate_json(line)
+        for line in (out / "protocol_questions.jsonl").read_text().splitlines()
+    ]
+    assert [(r.protocol, r.question_id) for r in rows] == [
+        (p, q.id) for p in protocols for q in QUESTIONS
+    ]
+    by = {(r.protocol, r.question_id): r for r in rows}
+    judged = json.loads((out / "summary.json").read_text())
+    beam_code = summary.protocols[0]
+    assert beam_code.micro == pytest.approx(judged["overall"]["score_beam_code"])
+    # the failed answer scores 0 without a call under every protocol
+    for p in protocols:
+        failed = by[(p, "conv3:temporal_reasoning:0")]
+        assert failed.score == 0.0 and failed.calls == 0
+    # each protocol's calls went to the judge under its own task, with its own prompts
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    tasks = {c["task"] for c in calls}
+    assert {"omnimemeval_judge", "omnimemeval_order", "exabase_judge"} <= tasks
+    omni_items = [c for c in calls if c["task"] == "omnimemeval_judge"]
+    assert all("Stand-in item grader" in c["messages"][-1]["content"] for c in omni_items)
+    assert by[("omnimemeval", "conv3:event_ordering:0")].calls == 1
+    assert by[("exabase", "conv3:event_ordering:0")].calls >= 1
+    for scores in summary.protocols:
+        assert not scores.paper_comparable  # lite, and a test model judged
+        assert scores.judge_model == "scripted/rules"
+        assert scores.micro == pytest.approx(
+            sum(by[(scores.protocol, q.id)].score for q in QUESTIONS) / len(QUESTIONS)
+        )
+    usage = json.loads((work / "metrics" / "usage" / "judge.json").read_text())
+    assert usage["judge"]["calls"] == judged["overall"]["judge_calls"] + sum(r.calls for r in rows)

@@ -26,6 +26,7 @@ from stages.common import PINS_FILE, SETTINGS_FILE, params_mapping
 from tests.conftest import REPO_ROOT, SHARED_BEAM
 from tests.support.hub_mirror import HubMirror
 from tests.support.models import scripted_models
+from tests.support.protocol_standin import standin_protocol_pins, standin_raw_files
 from tests.support.scorer_standin import (
     COMMIT,
     REPO,
@@ -206,6 +207,7 @@ def params_for_tests(
     params["tier"] = tier
     params["release"][tier] = mirror_release(params["release"][tier], tier)
     params["judge"] |= standin_judge_pins() | {"base_url": scorer_base_url}
+    params["judge"]["protocol_sources"] = standin_protocol_pins()
     params["models"] = scripted_models()
     params["estimate"] = json.loads(json.dumps(SCRIPTED_RATES))
     return params
@@ -315,7 +317,7 @@ class RepoCopy:
 def repo_copy(
     tmp_path: Path, hub: HubMirror, mode: str = "lite", tier: str = "100K"
 ) -> Iterator[RepoCopy]:
-    files = raw_layout(REPO, COMMIT, standin_files())
+    files = raw_layout(REPO, COMMIT, standin_files()) | standin_raw_files()
     with serve_files(files) as scorer:
         repo = tmp_path / "repo"
         copy_repo(repo)
