@@ -110,6 +110,12 @@ class Run(Record):
         bound, not a memory system's score."""
         return bool((self.report or {}).get("gold", {}).get("reads"))
 
+    @property
+    def answer_protocol(self) -> str:
+        """What its answerer was given with each question (params `answer.protocol`; a run made
+        before it: `beam`, the question alone; `exabase`: judge-side annotations)."""
+        return str(self.params.get("answer.protocol") or "beam")
+
 
 class RunWallTime(Record):
     """A run's wall time as its own files hold it (None: a run made before it was timed)."""

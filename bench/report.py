@@ -72,9 +72,21 @@ def reads_gold_warning(system: str) -> str:
     )
 
 
-def leak_line(check: LeakCheck | None, reads_gold: bool) -> str:
+def annotations_warning() -> str:
+    """The flag of a run whose answerer saw judge-side annotations (`answer.protocol: exabase`)."""
+    return (
+        "**The answerer saw judge-side annotations (`answer.protocol: exabase`): each question "
+        "came with ExaBase's guidance, built from the dataset's annotations for the judge (the "
+        "events to order, the time points and the calculation, the preference or instruction "
+        "under test with its compliance indicators, why a question is unanswerable, a summary's "
+        "rubric items). ExaBase's protocol, reproduced: never compare it with a run of the "
+        "benchmark's own protocol (the question alone).**"
+    )
+
+
+def leak_line(check: LeakCheck | None, reads_gold: bool, annotated: bool = False) -> str:
     """The leak check under the headline, bold where it found gold in a prompt."""
-    verdict = leak_verdict(check, reads_gold)
+    verdict = leak_verdict(check, reads_gold, annotated)
     return (
         f"**Leak check: {verdict}.**" if verdict.startswith("LEAK") else f"Leak check: {verdict}."
     )
@@ -272,6 +284,7 @@ def build_metrics(
     judge_check: Mapping[str, Any],
     reads_gold: bool = False,
     protocol_score: Mapping[str, float] | None = None,
+    annotated: bool = False,
 ) -> Headline:
     """The headline (`LAYOUT.report.metrics`): numbers only, two levels, no null.
 
@@ -282,7 +295,9 @@ def build_metrics(
     holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
     cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
     event F1 and tau, flags) is in the record and data/judge/summary.json. `gold` holds
-    `reads: 1` for a run whose system reads gold evidence (an upper bound), nothing otherwise."""
+    `reads: 1` for a run whose system reads gold evidence (an upper bound), `annotations: 1` for
+    one whose answerer saw judge-side annotations (`answer.protocol: exabase`), nothing
+    otherwise."""
     asked = [g for g in (*ABILITIES, "overall") if scores[g]["n"]]
     overall = scores["overall"]
     return Headline(
@@ -304,7 +319,7 @@ def build_metrics(
         # (each key is a column of `dvc exp show`, which must stay within 80)
         cost_calls={"total": cost["total"]["calls"]},
         cost_tokens={p: row["tokens"] for p, row in cost.items()},
-        gold={"reads": 1} if reads_gold else {},
+        gold=({"reads": 1} if reads_gold else {}) | ({"annotations": 1} if annotated else {}),
         protocol_score=dict(protocol_score or {}),
     )
 
@@ -431,6 +446,8 @@ def render_record(inputs: RecordInputs) -> str:
     out: list[str] = [f"# BEAM memory benchmark: {system}{bound}, {run.mode} run", ""]
     if run.reads_gold:
         out += [reads_gold_warning(system), ""]
+    if run.annotated:
+        out += [annotations_warning(), ""]
     if run.test_model:
         out += [TEST_MODEL_WARNING, ""]
     for name in run.small_models:
@@ -448,7 +465,7 @@ def render_record(inputs: RecordInputs) -> str:
         "",
         failure_line(failures),
         "",
-        leak_line(inputs.leak_check, run.reads_gold),
+        leak_line(inputs.leak_check, run.reads_gold, run.annotated),
         "",
         judge_check_line(judge_check, judge_warning),
         "",

@@ -49,6 +49,7 @@ from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import DataError, check_failed_share
 from schemas.layout import LAYOUT, StageIO
+from schemas.params import JudgeParams
 from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
@@ -57,6 +58,7 @@ from stages.common import (
     conversations_at_once,
     progress,
     read_params,
+    read_protocol_source,
     run_overlapping,
     run_stage,
     stage_seconds,
@@ -196,6 +198,25 @@ def answer_conversations(
     return {t.question_id: (t, time_) for timed in answers for t, time_ in timed}
 
 
+def guided_questions(
+    judge: JudgeParams, by_conversation: dict[str, list[Question]], rubrics: list[Rubric]
+) -> dict[str, list[Question]]:
+    """Each question with ExaBase's guidance (params `answer.protocol: exabase`), from its
+    pinned file (fetched by the fetch stage, hash-checked here) and the judge-side rubrics."""
+    from bench.protocols.answering import read_answering
+    from bench.protocols.base import check_source
+
+    pin = judge.protocol_sources.get("exabase")
+    if pin is None:
+        raise DataError("answer.protocol exabase: pins.yaml judge.protocol_sources has no exabase")
+    answering = read_answering(check_source("exabase", pin, read_protocol_source(judge, "exabase")))
+    by_id = {r.question_id: r for r in rubrics}
+    missing = [q.id for qs in by_conversation.values() for q in qs if q.id not in by_id]
+    if missing:
+        raise DataError(f"no rubric for {', '.join(missing[:3])} in {LAYOUT.slice.rubrics}")
+    return {c: answering.guide(qs, by_id) for c, qs in by_conversation.items()}
+
+
 def main() -> None:
     run = read_params()
     mode, params, concurrency = run.mode, run.answer, run.llm.concurrency
@@ -232,9 +253,10 @@ def main() -> None:
             estimate.calls, estimate.tokens, what=f"answer ({mode}, {system.name}, {regime})"
         )
 
-    watch = LeakWatch.of(
-        questions, read_records(LAYOUT.slice.rubrics, Rubric), read_chats(LAYOUT.slice.chats)
-    )
+    rubrics = read_records(LAYOUT.slice.rubrics, Rubric)
+    watch = LeakWatch.of(questions, rubrics, read_chats(LAYOUT.slice.chats))
+    if params.protocol == "exabase":  # leaky by design: marked in the record (`annotated`)
+        by_conversation = guided_questions(run.judge, by_conversation, rubrics)
     answered = answer_conversations(
         system,
         by_conversation,
@@ -266,6 +288,7 @@ def main() -> None:
         models=models,
         test_model=any(m.test_model for m in models),
         reads_gold=reads_gold(system),
+        answer_protocol=params.protocol,
     )
     write_json(FILES.run, record.to_json())
     write_json(FILES.summary, summarize_answers(ordered).to_json())

@@ -178,6 +178,7 @@ def make_report() -> None:
         check,
         run.reads_gold,
         protocol_metrics(protocols),
+        run.annotated,
     )
     write_json(METRICS, headline.model_dump(mode="json"))
     write_atomic(ABILITY_PLOT, ability_plot(scores))

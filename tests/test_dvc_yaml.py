@@ -38,7 +38,7 @@ from tests.conftest import REPO_ROOT
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
     # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
-    "fetch": ["tier", "judge.protocols"],  # which tier's release, which protocols' files
+    "fetch": ["tier", "judge.protocols", "answer.protocol"],  # the release, protocols' files
     "verify-hash": ["tier"],  # the size and sha256 it checks: the tier's, in pins.yaml
     # the tier's messages, their pinned hashes, where each cut goes: pins.yaml
     "repair": ["tier"],
