@@ -13,8 +13,11 @@ its ability: bench/leak_check.py; the stage reads the slice's rubrics and chats 
 system never gets them). Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
 (traces quote the chat: CC BY-SA 4.0), `data/answer/leak_check.json` (what the scan found),
-`data/answer/run.json` (the system, the regime it answered in, the model, and whether the system
-reads gold evidence by design: systems/port.py `reads_gold`),
+`data/answer/run.json` (the system, the regime it answered in, the model, whether the system
+reads gold evidence by design: systems/port.py `reads_gold`, and the answer protocol: params
+`answer.protocol`; under `exabase` each question carries ExaBase's guidance, built from the
+judge-side annotations of the slice's rubrics with the pinned answer_prompt the fetch stage put in
+data/protocols: bench/protocols/answering.py),
 `data/answer/summary.json` (counts, steps, the context size and the tokens left out),
 `metrics/usage/answer.json` (the model calls and tokens the answers took),
 `metrics/wall_time/answer_questions.jsonl` (each question's answer and retrieval seconds) and
