@@ -84,6 +84,7 @@ workspace's params and metrics in its row)."""
 
 Kind = Literal["workspace", "baseline", "experiment"]
 READS_GOLD = "(reads gold)"
+ANNOTATED = "(answer.protocol exabase)"
 """After the label of a column whose system read gold evidence."""
 
 
@@ -309,7 +310,8 @@ def _find(runs: Sequence[Run], name: str) -> Run:
 def column_labels(runs: Sequence[Run]) -> list[str]:
     """`system`, `system · model` where the agent models differ, `· regime` where the answer
     regimes differ; the experiment's name where that leaves two columns alike (or there is no
-    system param); ` (reads gold)` after a run that read gold evidence."""
+    system param); ` (reads gold)` after a run that read gold evidence, ` (answer.protocol
+    exabase)` after one whose answerer saw judge-side annotations."""
     systems = [r.params.get("system") for r in runs]
     models = [str(r.params.get("models.agent.model")) for r in runs]
     regimes = [r.regime for r in runs]
@@ -321,7 +323,8 @@ def column_labels(runs: Sequence[Run]) -> list[str]:
         if len(set(regimes)) > 1 and run.regime is not None:
             parts.append(run.regime)
         label = " · ".join(parts) or run.name
-        labels.append(f"{label} {READS_GOLD}" if run.reads_gold else label)
+        label = f"{label} {READS_GOLD}" if run.reads_gold else label
+        labels.append(f"{label} {ANNOTATED}" if run.answer_protocol != "beam" else label)
     return [
         f"{label} ({run.name})" if labels.count(label) > 1 else label
         for label, run in zip(labels, runs, strict=True)
@@ -636,6 +639,16 @@ def render_markdown(table: Comparison) -> str:
             f"{', '.join(bounds)}: reads gold evidence by design (each question's cited "
             "messages): an upper bound on the answer model with perfect memory, not a memory "
             "system's score; not paired with the systems below."
+        )
+    annotated = [
+        c for c, r in zip(table.columns, table.runs, strict=True) if r.answer_protocol != "beam"
+    ]
+    if annotated:
+        lines.append("")
+        lines.append(
+            f"{', '.join(annotated)}: the answerer saw judge-side annotations (ExaBase's answer "
+            "protocol, answer.protocol exabase); paired only with runs of the same protocol "
+            "unless --across-protocols."
         )
     if table.left_out:
         lines.append("")
