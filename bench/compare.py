@@ -74,6 +74,7 @@ workspace's params and metrics in its row)."""
 
 Kind = Literal["workspace", "baseline", "experiment"]
 READS_GOLD = "(reads gold)"
+ANNOTATED = "(answer.protocol exabase)"
 """After the label of a column whose system read gold evidence."""
 
 
@@ -101,6 +102,12 @@ class Run(Record):
         """Its system read gold evidence by design (`gold.reads` in its headline): an upper
         bound, not a memory system's score."""
         return self.report is not None and bool(self.report.gold.get("reads"))
+
+    @property
+    def answer_protocol(self) -> str:
+        """What its answerer was given with each question (params `answer.protocol`; a run made
+        before it: `beam`, the question alone; `exabase`: judge-side annotations)."""
+        return str(self.params.get("answer.protocol") or "beam")
 
 
 class RunWallTime(Record):
@@ -304,7 +311,8 @@ def _find(runs: Sequence[Run], name: str) -> Run:
 def column_labels(runs: Sequence[Run]) -> list[str]:
     """`system`, `system · model` where the agent models differ, `· regime` where the answer
     regimes differ; the experiment's name where that leaves two columns alike (or there is no
-    system param); ` (reads gold)` after a run that read gold evidence."""
+    system param); ` (reads gold)` after a run that read gold evidence, ` (answer.protocol
+    exabase)` after one whose answerer saw judge-side annotations."""
     systems = [r.params.get("system") for r in runs]
     models = [str(r.params.get("models.agent.model")) for r in runs]
     regimes = [r.regime for r in runs]
@@ -316,7 +324,8 @@ def column_labels(runs: Sequence[Run]) -> list[str]:
         if len(set(regimes)) > 1 and run.regime is not None:
             parts.append(run.regime)
         label = " · ".join(parts) or run.name
-        labels.append(f"{label} {READS_GOLD}" if run.reads_gold else label)
+        label = f"{label} {READS_GOLD}" if run.reads_gold else label
+        labels.append(f"{label} {ANNOTATED}" if run.answer_protocol != "beam" else label)
     return [
         f"{label} ({run.name})" if labels.count(label) > 1 else label
         for label, run in zip(labels, runs, strict=True)
@@ -628,6 +637,16 @@ def render_markdown(table: Comparison) -> str:
             f"{', '.join(bounds)}: reads gold evidence by design (each question's cited "
             "messages): an upper bound on the answer model with perfect memory, not a memory "
             "system's score; not paired with the systems below."
+        )
+    annotated = [
+        c for c, r in zip(table.columns, table.runs, strict=True) if r.answer_protocol != "beam"
+    ]
+    if annotated:
+        lines.append("")
+        lines.append(
+            f"{', '.join(annotated)}: the answerer saw judge-side annotations (ExaBase's answer "
+            "protocol, answer.protocol exabase); paired only with runs of the same protocol "
+            "unless --across-protocols."
         )
     if table.left_out:
         lines.append("")

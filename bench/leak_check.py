@@ -9,6 +9,11 @@ question's gold-only texts:
 - each rubric item (case folded, whitespace collapsed) of at least `MIN_RUBRIC_CHARS`
   characters: the judge's wording (`LLM response should state: ...`), or an event of an
   ordering question;
+- the question's judge-side annotations (`Rubric.annotations`: each ordering_tested item, time
+  point, compliance indicator, the why_unanswerable, calculation_required,
+  preference_being_tested and instruction_being_tested texts) of at least `MIN_ANNOTATION_CHARS`
+  characters, and a summary's rubric items past the judge's lead (`LLM response should
+  contain: `), as ExaBase's answer prompt quotes them;
 - the ability label where it is snake_case (`temporal_reasoning`; `abstention` and
   `summarization` are ordinary words, caught only inside the question id), and the question id
   (`conv1:temporal_reasoning:0`);
@@ -18,7 +23,9 @@ is read: each message's text (system, user, the model's own turns, tool results)
 descriptions. The stage writes what it found (`schemas/leak_check.py`), and the report and the
 page say per run: `clean`, `reads gold by design` (a system that declares it, systems/port.py
 `reads_gold`: the oracle, whose prompts hold the cited messages, chat text, so the scan alone
-would pass it), or `LEAK` with what was found.
+would pass it), `annotations given by design` (params `answer.protocol: exabase`: ExaBase's
+answer prompt hands the answerer the annotations, so the findings are that protocol's, counted
+and shown, not a system's leak), or `LEAK` with what was found.
 
 Its limits: it finds gold quoted verbatim (after case and whitespace), not paraphrased, cut
 short or encoded; nor the cited message ids used to choose which chat to show (that is the
@@ -46,6 +53,9 @@ if TYPE_CHECKING:  # the run's page renders `leak_verdict` and imports no model 
 MIN_RUBRIC_CHARS = 24
 """Rubric items shorter than this (normalized) are not looked for: `core functionality` may be a
 graph's own entity name, while `llm response should state: 8 weeks` is the judge's wording."""
+MIN_ANNOTATION_CHARS = 12
+"""Annotations shorter than this are not looked for; shorter than rubric items' floor because an
+event to order reads `1st: Core functionality` (the dataset's wording, its ordinal included)."""
 SHOWN_CHARS = 120
 """A finding's text is cut to this many characters in the record's line."""
 
@@ -72,14 +82,27 @@ def gold_texts(question: Question, rubric: Rubric | None, chat: str) -> tuple[Go
     ability label and its id, less any the chat (normalized, `chat_text`) or the question hold."""
     candidates: list[GoldText] = []
     if rubric is not None:
-        items = (normalize(item) for item in rubric.rubric)
+        items = [normalize(item) for item in rubric.rubric]
+        if question.ability == "summarization":  # as ExaBase's answer prompt quotes them
+            items += [item.split(": ", 1)[1] for item in items if ": " in item]
         candidates += [GoldText("rubric_item", t) for t in items if len(t) >= MIN_RUBRIC_CHARS]
+        notes = (normalize(n) for n in annotation_texts(rubric))
+        candidates += [GoldText("annotation", t) for t in notes if len(t) >= MIN_ANNOTATION_CHARS]
     if "_" in question.ability:
         candidates.append(GoldText("ability_label", question.ability))
     candidates.append(GoldText("question_id", normalize(question.id)))
     asked = normalize(question.question)
     unique = dict.fromkeys(candidates)
     return tuple(g for g in unique if g.text not in chat and g.text not in asked)
+
+
+def annotation_texts(rubric: Rubric) -> list[str]:
+    """Each annotation of a question as a text: a string whole, a list item by item."""
+    return [
+        text
+        for value in rubric.annotations.values()
+        for text in ([value] if isinstance(value, str) else value)
+    ]
 
 
 def request_parts(request: ChatRequest) -> Iterable[tuple[PromptPart, str]]:
@@ -187,14 +210,23 @@ def _cut(text: str) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
 
-def leak_verdict(check: LeakCheck | None, reads_gold: bool) -> str:
-    """The run's leak check in one line: `clean`, `reads gold by design`, or `LEAK: ...`."""
+def leak_verdict(check: LeakCheck | None, reads_gold: bool, annotated: bool = False) -> str:
+    """The run's leak check in one line: `clean`, `reads gold by design`, `annotations given by
+    design` (`annotated`: the run's answer protocol hands the answerer the judge-side
+    annotations), or `LEAK: ...`."""
     if check is None:
         return "not run (the answer stage wrote no leak check: a run made before it)"
     scanned = (
         f"{check.prompts:,} answer-model prompts of {check.questions:,} questions scanned for "
         f"{check.gold_texts:,} gold-only texts"
     )
+    if annotated:
+        flagged = len({f.question_id for f in check.findings})
+        return (
+            "annotations given by design (answer.protocol exabase: the answerer saw judge-side "
+            f"annotations; gold-only text in the prompts of {flagged} question(s), "
+            f"{len(check.findings)} finding(s); {scanned})"
+        )
     if check.findings:
         questions = sorted({f.question_id for f in check.findings})
         shown = "; ".join(

@@ -99,16 +99,21 @@ def paired_differences(
     params: ReportParams,
     regimes: Sequence[str | None] | None = None,
     upper_bounds: Sequence[bool] = (),
+    answer_protocols: Sequence[str] | None = None,
 ) -> Pairing:
     """Every pair of columns (left before right, in column order) that asked the same questions:
     overall and per ability. A column without per-question scores, or two that asked different
     questions, gets a note instead; so do two of different answer regimes where `regimes` (one
     per column) is given (a difference between them mixes memory with how it was read), and each
-    column marked in `upper_bounds` (a run that reads gold evidence), which is in no pair."""
+    column marked in `upper_bounds` (a run that reads gold evidence), which is in no pair; and two
+    of different answer protocols where `answer_protocols` is given (params `answer.protocol`:
+    an answerer shown judge-side annotations against one shown the question alone)."""
     if len(columns) != len(scores):
         raise ValueError("one questions file (or None) per column")
     if regimes is not None and len(regimes) != len(columns):
         raise ValueError("one regime (or None) per column")
+    if answer_protocols is not None and len(answer_protocols) != len(columns):
+        raise ValueError("one answer protocol per column")
     bound = list(upper_bounds) or [False] * len(columns)
     if len(bound) != len(columns):
         raise ValueError("one upper_bounds value per column")
@@ -123,6 +128,13 @@ def paired_differences(
         for j in range(i + 1, len(columns)):
             right = columns[j]
             if bound[i] or bound[j]:
+                continue
+            if answer_protocols is not None and answer_protocols[i] != answer_protocols[j]:
+                notes.append(
+                    f"{left} − {right}: different answer protocols ({answer_protocols[i]}, "
+                    f"{answer_protocols[j]}; exabase's answerer saw judge-side annotations): "
+                    "compare with --across-protocols to pair them"
+                )
                 continue
             if regimes is not None and regimes[i] != regimes[j]:
                 notes.append(

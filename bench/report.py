@@ -84,9 +84,21 @@ def reads_gold_warning(system: str) -> str:
     )
 
 
-def leak_line(check: LeakCheck | None, reads_gold: bool) -> str:
+def annotations_warning() -> str:
+    """The flag of a run whose answerer saw judge-side annotations (`answer.protocol: exabase`)."""
+    return (
+        "**The answerer saw judge-side annotations (`answer.protocol: exabase`): each question "
+        "came with ExaBase's guidance, built from the dataset's annotations for the judge (the "
+        "events to order, the time points and the calculation, the preference or instruction "
+        "under test with its compliance indicators, why a question is unanswerable, a summary's "
+        "rubric items). ExaBase's protocol, reproduced: never compare it with a run of the "
+        "benchmark's own protocol (the question alone).**"
+    )
+
+
+def leak_line(check: LeakCheck | None, reads_gold: bool, annotated: bool = False) -> str:
     """The leak check under the headline, bold where it found gold in a prompt."""
-    verdict = leak_verdict(check, reads_gold)
+    verdict = leak_verdict(check, reads_gold, annotated)
     return (
         f"**Leak check: {verdict}.**" if verdict.startswith("LEAK") else f"Leak check: {verdict}."
     )
@@ -293,6 +305,7 @@ def build_metrics(
     judge_check: JudgeCheckSummary,
     reads_gold: bool = False,
     protocol_score: Mapping[str, float] | None = None,
+    annotated: bool = False,
 ) -> Headline:
     """The headline (`LAYOUT.report.metrics`): numbers only, two levels, no null.
 
@@ -303,8 +316,9 @@ def build_metrics(
     holds the seconds of its phases (`seconds.<phase>`), so that a re-run served from the call
     cache leaves the report as it was. Per ability detail (excluding known-bad, evidence recall,
     event F1 and tau, flags) is in the record, the run record and data/judge/summary.json.
-    `gold` holds `reads: 1` for a run whose system reads gold evidence (an upper bound), nothing
-    otherwise."""
+    `gold` holds `reads: 1` for a run whose system reads gold evidence (an upper bound),
+    `annotations: 1` for one whose answerer saw judge-side annotations (`answer.protocol:
+    exabase`), nothing otherwise."""
     asked = [g for g in (*ABILITIES, OVERALL) if scores[g].n]
     overall = scores[OVERALL]
     return Headline(
@@ -326,7 +340,7 @@ def build_metrics(
         # (each key is a column of `dvc exp show`, which must stay within 80)
         cost_calls={TOTAL: cost[TOTAL].calls},
         cost_tokens={p: cost[p].tokens for p in (*COST_KEYS, TOTAL)},
-        gold={"reads": 1} if reads_gold else {},
+        gold=({"reads": 1} if reads_gold else {}) | ({"annotations": 1} if annotated else {}),
         protocol_score=dict(protocol_score or {}),
     )
 
@@ -438,6 +452,8 @@ def render_record(inputs: RecordInputs) -> str:
     out: list[str] = [f"# BEAM memory benchmark: {system}{bound}, {run.mode} run", ""]
     if run.reads_gold:
         out += [reads_gold_warning(system), ""]
+    if run.annotated:
+        out += [annotations_warning(), ""]
     if run.test_model:
         out += [TEST_MODEL_WARNING, ""]
     for name in run.small_models:
@@ -455,7 +471,7 @@ def render_record(inputs: RecordInputs) -> str:
         "",
         failure_line(failures),
         "",
-        leak_line(record.leak_check, run.reads_gold),
+        leak_line(record.leak_check, run.reads_gold, run.annotated),
         "",
         judge_check_line(judge_check, judge_warning),
         "",

@@ -64,6 +64,7 @@ from schemas.layout import LAYOUT
 from schemas.params import Cut, Mode
 from schemas.records import (
     ABILITIES,
+    ANSWER_ANNOTATIONS,
     Ability,
     ChatMessage,
     ChatSlice,
@@ -244,6 +245,23 @@ def parse_probing(text: object, where: str) -> dict[str, list[dict[str, Any]]]:
     return value
 
 
+def judge_annotations(item: Mapping[str, Any], where: str) -> dict[str, str | list[str]]:
+    """The item's annotations of `ANSWER_ANNOTATIONS` it has (judge-side: kept in the rubric),
+    each a string or a list of strings."""
+    kept: dict[str, str | list[str]] = {}
+    for key in ANSWER_ANNOTATIONS:
+        value = item.get(key)
+        if value is None:
+            continue
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            kept[key] = [str(v) for v in value]
+        elif isinstance(value, str):
+            kept[key] = value
+        else:
+            raise DataError(f"{where}: {key} is {value!r}, expected a string or list of strings")
+    return kept
+
+
 def parse_date(anchor: object, where: str) -> tuple[str, str]:
     """(`March-15-2024`, `2024-03-15`) from a session's time_anchor."""
     if not isinstance(anchor, str) or not anchor:
@@ -414,6 +432,7 @@ def build_conversation(
                 source_chat_ids=ids,
                 known_bad_rubric=question_id in known_bad,
                 known_bad_reason=known_bad.get(question_id),
+                annotations=judge_annotations(item, where),
             )
         )
     keep = None if selection == "whole_conversations" else answer_ids

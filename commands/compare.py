@@ -224,6 +224,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="pair runs of different answer regimes too (default: like with like only)",
     )
+    parser.add_argument(
+        "--across-protocols",
+        action="store_true",
+        help="pair runs of different answer protocols too (answer.protocol; default: like with "
+        "like only, as exabase's answerer sees judge-side annotations)",
+    )
     parser.add_argument("--out-dir", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
 
@@ -243,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         bootstrap,
         regimes,
         upper_bounds=[run.reads_gold for run in runs],
+        answer_protocols=None if args.across_protocols else [r.answer_protocol for r in runs],
     )
     markdown = render_markdown(table) + "\n" + render_pairs_markdown(pairing, bootstrap.confidence)
     write_atomic(args.out_dir / "compare.md", markdown)

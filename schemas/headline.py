@@ -48,7 +48,8 @@ class Headline(Record):
     when the run scores beam_code alone."""
     gold: Counts = Field(default_factory=dict, exclude_if=lambda counts: not counts)
     """`reads: 1` where the system reads gold evidence by design (the oracle: an upper bound,
-    never a memory system's score); otherwise empty and left out of the file, so a memory
+    never a memory system's score), `annotations: 1` where the answerer saw judge-side
+    annotations (`answer.protocol: exabase`); otherwise empty and left out of the file, so a memory
     system's headline is the same bytes as before the group was."""
 
     def group(self, name: str) -> Numbers:

@@ -9,9 +9,10 @@ from pydantic import Field
 
 from schemas.base import Record
 
-GoldKind = Literal["rubric_item", "ability_label", "question_id"]
-"""What a gold-only text is: a rubric item the judge scores against, the question's ability label
-(the snake_case ones), or the question's id (which spells its ability)."""
+GoldKind = Literal["rubric_item", "annotation", "ability_label", "question_id"]
+"""What a gold-only text is: a rubric item the judge scores against, one of the dataset's
+judge-side annotations of the question (`Rubric.annotations`), the question's ability label (the
+snake_case ones), or the question's id (which spells its ability)."""
 PromptPart = Literal["system", "user", "assistant", "tool", "tool_description"]
 """Where in a request it was found: a message by its role, or a tool's description."""
 

@@ -423,7 +423,16 @@ answers by itself (graphrag: its tool agent; the others: one call with their sea
 `agent`, the agent loop with the system's own search as its one tool (graphrag: its own tools)."""
 
 
+AnswerProtocol = Literal["beam", "exabase"]
+"""What the answerer is given with each question: `beam`, the benchmark's own (the question
+alone); `exabase`, ExaBase's answer protocol (its per-ability guidance, built from the dataset's
+judge-side annotations: leaky by design, marked in the run's record, page and metrics)."""
+
+
 class AnswerParams(Record):
+    protocol: AnswerProtocol = "beam"
+    """`exabase` hands the answerer the judge-side annotations ExaBase's `answer_prompt` gives
+    its own (bench/protocols/answering.py); compare pairs only runs of the same protocol."""
     regime: Regime = "native"
     """The answer regime of every system (`Regime`): one_shot and agent need a memory that can
     search itself (systems/port.py `SearchesMemory`); full_context and no_memory answer natively

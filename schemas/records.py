@@ -23,6 +23,18 @@ Ability = Literal[
 ]
 ABILITIES: tuple[Ability, ...] = get_args(Ability)
 
+ANSWER_ANNOTATIONS = (
+    "why_unanswerable",
+    "ordering_tested",
+    "time_points",
+    "calculation_required",
+    "preference_being_tested",
+    "instruction_being_tested",
+    "compliance_indicators",
+)
+"""The probing questions' annotations ExaBase's `answer_prompt` reads (besides the rubric): what
+the slice keeps for the judge side (`Rubric.annotations`)."""
+
 
 class ChatMessage(Record):
     id: int = Field(ge=0)
@@ -55,6 +67,11 @@ class Question(Record):
     ability: Ability
     index: int = Field(ge=0)
     question: str
+    guidance: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Never in questions.jsonl: under params `answer.protocol: exabase` only, the answer stage
+    sets it to ExaBase's guidance for the question (bench/protocols/answering.py, built from the
+    judge-side `Rubric.annotations`); the answer prompts place it before the question, searches
+    still take the bare question."""
 
 
 class Rubric(Record):
@@ -67,6 +84,11 @@ class Rubric(Record):
     """Sorted, unique message ids that hold the answer (empty for abstention)."""
     known_bad_rubric: bool = False
     known_bad_reason: str | None = None
+    annotations: dict[str, str | list[str]] = Field(default_factory=dict)
+    """The dataset's own judge-side annotations of the question that ExaBase's answer protocol
+    hands its answerer (`ANSWER_ANNOTATIONS`, those the item has): read only by the judge side,
+    by the leak check (as gold-only text) and, under `answer.protocol: exabase`, by the answer
+    stage."""
 
 
 class Chunk(Record):

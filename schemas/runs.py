@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ConfigDict
 
 from schemas.base import Record
-from schemas.params import Mode, NativeRegime
+from schemas.params import AnswerProtocol, Mode, NativeRegime
 from schemas.roles import Role
 
 
@@ -54,6 +54,9 @@ class StageRun(Record):
     reads_gold: bool | None = None
     """The answer stage: whether the system reads gold evidence by design (systems/port.py
     `reads_gold`: the oracle, an upper bound); the other stages leave it out."""
+    answer_protocol: AnswerProtocol | None = None
+    """The answer stage: what the answerer was given with each question (params
+    `answer.protocol`; `exabase`: judge-side annotations); the other stages leave it out."""
 
     @property
     def notes(self) -> dict[str, Any]:
@@ -64,7 +67,14 @@ class StageRun(Record):
         """The file's content: `system`, the regime, `test_model` and `reads_gold` only where
         the stage has them."""
         data = self.model_dump(mode="json")
-        for name in ("system", "regime", "native_regime", "test_model", "reads_gold"):
+        for name in (
+            "system",
+            "regime",
+            "native_regime",
+            "test_model",
+            "reads_gold",
+            "answer_protocol",
+        ):
             if data[name] is None:
                 del data[name]
         return data
@@ -88,6 +98,14 @@ class RunSummary(Record):
     reads_gold: bool = False
     """The system read gold evidence by design (the answer stage's run.json): its score is an
     upper bound, not a memory system's."""
+    answer_protocol: AnswerProtocol = "beam"
+    """What the answerer was given with each question (params `answer.protocol`; a run made
+    before it: beam, the question alone)."""
+
+    @property
+    def annotated(self) -> bool:
+        """The answerer saw judge-side annotations (`answer.protocol: exabase`)."""
+        return self.answer_protocol != "beam"
 
 
 def summarize_runs(
@@ -106,6 +124,7 @@ def summarize_runs(
         small_models=sorted({m.model for m in models if m.model and m.model in small_models}),
         judge_is_agent=any(m.role == "judge" and m.judge_is_agent for m in models),
         reads_gold=bool(answer.reads_gold),
+        answer_protocol=answer.answer_protocol or "beam",
     )
 
 

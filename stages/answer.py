@@ -13,8 +13,11 @@ its ability: bench/leak_check.py; the stage reads the slice's rubrics and chats 
 system never gets them). Writes
 `data/answer/traces.jsonl` (one `Trace` per question, in question order), a NOTICE beside it
 (traces quote the chat: CC BY-SA 4.0), `data/answer/leak_check.json` (what the scan found),
-`data/answer/run.json` (the system, the regime it answered in, the model, and whether the system
-reads gold evidence by design: systems/port.py `reads_gold`),
+`data/answer/run.json` (the system, the regime it answered in, the model, whether the system
+reads gold evidence by design: systems/port.py `reads_gold`, and the answer protocol: params
+`answer.protocol`; under `exabase` each question carries ExaBase's guidance, built from the
+judge-side annotations of the slice's rubrics with the pinned answer_prompt the fetch stage put in
+data/protocols: bench/protocols/answering.py),
 `data/answer/summary.json` (counts, steps, the context size and the tokens left out),
 `metrics/usage/answer.json` (the model calls and tokens the answers took),
 `metrics/wall_time/answer_questions.jsonl` (each question's answer and retrieval seconds) and
@@ -47,6 +50,7 @@ from clients.llm.port import ChatModel
 from clients.workdir import stage_workdir
 from schemas.errors import DataError
 from schemas.layout import LAYOUT, StageIO
+from schemas.params import JudgeParams
 from schemas.records import Question, Rubric
 from schemas.runs import StageRun
 from schemas.traces import Trace
@@ -56,6 +60,7 @@ from stages.common import (
     conversations_at_once,
     progress,
     read_params,
+    read_protocol_source,
     run_overlapping,
     run_stage,
     wait_shielded,
@@ -194,6 +199,25 @@ def answer_conversations(
     return {t.question_id: (t, time_) for timed in answers for t, time_ in timed}
 
 
+def guided_questions(
+    judge: JudgeParams, by_conversation: dict[str, list[Question]], rubrics: list[Rubric]
+) -> dict[str, list[Question]]:
+    """Each question with ExaBase's guidance (params `answer.protocol: exabase`), from its
+    pinned file (fetched by the fetch stage, hash-checked here) and the judge-side rubrics."""
+    from bench.protocols.answering import read_answering
+    from bench.protocols.base import check_source
+
+    pin = judge.protocol_sources.get("exabase")
+    if pin is None:
+        raise DataError("answer.protocol exabase: pins.yaml judge.protocol_sources has no exabase")
+    answering = read_answering(check_source("exabase", pin, read_protocol_source(judge, "exabase")))
+    by_id = {r.question_id: r for r in rubrics}
+    missing = [q.id for qs in by_conversation.values() for q in qs if q.id not in by_id]
+    if missing:
+        raise DataError(f"no rubric for {', '.join(missing[:3])} in {LAYOUT.slice.rubrics}")
+    return {c: answering.guide(qs, by_id) for c, qs in by_conversation.items()}
+
+
 def main() -> None:
     run = read_params()
     params, concurrency = run.answer, run.llm.concurrency
@@ -228,9 +252,10 @@ def main() -> None:
     planned = Spend(estimate.calls, estimate.tokens)
     stage.check_estimate([agent], planned, f"answer ({run.mode}, {system.name}, {regime})")
 
-    watch = LeakWatch.of(
-        questions, read_records(LAYOUT.slice.rubrics, Rubric), read_chats(LAYOUT.slice.chats)
-    )
+    rubrics = read_records(LAYOUT.slice.rubrics, Rubric)
+    watch = LeakWatch.of(questions, rubrics, read_chats(LAYOUT.slice.chats))
+    if params.protocol == "exabase":  # leaky by design: marked in the record (`annotated`)
+        by_conversation = guided_questions(run.judge, by_conversation, rubrics)
     answered = answer_conversations(
         system,
         by_conversation,
@@ -257,6 +282,7 @@ def main() -> None:
         models=models,
         test_model=any(m.test_model for m in models),
         reads_gold=reads_gold(system),
+        answer_protocol=params.protocol,
     )
     write_json(FILES.summary, summarize_answers(ordered).to_json())
     usage = {"agent": agent_usage(ordered)}

@@ -83,15 +83,21 @@ def fetch_scorer(
     return written
 
 
-def fetch_protocol_sources(params: JudgeParams, cache_dir: Path = SCORER_CACHE) -> list[Path]:
+def fetch_protocol_sources(
+    params: JudgeParams, cache_dir: Path = SCORER_CACHE, answer_protocol: str = "beam"
+) -> list[Path]:
     """The pinned files (pins.yaml `judge.protocol_sources`) of each scoring protocol params
-    `judge.protocols` lists, from the cache or downloaded, at `LAYOUT.fetch.protocol_file`, and
+    `judge.protocols` lists, and of the answer protocol (params `answer.protocol`) unless it is
+    the benchmark's own, from the cache or downloaded, at `LAYOUT.fetch.protocol_file`, and
     `sources.json` naming them (written even when there are none, so the out always exists).
     Only the listed ones: a run of beam_code alone needs no other repository."""
     remove_outputs(LAYOUT.fetch.protocols)
     written = []
+    names = [*params.protocols, *([answer_protocol] if answer_protocol != "beam" else [])]
     listed = {
-        name: params.protocol_sources[name] for name in params.protocols if name != "beam_code"
+        name: params.protocol_sources[name]  # type: ignore[index]
+        for name in dict.fromkeys(names)
+        if name != "beam_code"
     }
     for name, pin in listed.items():
         for path, sha256 in pin.files.items():
@@ -158,7 +164,7 @@ def main() -> None:
         )
     for path in fetch_scorer(judge):
         print(f"fetch: scorer file {judge.scorer_repo}@{judge.scorer_commit} -> {path}")
-    for path in fetch_protocol_sources(judge):
+    for path in fetch_protocol_sources(judge, answer_protocol=run.answer.protocol):
         print(f"fetch: scoring protocol file -> {path}")
     published = fetch_replay_source(run)
     if published is not None:

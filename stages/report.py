@@ -184,6 +184,7 @@ def make_report() -> None:
             summary,
             run.reads_gold,
             protocol_metrics(protocols),
+            run.annotated,
         ),
         scores=scores,
         judge=judge,

@@ -137,7 +137,10 @@ def run_agent(
     offered) is always the answer. With `prefetch` above 0, the first call already holds that
     many search results for the question (`prefetched`), kept in the trace's `prefetched` and
     counted in what the agent reached."""
-    messages: list[Message] = [Message.system(spec.prompt.text), Message.user(question.question)]
+    asked = question.question  # its guidance (answer.protocol exabase) before it, as one_shot's
+    if question.guidance is not None:
+        asked = f"{question.guidance}\n\nQuestion: {question.question}"
+    messages: list[Message] = [Message.system(spec.prompt.text), Message.user(asked)]
     first_search = None
     if prefetch > 0:
         turns, first_search = prefetched(question.question, spec, tools, prefetch)

@@ -43,11 +43,19 @@ def session_heading(session: Session) -> str:
     return f"## Session {session.number} ({session.date_iso})"
 
 
-def user_prompt(question: str, context: str | None) -> str:
-    """The question, after the chat context in its tags (none: the question alone)."""
+def user_prompt(question: str, context: str | None, guidance: str | None = None) -> str:
+    """The question, after the chat context in its tags (none: the question alone); `guidance`
+    (params `answer.protocol: exabase` only) goes just before the question, as ExaBase's answer
+    prompt puts its guidance before its question."""
+    asked = f"{QUESTION_LEAD}{question}" if guidance is None else guided(question, guidance)
     if context is None:
-        return f"{QUESTION_LEAD}{question}"
-    return f"{CHAT_OPEN}\n{context}\n{CHAT_CLOSE}\n\n{QUESTION_LEAD}{question}"
+        return asked
+    return f"{CHAT_OPEN}\n{context}\n{CHAT_CLOSE}\n\n{asked}"
+
+
+def guided(question: str, guidance: str) -> str:
+    """The question after its answer-protocol guidance (`Question.guidance`)."""
+    return f"{guidance}\n\n{QUESTION_LEAD}{question}"
 
 
 def answer_request(question: Question, context: str | None, *, instructions: Prompt) -> ChatRequest:
@@ -56,7 +64,7 @@ def answer_request(question: Question, context: str | None, *, instructions: Pro
     return ChatRequest(
         messages=(
             Message.system(instructions.text),
-            Message.user(user_prompt(question.question, context)),
+            Message.user(user_prompt(question.question, context, question.guidance)),
         ),
         task=TASK,
         prompt_version=instructions.version,

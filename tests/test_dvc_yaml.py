@@ -40,8 +40,8 @@ SYSTEM_SECTION = "${system}"
 EXPECTED_PARAMS = {
     # what is downloaded (the dataset's repo, revision and file; the scorer's commit and files
     # with their sha256) is in pins.yaml, a dep; where it goes: schemas/layout.py
-    "fetch": ["tier", "judge.protocols", "system", "replay"],  # which release; protocols' and
-    # replay's published files
+    "fetch": ["tier", "judge.protocols", "answer.protocol", "system", "replay"],  # the release;
+    # the scoring and answer protocols' files; replay's published file
     "verify-hash": ["tier"],  # the size and sha256 it checks: the tier's, in pins.yaml
     # the tier's messages, their pinned hashes, where each cut goes: pins.yaml
     "repair": ["tier"],

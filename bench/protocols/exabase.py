@@ -14,8 +14,9 @@ are only ever read from the pinned file, never held in this repository).
   the two orders over every distinct name, a name missing from one order ranked after all in it;
   0 when tau_b is undefined, there is no reference or the answer lists nothing.
 - Aggregate: the mean over all questions (micro; the macro mean is reported beside it).
-- The answer protocol (not used here: our answerer sees the question only) passes the dataset's
-  annotations to the answerer; past.dev's published run used openai/gpt-5.6-luna for both roles.
+- The answer protocol passes the dataset's annotations to the answerer: opt-in here (params
+  `answer.protocol: exabase`, bench/protocols/answering.py), by default our answerer sees the
+  question only; past.dev's published run used openai/gpt-5.6-luna for both roles.
 
 The prompts are read from the pinned file's syntax tree, never executed.
 """

@@ -285,6 +285,7 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
     ]
     models = [m for run in runs for m in run.models]
     reads_gold = any(run.reads_gold for run in runs)
+    annotated = any(run.answer_protocol not in (None, "beam") for run in runs)
     memories = list(graphs.conversations.items())
     is_graph = any(k in c for _, c in memories for k in GRAPH_KEYS)
     keys = list(GRAPH_KEYS) if is_graph else sorted({k for _, c in memories for k in c})
@@ -293,7 +294,8 @@ def page_data(inputs: PageInputs) -> dict[str, Any]:
         "test_model": any(m.test_model for m in models),
         "judge_is_agent": any(m.role == "judge" and m.judge_is_agent for m in models),
         "reads_gold": reads_gold,
-        "leak_check": leak_verdict(inputs.leak_check, reads_gold),
+        "annotated": annotated,
+        "leak_check": leak_verdict(inputs.leak_check, reads_gold, annotated),
         "models": [{"role": m.role, "model": m.model} for m in models],
         "confidence": inputs.record.confidence,
         "headline": _headline(

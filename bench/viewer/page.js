@@ -55,6 +55,12 @@ function headline() {
       "an upper bound, the answer model's ceiling with perfect memory, not a memory system's " +
       "score: never report it as a headline."));
   }
+  if (RUN.annotated) {
+    app.append(el("div", "warn fail", "The answerer saw judge-side annotations " +
+      "(answer.protocol exabase): each question came with ExaBase's guidance, built from the " +
+      "dataset's annotations for the judge. Never compare it with a run where the answerer " +
+      "sees the question alone."));
+  }
   if (RUN.test_model) {
     app.append(el("div", "warn", "This run used a test model (scripted/rules): its scores " +
       "measure nothing. It checks that the pipeline runs end to end, not how good any memory " +

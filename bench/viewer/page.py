@@ -53,6 +53,8 @@ def render_page(data: Mapping[str, Any]) -> str:
         f"style-src '{_sha256(CSS)}'; script-src '{_sha256(SCRIPT)}'"
     )
     bound = " (reads gold evidence: an upper bound)" if data.get("reads_gold") else ""
+    if data.get("annotated"):
+        bound += " (the answerer saw judge-side annotations: answer.protocol exabase)"
     title = html.escape(f"BEAM memory benchmark: {data.get('mode') or 'unknown'} run{bound}")
     return (
         "<!doctype html>\n"

@@ -385,6 +385,21 @@ def test_a_run_that_reads_gold_is_labelled_an_upper_bound_and_kept_out_of_the_pa
     assert "reads gold evidence" not in render_markdown(table_of(document(exps[:1])))
 
 
+def test_a_run_whose_answerer_saw_annotations_is_labelled_and_explained() -> None:
+    leaky = params("rag")
+    leaky["answer"] = leaky["answer"] | {"protocol": "exabase"}
+    exps = [
+        experiment("a", "1" * 40, params("rag"), report(0.5, 100), None),
+        experiment("x", "2" * 40, leaky, report(0.7, 100) | {"gold": {"annotations": 1}}, None),
+    ]
+    table = table_of(document(exps))
+    assert table.columns == ("rag", "rag (answer.protocol exabase)")
+    assert [r.answer_protocol for r in table.runs] == ["beam", "exabase"]
+    markdown = render_markdown(table)
+    assert "rag (answer.protocol exabase): the answerer saw judge-side annotations" in markdown
+    assert "judge-side annotations" not in render_markdown(table_of(document(exps[:1])))
+
+
 # -- wall time, from each run's own files --------------------------------------------------------
 
 

@@ -194,3 +194,15 @@ def test_a_run_that_reads_gold_is_in_no_pair_and_a_note_says_why() -> None:
     )
     with pytest.raises(ValueError, match="one upper_bounds value per column"):
         paired_differences(["A", "B"], [a, a], BOOTSTRAP, upper_bounds=[True])
+
+
+def test_runs_of_different_answer_protocols_are_not_paired_unless_asked() -> None:
+    a = scores({"c1:q0": 1.0, "c1:q1": 0.0})
+    b = scores({"c1:q0": 0.0, "c1:q1": 0.0})
+    protocols = ["beam", "exabase", "beam"]
+    pairing = paired_differences(["A", "B", "C"], [a, b, a], BOOTSTRAP, answer_protocols=protocols)
+    assert {(d.left, d.right) for d in pairing.differences} == {("A", "C")}
+    assert [n.split(":")[0] for n in pairing.notes] == ["A − B", "B − C"]
+    assert "--across-protocols" in pairing.notes[0] and "judge-side annotations" in pairing.notes[0]
+    everything = paired_differences(["A", "B", "C"], [a, b, a], BOOTSTRAP)
+    assert len({(d.left, d.right) for d in everything.differences}) == 3

@@ -56,12 +56,13 @@ README_KEEP = (
 )
 ROUND_TRIP_BAND = 0.25  # the fitted phases of assert_estimate_round_trip
 MAX_METRIC_COLUMNS = 80
-MAX_LITE_COLUMNS = 87
+MAX_LITE_COLUMNS = 88
 """`dvc exp show` of a lite run, every column: the test copy's, and the same table with the
 repository's own params.yaml (the default models add their context windows). 80 until the peers
 came, each with its params section (mem0: `mem0.top_k`, 81 in all); room for Graphiti's; 85 with
-`judge.protocols` (the scoring protocols, a knob of what a run measures); 87 with replay's
-`replay.source` and `replay.file`."""
+`judge.protocols` (the scoring protocols, a knob of what a run measures); 86 with
+`answer.protocol` (whether the answerer saw judge-side annotations: a column on purpose); 88 with
+replay's `replay.source` and `replay.file`."""
 HEADLINE_KEYS = {
     # metrics/report.json, the same in every mode (score, its interval and questions: the
     # abilities asked)

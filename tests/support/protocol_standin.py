@@ -4,7 +4,8 @@ The texts are this project's own wording, written for the tests, with the real f
 shape: OmniMemEval's `scripts/utils/prompts.py` (two module-level format strings with the fields
 its `beam_eval.py` fills) and `scripts/beam/beam_eval.py` (the two judge functions, each sending
 a constant system message); ExaBase's `beam/exabase_prompts.py` as past.dev copies it
-(`rubric_item_prompt(query, answer, rubric_item)` and `equivalence_prompt(ref_item, sys_item)`
+(`answer_prompt(query, context, cat, meta)` with guidance per category from the annotations,
+`rubric_item_prompt(query, answer, rubric_item)` and `equivalence_prompt(ref_item, sys_item)`
 returning f-strings, `RUBRIC_SCHEMA`, `EQUIVALENCE_SCHEMA`). The real ExaBase file carries no
 licence to copy and is never held here; the real OmniMemEval files are read from
 `../shared/published/omnimemeval` by the tests where that folder exists.
@@ -89,7 +90,43 @@ EXA_PROMPTS = '''\
 
 
 def answer_prompt(query: str, context: str, cat: str, meta: dict) -> str:
-    return f"Not used here: {query} {context}"
+    category_guidance = ""
+    if cat == "abstention":
+        why = meta.get("why_unanswerable", "")
+        category_guidance = "STAND-IN ABSTAIN." + (f"\\n\\nWhy: {why}" if why else "")
+    elif cat == "event_ordering":
+        topics = meta.get("ordering_tested", [])
+        category_guidance = "STAND-IN ORDER:\\n" + "\\n".join(f"  - {t}" for t in topics)
+    elif cat == "temporal_reasoning":
+        guidance = "STAND-IN TIME."
+        if meta.get("time_points", []):
+            guidance += f"\\n\\nPoints: {'; '.join(meta['time_points'])}"
+        if meta.get("calculation_required", ""):
+            guidance += f"\\n\\nHint: {meta['calculation_required']}"
+        category_guidance = guidance
+    elif cat == "preference_following":
+        category_guidance = f"STAND-IN PREFER: {meta.get('preference_being_tested', '')}"
+    elif cat == "instruction_following":
+        indicators = ", ".join(meta.get("compliance_indicators", []))
+        category_guidance = (
+            f"STAND-IN FOLLOW: {meta.get('instruction_being_tested', '')}\\n\\n{indicators}"
+        )
+    elif cat == "summarization":
+        hints = [r.split(": ", 1)[-1] if ": " in r else r for r in meta.get("rubric", [])]
+        category_guidance = "STAND-IN COVER:\\n" + "\\n".join(f"  - {h}" for h in hints)
+    elif cat == "knowledge_update":
+        category_guidance = "STAND-IN LATEST ONLY."
+
+    return f"""Stand-in answerer frame.
+
+{category_guidance}
+
+Question: {query}
+
+Context:
+{context}
+
+Answer:"""
 
 
 def rubric_item_prompt(query: str, answer: str, rubric_item: str) -> str:
