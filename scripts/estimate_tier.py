@@ -54,7 +54,7 @@ def prepare(tier: str, mode: str) -> Path:
 def run(folder: Path, module: str, *args: str) -> None:
     env = os.environ | {"PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     done = subprocess.run(
-        [sys.executable, "-m", f"stages.{module}", *args],
+        [sys.executable, "-m", module, *args],
         cwd=folder,
         env=env,
         timeout=STAGE_TIMEOUT_SECONDS,
@@ -71,9 +71,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="the estimate as JSON")
     args = parser.parse_args()
     folder = prepare(args.tier, args.mode)
-    for module in DATA_STAGES:
-        run(folder, module)
-    run(folder, "estimate", "--mode", args.mode, *(["--json"] if args.json else []))
+    for stage in DATA_STAGES:
+        run(folder, f"stages.{stage}")
+    run(folder, "commands.estimate", "--mode", args.mode, *(["--json"] if args.json else []))
 
 
 if __name__ == "__main__":
