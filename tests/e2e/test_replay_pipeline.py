@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from systems.prompts import REPLAY
 from tests.support.e2e_repo import repo_copy
 from tests.support.hub_mirror import HubMirror, hub_mirror_fixture  # noqa: F401
 
@@ -56,7 +57,7 @@ def test_replay_answers_each_lite_question_from_its_published_context(
         record = (repo.path / "reports" / "memory.md").read_text()
 
     assert [c for c in calls if c["task"] not in ("answer", "judge", "equivalence")] == []
-    prompts = [c["messages"][-1]["content"] for c in calls if c["prompt_version"] == "replay-v1"]
+    prompts = [c["messages"][-1]["content"] for c in calls if c["prompt_version"] == REPLAY.version]
     assert len(prompts) == 2
     for text in list(CONTEXTS.values())[:2]:
         assert sum(text in p for p in prompts) == 1
