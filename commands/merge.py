@@ -58,8 +58,10 @@ from schemas.errors import DataError
 from schemas.judging import JudgedQuestion, Judgement, JudgeSummary
 from schemas.layout import DATA, LAYOUT, METRICS, USAGE, usage_file
 from schemas.leak_check import LeakCheck
+from schemas.params import Params
+from schemas.protocols import ProtocolQuestion, ProtocolsSummary
 from schemas.records import Question, Rubric, SliceSource
-from schemas.runs import MemorySizes
+from schemas.runs import MemorySizes, StageRun
 from schemas.traces import Trace
 from stages.common import PARAMS_FILE, PINS_FILE, load_fixture, read_params, run_stage
 
@@ -236,7 +238,19 @@ def write_merged(parts: Sequence[Path], out: Path) -> list[str]:
     write_json(out / a.leak_check, leaks.model_dump(mode="json"))
     write_json(out / a.summary, merge_answer_summary(traces).to_json())
 
-    copy_rest(parts, j.folder, {"judgements.jsonl", "questions.jsonl", "summary.json"}, out)
+    protocol_files = {j.protocol_questions.name, j.protocols.name}
+    copy_rest(
+        parts,
+        j.folder,
+        {"judgements.jsonl", "questions.jsonl", "summary.json", *protocol_files},
+        out,
+    )
+    if all((p / j.protocols).is_file() for p in parts):
+        whole = set(conversations) == set(pin.conversations)
+        subset = [] if whole else conversations
+        protocol_rows, protocols = merge_protocols(parts, run, order, subset)
+        write_jsonl(out / j.protocol_questions, protocol_rows)
+        write_json(out / j.protocols, protocols.model_dump(mode="json"))
     write_jsonl(out / j.judgements, judgements)
     write_jsonl(out / j.questions, rows)
     summaries = [read_record(p / j.summary, JudgeSummary) for p in parts]
@@ -251,6 +265,38 @@ def write_merged(parts: Sequence[Path], out: Path) -> list[str]:
         )
     write_json(out / usage_file("judge_check"), read_json(parts[0] / usage_file("judge_check")))
     return conversations
+
+
+def merge_protocols(
+    parts: Sequence[Path], run: Params, order: Sequence[str], subset: Sequence[str]
+) -> tuple[list[ProtocolQuestion], ProtocolsSummary]:
+    """The parts' rows under each scoring protocol, in the whole run's order (protocol, then
+    question), and each protocol's scores summed up again over them, labelled as one run of
+    these conversations would be (`subset`: empty when they are the whole mode's); its source
+    and judge as every part has them (check_configuration)."""
+    from bench.protocols import protocol_summary
+    from bench.protocols.label import incomplete_reason
+
+    j = LAYOUT.judge
+    rows = [r for p in parts for r in read_records(p / j.protocol_questions, ProtocolQuestion)]
+    names = run.judge.protocols
+    position = {qid: n for n, qid in enumerate(order)}
+    rows.sort(key=lambda r: (names.index(r.protocol), position[r.question_id]))
+    first = read_record(parts[0] / j.protocols, ProtocolsSummary)
+    test_model = bool(read_record(parts[0] / j.run, StageRun).test_model)
+    incomplete = incomplete_reason(run.mode, list(subset))
+    summaries = [
+        protocol_summary(
+            scores.protocol,
+            [r for r in rows if r.protocol == scores.protocol],
+            source=scores.source,
+            judge_model=scores.judge_model,
+            test_model=test_model,
+            incomplete=incomplete,
+        )
+        for scores in first.protocols
+    ]
+    return rows, ProtocolsSummary(protocols=summaries)
 
 
 def swap_in(tmp: Path) -> None:
