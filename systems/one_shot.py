@@ -117,6 +117,12 @@ def answer_found(question: Question, model: ChatModel, found: Found, request: Ch
 def search_failed(question: Question, error: str | None, test_model: bool) -> Trace:
     """The trace of a question whose search failed (a model call of it, after its retries): no
     answer call."""
+    return no_call_trace(question, f"the memory's search failed: {error}", test_model)
+
+
+def no_call_trace(question: Question, error: str, test_model: bool) -> Trace:
+    """A question given up before its answer call: no answer, no call, `error` saying why (the
+    answer stage counts it against `answer.max_failed_share`)."""
     return Trace(
         question_id=question.id,
         answer="",
@@ -130,7 +136,7 @@ def search_failed(question: Question, error: str | None, test_model: bool) -> Tr
         completion_tokens=0,
         max_context_tokens=0,
         test_model=test_model,
-        error=f"the memory's search failed: {error}",
+        error=error,
     )
 
 

@@ -42,7 +42,7 @@ from schemas.records import ChatSlice, Question
 from schemas.roles import Role
 from schemas.traces import Trace
 from systems import prompts
-from systems.one_shot import OneShotRates, answer_once, answer_request
+from systems.one_shot import OneShotRates, answer_once, answer_request, no_call_trace
 from systems.port import BuiltMemory, Progress, SystemContext, SystemEntry
 
 CONTEXT_LAYOUTS = ("pastdev_results", "amb_results")
@@ -137,21 +137,7 @@ def replay_request(question: Question, context: str) -> ChatRequest:
 
 def no_context(question: Question, source: str) -> Trace:
     """A question the published file has no context for: no call, an error that says why."""
-    return Trace(
-        question_id=question.id,
-        answer="",
-        tool_calls=[],
-        turn_texts=[],
-        reached_ids=[],
-        reached_message_ids=[],
-        steps=0,
-        calls=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-        max_context_tokens=0,
-        test_model=False,
-        error=f"no published context for {question.id} in {source}",
-    )
+    return no_call_trace(question, f"no published context for {question.id} in {source}", False)
 
 
 @dataclass(frozen=True)

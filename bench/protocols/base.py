@@ -127,6 +127,12 @@ def module_constant(module: ast.Module, name: str, source: str) -> object:
         raise IntegrityError(f"{source}: {name} is not a literal ({exc})") from exc
 
 
+def round_item(raw: float) -> float:
+    """A raw judge score on the 0 / 0.5 / 1 scale OmniMemEval and ExaBase share: from 0.75 it
+    counts 1, from 0.25 0.5, else 0."""
+    return 1.0 if raw >= 0.75 else 0.5 if raw >= 0.25 else 0.0
+
+
 def _mean(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None

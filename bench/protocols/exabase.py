@@ -39,6 +39,7 @@ from bench.protocols.base import (
     module_constant,
     module_function,
     parse_source,
+    round_item,
 )
 from bench.scorer_prompts import (
     FIRST,
@@ -82,11 +83,6 @@ class ExaBaseEquivalence(BaseModel):
 # ---------------------------------------------------------------------------------------------
 # Arithmetic (pure)
 # ---------------------------------------------------------------------------------------------
-
-
-def round_item(raw: float) -> float:
-    """A raw judge score on ExaBase's scale: from 0.75 it counts 1, from 0.25 0.5, else 0."""
-    return 1.0 if raw >= 0.75 else 0.5 if raw >= 0.25 else 0.0
 
 
 _LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]\s*|[-*]\s*)")

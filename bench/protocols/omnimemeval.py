@@ -32,6 +32,7 @@ from bench.protocols.base import (
     module_constant,
     module_function,
     parse_source,
+    round_item,
 )
 from clients.llm.port import ChatRequest
 from clients.llm.port import Message as LlmMessage
@@ -54,11 +55,6 @@ ORDER_TASK = "omnimemeval_order"
 # ---------------------------------------------------------------------------------------------
 # Arithmetic (pure)
 # ---------------------------------------------------------------------------------------------
-
-
-def round_item(raw: float) -> float:
-    """A raw judge score on OmniMemEval's scale: from 0.75 it counts 1, from 0.25 0.5, else 0."""
-    return 1.0 if raw >= 0.75 else 0.5 if raw >= 0.25 else 0.0
 
 
 _FLAT_OBJECT = re.compile(r'\{[^{}]*"score"\s*:\s*([0-9.]+)[^{}]*\}')

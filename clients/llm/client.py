@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -226,7 +227,13 @@ def shared_url(llm: LlmParams) -> str | None:
     state beside the call cache), None when the process is on its own."""
     if llm.shared is None:
         return None
-    return shared_redis_url(llm.shared.redis_url, shared_path(llm.cache_dir) / "redis")
+    return _shared_url(llm.shared.redis_url, llm.cache_dir)
+
+
+@functools.cache
+def _shared_url(redis_url: str, cache_dir: str) -> str:
+    """Resolved once per process: every request asks for its endpoint's limit."""
+    return shared_redis_url(redis_url, shared_path(cache_dir) / "redis")
 
 
 # --------------------------------------------------------------------------------------------
