@@ -30,6 +30,7 @@ MEASUREMENTS = {
     "llm": "the model layer: overhead per call, throughput, replay",
     "local_models": "the local models: fetch, speed and a lite run",
     "pipeline": "the whole pipeline with the test model; estimate against actual",
+    "protocols": "every scoring protocol on one full run with the test model (measures nothing)",
     "repairs": "what each pinned repair changes at 100K, mode all",
     "scale": "stage wall time against a model of fixed latency, per concurrency",
     "tiers": "each tier's size with its repairs",
